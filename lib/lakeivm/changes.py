@@ -1,0 +1,170 @@
+"""Change capture: Delta's change data feed -> netted signed-multiplicity deltas (ARCHITECTURE §4.2, §4.4).
+
+A table's pending range is (watermark, head]. Before reading it we check it is readable -- the
+change data feed on over the range, the history still there, the view's columns unchanged -- and
+raise ChangeRangeError saying what happened and how to fix it; the engine then applies the view's
+``on_unreadable_changes`` policy. Files removed by VACUUM are detected when the range is read.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from lakeivm.errors import ChangeRangeError
+from lakeivm.lake import CDF, Lake
+from lakeivm.sql import MULTIPLICITY
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+SIGN = {"insert": 1, "update_postimage": 1, "delete": -1, "update_preimage": -1}
+_CDF_ROWS_PER_METRIC = {"numOutputRows": 1, "numDeletedRows": 1, "numUpdatedRows": 2,
+                        "numTargetRowsInserted": 1, "numTargetRowsDeleted": 1, "numTargetRowsUpdated": 2}
+
+
+def pin(lake: Lake, tables: Iterable[str]) -> dict[str, int]:
+    """Head version of each table: the run reads every table up to this version and no further."""
+    return {t: lake.head_version(lake.table_path(t)) for t in tables}
+
+
+def pending_rows(lake: Lake, table: str, watermark: int, head: int) -> int:
+    """Change-feed rows in (watermark, head], from the commits' operation metrics (no data read).
+
+    An updated row counts twice (pre- and post-image), as in the change data feed.
+    """
+    if head <= watermark:
+        return 0
+    return sum(_cdf_rows(row["operationMetrics"] or {}) for row in _history(lake, table, watermark))
+
+
+def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str]) -> None:
+    """Raise ChangeRangeError if (watermark, head] of ``table`` cannot be read as changes."""
+    path = lake.table_path(table)
+    if head < watermark:
+        raise ChangeRangeError(
+            f"table {table!r} is at version {head}, behind the view's watermark {watermark}: it was "
+            "restored or recreated. Rebuild the view (policy rebuild) from the table's current snapshot."
+        )
+    if head == watermark:
+        return
+    history = _history(lake, table, watermark)
+    versions = {int(r["version"]) for r in history}
+    missing = set(range(watermark + 1, head + 1)) - versions
+    if missing:
+        raise ChangeRangeError(
+            f"table {table!r}: the commit history for versions {min(missing)}..{max(missing)} is gone "
+            "(log retention); its changes cannot be read. Rebuild the view from a snapshot, and raise "
+            "delta.logRetentionDuration or refresh more often."
+        )
+    for row in sorted(history, key=lambda r: r["version"]):
+        _check_commit(table, row)
+    before = lake.read(path, watermark).schema
+    after = lake.read(path, head).schema
+    for column in columns:
+        old, new = _field(before, column), _field(after, column)
+        if old != new:
+            raise ChangeRangeError(
+                f"table {table!r}: column {column!r} changed between versions {watermark} and {head} "
+                f"({old or 'absent'} -> {new or 'absent'}); the view's SQL no longer means the same. "
+                "Fix the table or the view, then rebuild the view."
+            )
+
+
+def read_delta(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str]) -> DataFrame:
+    """The netted signed delta of ``table`` over (watermark, head], projected to ``columns``.
+
+    Rows carry ``_lakeivm_m`` (a non-zero signed multiplicity); the result is materialized
+    (local checkpoint), so a vacuumed range fails here, before any state is written.
+    """
+    from pyspark.sql import functions as F
+
+    columns = list(columns)
+    check_readable(lake, table, watermark, head, columns)
+    sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
+    try:
+        changes = (
+            lake.spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", watermark + 1)
+            .option("endingVersion", head)
+            .load(lake.table_path(table))
+        )
+        delta = (
+            changes.select(*columns, sign.alias(MULTIPLICITY))
+            .groupBy(*columns)
+            .agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
+            .where(F.col(MULTIPLICITY) != 0)
+        )
+        return delta.localCheckpoint(eager=True)
+    except Exception as err:  # Spark raises Py4J/Analysis errors; classify them for the user
+        raise ChangeRangeError(_explain_read_error(table, watermark, head, err)) from err
+
+
+def net(changes: Iterable[tuple[Mapping[str, object], str]]) -> dict[tuple, int]:
+    """Pure netting rule: (row, change_type) pairs -> {row values: multiplicity}, zeros dropped.
+
+    >>> net([({"a": 1}, "insert"), ({"a": 1}, "delete"), ({"a": 2}, "update_postimage")])
+    {(2,): 1}
+    """
+    totals: dict[tuple, int] = {}
+    for row, change_type in changes:
+        key = tuple(row.values())
+        totals[key] = totals.get(key, 0) + SIGN[change_type]
+    return {k: m for k, m in totals.items() if m != 0}
+
+
+def _history(lake: Lake, table: str, watermark: int) -> list:
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(lake.spark, lake.table_path(table)).history()
+    return history.where(f"version > {watermark}").select("version", "operation", "operationParameters", "operationMetrics").collect()
+
+
+def _cdf_rows(metrics: Mapping[str, str]) -> int:
+    if "numTargetRowsInserted" in metrics or "numUpdatedRows" in metrics:
+        metrics = {k: v for k, v in metrics.items() if k != "numOutputRows"}  # rewritten files, not changes
+    return sum(int(metrics.get(k, 0)) * w for k, w in _CDF_ROWS_PER_METRIC.items())
+
+
+def _check_commit(table: str, row) -> None:
+    operation = row["operation"]
+    params = row["operationParameters"] or {}
+    if operation == "SET TBLPROPERTIES":
+        properties = json.loads(params.get("properties", "{}"))
+        if str(properties.get(CDF, "true")).lower() == "false":
+            raise ChangeRangeError(_cdf_off(table, int(row["version"])))
+    if operation == "UNSET TBLPROPERTIES" and CDF in params.get("propertyKeys", ""):
+        raise ChangeRangeError(_cdf_off(table, int(row["version"])))
+    if operation in ("CREATE OR REPLACE TABLE", "REPLACE TABLE", "CREATE OR REPLACE TABLE AS SELECT", "REPLACE TABLE AS SELECT"):
+        raise ChangeRangeError(
+            f"table {table!r} was replaced at version {row['version']}; its change feed does not span "
+            "the replacement. Rebuild the view from the new snapshot."
+        )
+
+
+def _cdf_off(table: str, version: int) -> str:
+    return (
+        f"table {table!r}: the change data feed was turned off at version {version}, so its changes "
+        f"cannot be read. Turn it back on (ALTER TABLE ... SET TBLPROPERTIES ({CDF} = true)) and "
+        "rebuild the view from a snapshot."
+    )
+
+
+def _field(schema, column: str) -> str | None:
+    for f in schema.fields:
+        if f.name == column:
+            return f.dataType.simpleString()
+    return None
+
+
+def _explain_read_error(table: str, watermark: int, head: int, err: Exception) -> str:
+    text = str(err)
+    where = f"table {table!r}, changes of versions {watermark + 1}..{head}"
+    if "FileNotFound" in text or "FILE_NOT_FOUND" in text or "does not exist" in text:
+        return (f"{where}: change files were removed (VACUUM ran with a retention shorter than the "
+                "view's backlog). Rebuild the view from a snapshot, and keep VACUUM's retention longer "
+                "than the view's max pending age.")
+    if "CHANGE_DATA" in text or "change data" in text.lower():
+        return f"{where}: the change data feed is not available over this range ({text.splitlines()[0]}). Enable {CDF} and rebuild the view."
+    return f"{where}: cannot be read: {text.splitlines()[0] if text else type(err).__name__}"

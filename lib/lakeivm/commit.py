@@ -1,0 +1,193 @@
+"""The commit protocol (ARCHITECTURE §4.1, §4.5): lease, maintenance log, recovery.
+
+A run writes its state tables first and appends its log row last: the committed log row -- new
+watermarks and the version of every state table -- is the commit point. Recovery restores every
+state table to the version the last committed row names, so a run that crashed after any write
+leaves the view as if it had not run, and the rerun gives the crash-free result.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from lakeivm.errors import LeaseHeld, StateError
+from lakeivm.lake import Lake
+
+LEASE_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class LogRow:
+    """One maintenance run, as appended to ``_system/log``."""
+
+    view: str
+    seq: int
+    status: str
+    mode: str
+    kind: str
+    pins: Mapping[str, int]
+    watermarks: Mapping[str, int]
+    state_versions: Mapping[str, int]
+    consistent: bool
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    finished_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    applied: tuple[str, ...] = ()
+    delta_rows: Mapping[str, int] = field(default_factory=dict)
+    table_seconds: Mapping[str, float] = field(default_factory=dict)
+    pending_rows: Mapping[str, int] = field(default_factory=dict)
+    result_rows: int | None = None
+    seconds: float = 0.0
+    predicted_seconds: float | None = None
+    deadline_s: float | None = None
+    deadline_met: bool | None = None
+    plan: str = ""
+    message: str = ""
+
+
+def append_log(lake: Lake, row: LogRow) -> None:
+    """Append ``row`` to ``_system/log`` (a blind append: concurrent appends never conflict)."""
+    columns = Lake.system_schema("log.json")
+    values = {**row.__dict__, "applied": list(row.applied)}
+    ddl = ", ".join(f"`{c}` {t}" for c, t in columns.items())
+    df = lake.spark.createDataFrame([tuple(values[c] for c in columns)], ddl)
+    df.write.format("delta").mode("append").save(lake.log_path)
+
+
+def log_rows(lake: Lake, view: str, status: str | None = "committed") -> list[LogRow]:
+    """The view's log rows in run order (only committed ones by default)."""
+    df = lake.read(lake.log_path).where(f"view = '{view}'")
+    if status:
+        df = df.where(f"status = '{status}'")
+    return [_to_row(r.asDict()) for r in df.orderBy("seq").collect()]
+
+
+def last_committed(lake: Lake, view: str, consistent: bool = False) -> LogRow | None:
+    """The newest committed run (optionally: whose sources were all brought to one pin)."""
+    rows = [r for r in log_rows(lake, view) if r.consistent or not consistent]
+    return rows[-1] if rows else None
+
+
+def next_seq(lake: Lake, view: str) -> int:
+    rows = log_rows(lake, view, status=None)
+    return max((r.seq for r in rows), default=0) + 1
+
+
+def recover(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str]) -> list[str]:
+    """Restore every state table written after ``last`` committed to the version ``last`` names.
+
+    Returns what was restored (for the log). With no committed run, partial state is deleted.
+    """
+    restored = []
+    for name, path in state_paths.items():
+        if not lake.is_delta(path):
+            continue
+        if last is None or name not in last.state_versions:
+            lake.delete(path)
+            restored.append(f"{name}: removed uncommitted state")
+            continue
+        logged, head = last.state_versions[name], lake.head_version(path)
+        if head < logged:
+            raise StateError(
+                f"state table {path} is at version {head}, behind the log's {logged}: it was modified "
+                "outside lakeivm. Rebuild the view (lakeivm refresh --rebuild)."
+            )
+        if head > logged:
+            lake.spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF {logged}")
+            restored.append(f"{name}: restored {head} -> {logged}")
+    return restored
+
+
+@contextmanager
+def lease(lake: Lake, view: str, seconds: float = LEASE_SECONDS) -> Iterator[dict[str, Any]]:
+    """Hold the view's lease for the duration of a run: one run per view at a time.
+
+    The lease is a file created atomically (create-if-absent) under ``_system/leases``. A lease
+    whose holder died on this host, or that expired, is taken over.
+    """
+    fs, path = lake.fs(lake.lease_path(view))
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex,
+          "acquired": time.time(), "expires": time.time() + seconds}
+    if not _create(fs, path, me):
+        holder = _read(fs, path)
+        if holder and not _stale(holder):
+            raise LeaseHeld(
+                f"view {view!r} is being maintained by another run (host {holder.get('host')}, pid "
+                f"{holder.get('pid')}, since {datetime.fromtimestamp(holder.get('acquired', 0), timezone.utc):%Y-%m-%d %H:%M:%S} UTC). "
+                "Wait for it to finish; if it died elsewhere, delete "
+                f"{lake.lease_path(view)} after it expires."
+            )
+        fs.delete(path, False)
+        if not _create(fs, path, me):
+            raise LeaseHeld(f"view {view!r}: another run took the lease first; try again.")
+    try:
+        yield me
+    finally:
+        holder = _read(fs, path)
+        if holder and holder.get("token") == me["token"]:
+            fs.delete(path, False)
+
+
+def _create(fs, path, content: dict[str, Any]) -> bool:
+    fs.mkdirs(path.getParent())
+    try:
+        stream = fs.create(path, False)
+    except Exception:  # FileAlreadyExistsException, through Py4J
+        return False
+    stream.writeBytes(json.dumps(content))  # ASCII JSON
+    stream.close()
+    return True
+
+
+def _read(fs, path) -> dict[str, Any] | None:
+    try:
+        stream = fs.open(path)
+    except Exception:  # FileNotFoundException: released meanwhile
+        return None
+    try:
+        text = _utf8(stream)
+        return json.loads(text or "{}")
+    except ValueError:
+        return {}
+    finally:
+        stream.close()
+
+
+def _utf8(stream) -> str:
+    from pyspark import SparkContext
+
+    return SparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+
+
+def _stale(holder: Mapping[str, Any]) -> bool:
+    if holder.get("expires", 0) < time.time():
+        return True
+    if holder.get("host") == socket.gethostname() and holder.get("pid") != os.getpid():
+        return not _alive(int(holder.get("pid", 0)))
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _to_row(d: dict[str, Any]) -> LogRow:
+    d = dict(d)
+    d["applied"] = tuple(d.get("applied") or ())
+    for key in ("pins", "watermarks", "state_versions", "delta_rows", "table_seconds", "pending_rows"):
+        d[key] = dict(d.get(key) or {})
+    return LogRow(**d)

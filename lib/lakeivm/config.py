@@ -1,0 +1,54 @@
+"""Settings: lake root, Spark master, views folder -- from env vars and an optional lakeivm.toml.
+
+Precedence: environment (LAKEIVM_*) over ``lakeivm.toml`` in the working directory over defaults.
+
+Example lakeivm.toml::
+
+    lake = "s3a://bucket/lake"
+    spark_master = "spark://spark-master:7077"
+    views = "schemas/views"
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_ENV = {"lake": "LAKEIVM_LAKE", "spark_master": "LAKEIVM_SPARK_MASTER", "views": "LAKEIVM_VIEWS"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the lake lives, which Spark to use, where view specs are read from."""
+
+    lake: str = "lake"
+    spark_master: str = "local[*]"
+    views: str = str(REPO_ROOT / "schemas" / "views")
+    shuffle_partitions: int = 4
+
+    @property
+    def in_process(self) -> bool:
+        """True when Spark runs inside the calling process (local mode, the embedded default)."""
+        return self.spark_master.startswith("local")
+
+    def with_(self, **changes: object) -> Settings:
+        """A copy with some fields replaced."""
+        return replace(self, **changes)
+
+
+def load_settings(config_file: str | os.PathLike[str] = "lakeivm.toml") -> Settings:
+    """Read settings from the environment and, if present, ``lakeivm.toml``."""
+    values: dict[str, object] = {}
+    path = Path(config_file)
+    if path.exists():
+        with path.open("rb") as handle:
+            values.update(tomllib.load(handle))
+    for field, var in _ENV.items():
+        if os.environ.get(var):
+            values[field] = os.environ[var]
+    unknown = set(values) - set(Settings.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"{path}: unknown setting(s) {sorted(unknown)}; known: {sorted(Settings.__dataclass_fields__)}")
+    return Settings(**values)  # type: ignore[arg-type]

@@ -1,0 +1,145 @@
+"""View specs (YAML) -> validated ViewSpec objects; the classifier that picks each view's kind.
+
+A spec is validated against ``schemas/view.schema.json``; every error names the file and field.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from lakeivm.config import REPO_ROOT
+from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
+from lakeivm.sql import Query, parse_query
+
+SCHEMA_PATH = REPO_ROOT / "schemas" / "view.schema.json"
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+KINDS = ("first_order", "fivm", "triangle", "nested", "join_sample")
+AVAILABLE_KINDS = ("first_order",)
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """One registered view: its SQL, deadline and tick (seconds), and kind-specific options."""
+
+    name: str
+    sql: str
+    deadline_s: float
+    tick_s: float = 60.0
+    kind: str | None = None
+    on_unreadable_changes: str = "rebuild"
+    nullable_keys: tuple[str, ...] = ()
+    max_pending_age_s: float | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "<spec>"
+
+
+def parse_duration(value: float | int | str) -> float:
+    """Seconds in a duration: a number of seconds or '500ms', '30s', '1m', '2h'.
+
+    >>> parse_duration("1m"), parse_duration(2.5), parse_duration("500ms")
+    (60.0, 2.5, 0.5)
+    """
+    if isinstance(value, (int, float)):
+        return float(value)
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)", value)
+    if not match:
+        raise SpecError(f"bad duration {value!r}: use seconds or e.g. 500ms, 30s, 1m, 2h")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def load_spec(path: str | Path) -> ViewSpec:
+    """Read and validate one YAML spec file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise SpecError(f"{path}: malformed YAML: {err}") from err
+    return spec_from_dict(data, source=str(path))
+
+
+def spec_from_dict(data: Any, source: str = "<spec>") -> ViewSpec:
+    """Validate a parsed spec against the JSON schema and build a ViewSpec."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a view spec must be a mapping with name, sql, deadline; got {type(data).__name__}")
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.path))
+    if errors:
+        raise SpecError("\n".join(f"{source}: {_field(e)}: {e.message}" for e in errors))
+    known = {"name", "sql", "deadline", "tick", "kind", "on_unreadable_changes", "nullable_keys", "max_pending_age", "description"}
+    return ViewSpec(
+        name=data["name"],
+        sql=data["sql"],
+        deadline_s=parse_duration(data["deadline"]),
+        tick_s=parse_duration(data.get("tick", 60)),
+        kind=data.get("kind"),
+        on_unreadable_changes=data.get("on_unreadable_changes", "rebuild"),
+        nullable_keys=tuple(data.get("nullable_keys", ())),
+        max_pending_age_s=parse_duration(data["max_pending_age"]) if "max_pending_age" in data else None,
+        options={k: v for k, v in data.items() if k not in known},
+        source=source,
+    )
+
+
+def load_specs(folder: str | Path) -> dict[str, ViewSpec]:
+    """All specs in a folder (``*.yaml``/``*.yml``), by name; duplicate names are an error."""
+    specs: dict[str, ViewSpec] = {}
+    for path in sorted([*Path(folder).glob("*.yaml"), *Path(folder).glob("*.yml")]):
+        spec = load_spec(path)
+        if spec.name in specs:
+            raise SpecError(f"{path}: name: view {spec.name!r} is already defined in {specs[spec.name].source}")
+        specs[spec.name] = spec
+    return specs
+
+
+def find_spec(specs: Mapping[str, ViewSpec], name: str) -> ViewSpec:
+    """The spec called ``name``, or UnknownView listing the registered ones."""
+    if name not in specs:
+        raise UnknownView(f"unknown view {name!r}; registered views: {', '.join(sorted(specs)) or 'none'}")
+    return specs[name]
+
+
+def classify(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[str, Query]:
+    """Parse the view's SQL and pick its maintainer kind, or raise UnsupportedQuery saying why."""
+    query = parse_query(spec.sql, schemas, source=spec.source)
+    kind = spec.kind or _default_kind(spec, query)
+    if kind not in AVAILABLE_KINDS:
+        raise UnsupportedQuery(
+            f"{spec.source}: kind {kind!r} is not available in this version of lakeivm "
+            f"(available: {', '.join(AVAILABLE_KINDS)})."
+        )
+    if kind == "first_order":
+        _check_first_order(spec, query)
+    return kind, query
+
+
+def _default_kind(spec: ViewSpec, query: Query) -> str:
+    if "sample_size" in spec.options:
+        return "join_sample"
+    if query.has_subquery:
+        return "nested"
+    return "first_order"
+
+
+def _check_first_order(spec: ViewSpec, query: Query) -> None:
+    if query.has_subquery:
+        raise UnsupportedQuery(f"{spec.source}: first_order cannot maintain a nested subquery; it needs the nested kind.")
+    if not query.aggregates:
+        raise UnsupportedQuery(
+            f"{spec.source}: a first_order view needs aggregates (SUM/COUNT/AVG with or without GROUP BY); "
+            "a plain join is kept as a sample with sample_size."
+        )
+    for agg in query.aggregates:
+        if agg.func in ("MIN", "MAX"):
+            raise UnsupportedQuery(f"{spec.source}: {agg.func}({agg.sql}) under deletes is not supported yet; use SUM/COUNT/AVG.")
+
+
+def _field(error: jsonschema.ValidationError) -> str:
+    path = ".".join(str(p) for p in error.path)
+    return path or "(top level)"

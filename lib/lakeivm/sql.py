@@ -1,0 +1,326 @@
+"""View SQL -> a small query IR (sqlglot), and the SQL rewrites every maintainer runs on Spark.
+
+The IR names what maintenance needs: the relations (table + alias) and the columns used of each,
+the equi-join graph, single-table filters, the GROUP BY keys and the aggregates. Each maintainer
+keeps a *state* per group -- a row count and, per aggregated expression, the sum of its non-null
+values and their count -- from which SQL's SUM/COUNT/AVG (with SQL's NULL rules) are finalized.
+
+Example::
+
+    >>> q = parse_query("SELECT a, SUM(b) AS s FROM t GROUP BY a", {"t": {"a": "int", "b": "int"}})
+    >>> [r.table for r in q.relations], [k.name for k in q.group_keys], q.outputs[1].name
+    (['t'], ['a'], 's')
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import OptimizeError, ParseError
+from sqlglot.optimizer.qualify import qualify
+
+from lakeivm.errors import UnsupportedQuery
+
+DIALECT = "spark"
+MULTIPLICITY = "_lakeivm_m"
+COUNT = "_lakeivm_count"
+_AGGREGATES = {exp.Sum: "SUM", exp.Count: "COUNT", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
+
+
+@dataclass(frozen=True)
+class Relation:
+    """One occurrence of a base table in FROM (a table joined with itself occurs twice)."""
+
+    table: str
+    alias: str
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EquiJoin:
+    """``left_alias.left_column = right_alias.right_column`` in ON or WHERE."""
+
+    left_alias: str
+    left_column: str
+    right_alias: str
+    right_column: str
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """A GROUP BY expression, stored under ``name`` (its SELECT alias, or a hidden name)."""
+
+    name: str
+    sql: str
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """State kept for one aggregated expression: ``func`` is SUM (shared by SUM, COUNT and AVG of
+    the same expression), MIN or MAX; ``sql`` is None for COUNT(*). State columns: s<index>, n<index>."""
+
+    func: str
+    sql: str | None
+    index: int
+
+
+@dataclass(frozen=True)
+class Output:
+    """A SELECT item: a group key, or an expression over aggregates finalized from the state."""
+
+    name: str
+    finalize_sql: str
+    is_key: bool
+
+
+@dataclass(frozen=True)
+class Query:
+    """The IR of one view's SQL. ``tree`` is the qualified sqlglot AST (every column has its alias)."""
+
+    sql: str
+    tree: exp.Select = field(compare=False, repr=False)
+    relations: tuple[Relation, ...]
+    joins: tuple[EquiJoin, ...]
+    filters: Mapping[str, tuple[str, ...]]
+    residual: tuple[str, ...]
+    group_keys: tuple[GroupKey, ...]
+    aggregates: tuple[Aggregate, ...]
+    outputs: tuple[Output, ...]
+    has_subquery: bool
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Distinct base tables, in FROM order."""
+        return tuple(dict.fromkeys(r.table for r in self.relations))
+
+    def columns_of(self, table: str) -> tuple[str, ...]:
+        """Columns of ``table`` used by any of its occurrences, in schema order of first use."""
+        cols = [c for r in self.relations if r.table == table for c in r.columns]
+        return tuple(dict.fromkeys(cols))
+
+    def aliases_of(self, table: str) -> tuple[str, ...]:
+        """The aliases under which ``table`` occurs."""
+        return tuple(r.alias for r in self.relations if r.table == table)
+
+    @property
+    def state_columns(self) -> tuple[str, ...]:
+        """The state columns kept per group, besides the group keys."""
+        cols = [COUNT]
+        for agg in self.aggregates:
+            if agg.sql is not None:
+                cols += [f"_lakeivm_s{agg.index}", f"_lakeivm_n{agg.index}"]
+        return tuple(cols)
+
+
+def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str = "<sql>") -> Query:
+    """Parse and qualify ``sql`` against table schemas ({table: {column: type}}) into a Query.
+
+    Raises UnsupportedQuery naming the source, line and construct for anything outside
+    select-project-join + GROUP BY + SUM/COUNT/AVG/MIN/MAX (subqueries are recorded, not rejected:
+    the classifier decides whether the nested kind takes them).
+    """
+    try:
+        tree = sqlglot.parse_one(sql, dialect=DIALECT)
+    except ParseError as err:
+        raise UnsupportedQuery(f"{source}: SQL does not parse: {err}") from err
+    if not isinstance(tree, exp.Select):
+        raise UnsupportedQuery(f"{source}: a view must be one SELECT, got {tree.key.upper()} (line {_line(tree, sql)})")
+    _reject_constructs(tree, sql, source)
+    for table in tree.find_all(exp.Table):
+        if table.name not in schemas:
+            raise UnsupportedQuery(
+                f"{source}: line {_line(table, sql)}: unknown table {table.name!r}; "
+                f"known tables: {sorted(schemas)}. Create it under the lake's tables/ first."
+            )
+    try:
+        tree = qualify(tree, schema={t: dict(c) for t, c in schemas.items()}, dialect=DIALECT, quote_identifiers=False)
+    except OptimizeError as err:
+        raise UnsupportedQuery(f"{source}: {err}; check the column names against the tables' schemas") from err
+    return _build(sql, tree, source)
+
+
+def state_sql(query: Query, sources: Mapping[str, str], delta_alias: str | None = None) -> str:
+    """The SQL computing per-group state over the given sources (alias -> Spark table/view name).
+
+    With ``delta_alias`` that relation is a signed delta carrying ``_lakeivm_m``; the state is then
+    the view's delta (classical first-order delta rule, the other relations fixed).
+    """
+    m = f"{delta_alias}.{MULTIPLICITY}" if delta_alias else "CAST(1 AS BIGINT)"
+    tree = _with_sources(query.tree, sources)
+    items: list[exp.Expression] = [exp.alias_(sqlglot.parse_one(k.sql, dialect=DIALECT), k.name) for k in query.group_keys]
+    items.append(exp.alias_(sqlglot.parse_one(f"COALESCE(SUM({m}), 0)", dialect=DIALECT), COUNT))
+    for agg in query.aggregates:
+        if agg.sql is None:
+            continue
+        s = f"COALESCE(SUM(({agg.sql}) * {m}), 0)"
+        n = f"COALESCE(SUM(CASE WHEN ({agg.sql}) IS NULL THEN 0 ELSE {m} END), 0)"
+        items.append(exp.alias_(sqlglot.parse_one(s, dialect=DIALECT), f"_lakeivm_s{agg.index}"))
+        items.append(exp.alias_(sqlglot.parse_one(n, dialect=DIALECT), f"_lakeivm_n{agg.index}"))
+    tree.set("expressions", items)
+    return tree.sql(dialect=DIALECT)
+
+
+def recompute_sql(query: Query, sources: Mapping[str, str]) -> str:
+    """The view's own SQL over the given sources: the oracle every maintainer is checked against."""
+    return _with_sources(query.tree, sources).sql(dialect=DIALECT)
+
+
+def _build(sql: str, tree: exp.Select, source: str) -> Query:
+    relations = _relations(tree)
+    joins, filters, residual = _split_conditions(tree)
+    group_keys = _group_keys(tree)
+    aggregates: dict[tuple[str, str | None], Aggregate] = {}
+    outputs = tuple(_output(item, group_keys, aggregates, sql, source) for item in tree.expressions)
+    return Query(
+        sql=sql,
+        tree=tree,
+        relations=relations,
+        joins=joins,
+        filters=filters,
+        residual=residual,
+        group_keys=group_keys,
+        aggregates=tuple(aggregates.values()),
+        outputs=outputs,
+        has_subquery=tree.find(exp.Subquery) is not None or _has_nested_select(tree),
+    )
+
+
+def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
+    checks = [
+        (tree.args.get("with"), "a WITH clause (CTE)", "inline the CTE as a join"),
+        (tree.args.get("distinct"), "SELECT DISTINCT", "GROUP BY the columns instead"),
+        (tree.args.get("having"), "HAVING", "filter when reading the view"),
+        (tree.args.get("order"), "ORDER BY", "a view has no order; sort when reading it"),
+        (tree.args.get("limit"), "LIMIT", "limit when reading the view"),
+        (tree.find(exp.Window), "a window function", "window functions are not maintained incrementally"),
+        (tree.find(exp.Union, exp.Intersect, exp.Except), "a set operation", "register one view per branch"),
+    ]
+    for node, construct, fix in checks:
+        if node:
+            raise UnsupportedQuery(f"{source}: line {_line(node, sql)}: {construct} is not supported; {fix}.")
+    for join in tree.args.get("joins") or []:
+        if join.side or (join.kind and join.kind.upper() not in ("INNER", "CROSS")):
+            raise UnsupportedQuery(
+                f"{source}: line {_line(join, sql)}: {(join.side or join.kind).upper()} JOIN is not supported; "
+                "only inner equi-joins are maintained incrementally."
+            )
+    for agg in tree.find_all(exp.AggFunc):
+        if type(agg) not in _AGGREGATES:
+            raise UnsupportedQuery(
+                f"{source}: line {_line(agg, sql)}: aggregate {agg.sql(DIALECT)} is not supported; "
+                "use SUM, COUNT, AVG, MIN or MAX."
+            )
+        if agg.find(exp.Distinct):
+            raise UnsupportedQuery(f"{source}: line {_line(agg, sql)}: DISTINCT inside {agg.key.upper()} is not supported.")
+
+
+def _relations(tree: exp.Select) -> tuple[Relation, ...]:
+    used: dict[str, list[str]] = {}
+    for column in tree.find_all(exp.Column):
+        if column.find_ancestor(exp.Subquery) is None:
+            used.setdefault(column.table, []).append(column.name)
+    relations = []
+    for table in tree.find_all(exp.Table):
+        if table.find_ancestor(exp.Subquery) is None:
+            relations.append(Relation(table.name, table.alias_or_name, tuple(dict.fromkeys(used.get(table.alias_or_name, [])))))
+    return tuple(relations)
+
+
+def _split_conditions(tree: exp.Select) -> tuple[tuple[EquiJoin, ...], dict[str, tuple[str, ...]], tuple[str, ...]]:
+    conjuncts: list[exp.Expression] = []
+    for join in tree.args.get("joins") or []:
+        if join.args.get("on"):
+            conjuncts += list(join.args["on"].flatten()) if isinstance(join.args["on"], exp.And) else [join.args["on"]]
+    where = tree.args.get("where")
+    if where:
+        conjuncts += list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+    joins, filters, residual = [], {}, []
+    for c in conjuncts:
+        aliases = {col.table for col in c.find_all(exp.Column)}
+        if isinstance(c, exp.EQ) and all(isinstance(s, exp.Column) for s in (c.this, c.expression)) and len(aliases) == 2:
+            joins.append(EquiJoin(c.this.table, c.this.name, c.expression.table, c.expression.name))
+        elif len(aliases) == 1 and c.find(exp.Subquery) is None:
+            filters.setdefault(aliases.pop(), []).append(c.sql(DIALECT))
+        else:
+            residual.append(c.sql(DIALECT))
+    return tuple(joins), {a: tuple(f) for a, f in filters.items()}, tuple(residual)
+
+
+def _group_keys(tree: exp.Select) -> tuple[GroupKey, ...]:
+    group = tree.args.get("group")
+    if not group:
+        return ()
+    aliases = {item.this.sql(DIALECT): item.alias for item in tree.expressions if isinstance(item, exp.Alias)}
+    keys = []
+    for i, key in enumerate(group.expressions):
+        text = key.sql(DIALECT)
+        keys.append(GroupKey(aliases.get(text, f"_lakeivm_g{i}"), text))
+    return tuple(keys)
+
+
+def _output(item: exp.Expression, keys: tuple[GroupKey, ...], aggs: dict, sql: str, source: str) -> Output:
+    name = item.alias_or_name
+    body = item.this if isinstance(item, exp.Alias) else item
+    by_sql = {k.sql: k.name for k in keys}
+    if body.sql(DIALECT) in by_sql:
+        return Output(name, by_sql[body.sql(DIALECT)], True)
+    if not body.find(exp.AggFunc):
+        raise UnsupportedQuery(
+            f"{source}: line {_line(item, sql)}: SELECT item {body.sql(DIALECT)} is neither a GROUP BY key "
+            "nor an aggregate; add it to GROUP BY or aggregate it."
+        )
+    finalized = body.copy().transform(lambda node: _finalize(node, by_sql, aggs, sql, source))
+    return Output(name, finalized.sql(DIALECT), False)
+
+
+def _finalize(node: exp.Expression, by_sql: dict[str, str], aggs: dict, sql: str, source: str) -> exp.Expression:
+    if isinstance(node, exp.AggFunc):
+        func = _AGGREGATES[type(node)]
+        arg = None if isinstance(node.this, exp.Star) else node.this.sql(DIALECT)
+        state = func if func in ("MIN", "MAX") else "SUM"
+        agg = aggs.setdefault((state, arg), Aggregate(state, arg, len(aggs)))
+        return sqlglot.parse_one(_finalize_sql(func, agg), dialect=DIALECT)
+    if not isinstance(node, exp.Column):
+        return node
+    if node.sql(DIALECT) in by_sql:
+        return exp.column(by_sql[node.sql(DIALECT)])
+    if node.find_ancestor(exp.AggFunc) is None:
+        raise UnsupportedQuery(
+            f"{source}: line {_line(node, sql)}: column {node.sql(DIALECT)} is used outside an aggregate "
+            "but is not a GROUP BY key."
+        )
+    return node
+
+
+def _finalize_sql(func: str, agg: Aggregate) -> str:
+    """SQL's value of ``func`` from the state: NULL for SUM/AVG/MIN/MAX over no non-null value."""
+    s, n = f"_lakeivm_s{agg.index}", f"_lakeivm_n{agg.index}"
+    if func == "COUNT":
+        return COUNT if agg.sql is None else n
+    if func == "AVG":
+        return f"CASE WHEN {n} = 0 THEN NULL ELSE {s} / {n} END"
+    return f"CASE WHEN {n} = 0 THEN NULL ELSE {s} END"
+
+
+def _with_sources(tree: exp.Select, sources: Mapping[str, str]) -> exp.Select:
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and node.alias_or_name in sources and node.find_ancestor(exp.Subquery) is None:
+            return exp.alias_(exp.to_table(sources[node.alias_or_name]), node.alias_or_name, table=True)
+        return node
+
+    return tree.copy().transform(swap)
+
+
+def _has_nested_select(tree: exp.Select) -> bool:
+    return any(s is not tree for s in tree.find_all(exp.Select))
+
+
+def _line(node: exp.Expression, sql: str) -> int:
+    for ident in node.find_all(exp.Identifier):
+        if "line" in ident.meta:
+            return int(ident.meta["line"])
+    text = node.sql(DIALECT).split("(")[0].strip()
+    position = sql.upper().find(text.upper()) if text else -1
+    return sql.count("\n", 0, position) + 1 if position >= 0 else 1
