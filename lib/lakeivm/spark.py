@@ -21,6 +21,8 @@ _LOCAL_CONF = {
     "spark.sql.adaptive.enabled": "true",
     "spark.driver.memory": "4g",
     "spark.sql.session.timeZone": "UTC",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+    "spark.default.parallelism": "4",
 }
 
 

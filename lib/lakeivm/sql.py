@@ -68,7 +68,8 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class Output:
-    """A SELECT item: a group key, or an expression over aggregates finalized from the state."""
+    """A SELECT item: a group key, an expression over aggregates finalized from the state, or
+    (in a query without aggregates) a plain projection."""
 
     name: str
     finalize_sql: str
@@ -172,7 +173,10 @@ def _build(sql: str, tree: exp.Select, source: str) -> Query:
     joins, filters, residual = _split_conditions(tree)
     group_keys = _group_keys(tree)
     aggregates: dict[tuple[str, str | None], Aggregate] = {}
-    outputs = tuple(_output(item, group_keys, aggregates, sql, source) for item in tree.expressions)
+    if group_keys or tree.find(exp.AggFunc):
+        outputs = tuple(_output(item, group_keys, aggregates, sql, source) for item in tree.expressions)
+    else:  # a plain select-project-join (a join sample's query)
+        outputs = tuple(Output(i.alias_or_name, (i.this if isinstance(i, exp.Alias) else i).sql(DIALECT), False) for i in tree.expressions)
     return Query(
         sql=sql,
         tree=tree,

@@ -1,0 +1,33 @@
+"""Shared fixtures: one local SparkSession with Delta for the whole run, a fresh lake per test."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from lakeivm.config import Settings
+    from lakeivm.spark import get_spark
+
+    session = get_spark(Settings(spark_master="local[2]", shuffle_partitions=2), app_name="lakeivm-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lake(spark, tmp_path):
+    from lakeivm.engine import open_lake
+    from lakeivm.config import Settings
+
+    return open_lake(spark, Settings(lake=str(tmp_path / f"lake{next(_counter)}")))
+
+
+def pytest_collection_modifyitems(items):
+    """Anything using the spark fixture carries the spark marker."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()) or "lake" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)

@@ -1,0 +1,23 @@
+"""Helpers for Spark tests: small tables, random change batches committed as Delta writes."""
+from __future__ import annotations
+
+import random
+
+from lakeivm.lake import Lake
+
+
+def sql(lake: Lake, statement: str, table: str) -> None:
+    lake.spark.sql(statement.replace("{t}", f"delta.`{lake.table_path(table)}`"))
+
+
+def random_batch(lake: Lake, rng: random.Random, table: str, key: str, value: str, keys: int = 4) -> None:
+    """One Delta commit on ``table``: an insert, a delete or an update, chosen at random."""
+    op = rng.choice(["insert", "insert", "delete", "update"])
+    k = rng.randrange(keys)
+    if op == "insert":
+        rows = ", ".join(f"({rng.randrange(keys)}, {rng.choice(['NULL', rng.randrange(10)])})" for _ in range(rng.randint(1, 3)))
+        sql(lake, f"INSERT INTO {{t}} ({key}, {value}) VALUES {rows}", table)
+    elif op == "delete":
+        sql(lake, f"DELETE FROM {{t}} WHERE {key} = {k}", table)
+    else:
+        sql(lake, f"UPDATE {{t}} SET {value} = COALESCE({value}, 0) + 1 WHERE {key} = {k}", table)
