@@ -1,0 +1,7 @@
+"""One maintenance DAG per view spec in the views folder (LAKEIVM_VIEWS, default schemas/views).
+
+Trigger an on-demand refresh with ``airflow dags trigger lakeivm__<view> -c '{"refresh": true}'``.
+"""
+from lakeivm.scheduling import build_dags
+
+globals().update(build_dags())

@@ -1,0 +1,91 @@
+"""``lakeivm bench first-order``: per-batch seconds of first-order IVM vs full recomputation.
+
+Workload: the revenue_by_nation view (customer ⋈ orders ⋈ lineitem ⋈ nation) over TPC-H at each
+scale factor; batches of RF1 inserts + RF2 deletes sized as a fraction of lineitem. For every batch
+both are measured side by side in one run on the same snapshots: the incremental run
+(``run_view``: read CDF, delta join, MERGE, log) and recomputation (the view's SQL over the
+snapshots, written as a Delta table). Results: JSON + PNG under ``--out``.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+from lakeivm.config import REPO_ROOT, Settings
+
+REPEATS = 3
+
+
+def run_first_order_bench(settings: Settings, scales: list[float], fractions: list[float], out: str) -> dict:
+    """Run the benchmark; returns (and writes) the results."""
+    from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
+    from lakeivm.engine import audit, open_lake, recompute, run_view
+    from lakeivm.lake import Lake
+    from lakeivm.registry import load_spec
+    from lakeivm.spark import get_spark
+
+    spark = get_spark(settings)
+    spec = load_spec(REPO_ROOT / "schemas" / "views" / "revenue_by_nation.yaml")
+    results = {"machine": _machine(), "view": spec.name, "repeats": REPEATS, "runs": []}
+    for scale in scales:
+        root = f"{out}/lake-sf{scale}"
+        Lake(spark, root).delete(Lake(spark, root).root)
+        lake = open_lake(spark, settings.with_(lake=root))
+        counts = generate_tpch(lake, scale, tables=("nation", "customer", "orders", "lineitem"))
+        run_view(lake, spec)
+        stream = TpchChangeStream(lake, seed=11)
+        for fraction in fractions:
+            target = max(1, int(counts["lineitem"] * fraction))
+            incremental, full, rows = [], [], []
+            for _ in range(REPEATS):
+                orders = max(1, target // 8)  # ~4 lineitems an order; half inserted, half deleted
+                stream.rf1(orders)
+                stream.rf2(orders)
+                row = run_view(lake, spec, mode="refresh")
+                incremental.append(row.seconds)
+                rows.append(sum(row.delta_rows.values()))
+                t0 = time.perf_counter()
+                recompute(lake, spec, row.pins).write.format("delta").mode("overwrite").save(f"{root}/recomputed")
+                full.append(time.perf_counter() - t0)
+            report = audit(lake, spec)
+            entry = {"scale": scale, "fraction": fraction, "lineitem_rows": counts["lineitem"], "delta_rows": rows,
+                     "incremental_s": incremental, "recompute_s": full,
+                     "speedup_median": statistics.median(full) / statistics.median(incremental), "audit_ok": report.ok}
+            results["runs"].append(entry)
+            print(f"SF {scale} batch {fraction:.1%} (~{statistics.median(rows):.0f} netted rows): incremental "
+                  f"{statistics.median(incremental):.2f}s vs recompute {statistics.median(full):.2f}s "
+                  f"-> {entry['speedup_median']:.2f}x; audit {'ok' if report.ok else 'DIFFERS'}")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "first_order.json").write_text(json.dumps(results, indent=2))
+    _plot(results, Path(out) / "first_order.png")
+    print(f"wrote {out}/first_order.json and {out}/first_order.png")
+    return results
+
+
+def _plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = results["runs"]
+    labels = [f"SF {r['scale']}\n{r['fraction']:.1%}" for r in runs]
+    x = range(len(runs))
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(runs)), 4))
+    ax.bar([i - 0.2 for i in x], [statistics.median(r["incremental_s"]) for r in runs], 0.4, label="first-order IVM")
+    ax.bar([i + 0.2 for i in x], [statistics.median(r["recompute_s"]) for r in runs], 0.4, label="recomputation")
+    ax.set_xticks(list(x), labels)
+    ax.set_ylabel("seconds per batch (median)")
+    ax.set_title(f"{results['view']}: first-order IVM vs recomputation ({results['machine']['cpus']} cores)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _machine() -> dict:
+    import os
+
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()}

@@ -1,0 +1,175 @@
+"""The ``lakeivm`` command: demo, status, refresh, read, audit, datagen, bench.
+
+Settings come from LAKEIVM_LAKE / LAKEIVM_SPARK_MASTER / LAKEIVM_VIEWS or ``lakeivm.toml``
+(see lakeivm.config); ``--lake`` and ``--views`` override them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from lakeivm.config import Settings, load_settings
+from lakeivm.errors import LakeIVMError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    settings = load_settings()
+    if args.lake:
+        settings = settings.with_(lake=args.lake)
+    if args.views:
+        settings = settings.with_(views=args.views)
+    try:
+        return args.func(args, settings) or 0
+    except LakeIVMError as err:
+        print(f"lakeivm: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakeivm", description="Incremental materialized views over Delta Lake.")
+    parser.add_argument("--lake", help="lake root (default: LAKEIVM_LAKE or ./lake)")
+    parser.add_argument("--views", help="folder of view specs (default: LAKEIVM_VIEWS or schemas/views)")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    p = sub.add_parser("demo", help="TPC-H lake, change stream, DAG runs via dag.test(), views and audit printed")
+    p.add_argument("--scale", type=float, default=0.01, help="TPC-H scale factor (default 0.01)")
+    p.add_argument("--batches", type=int, default=3, help="change batches (default 3)")
+    p.set_defaults(func=_demo)
+
+    p = sub.add_parser("init-demo", help="only build the TPC-H demo lake")
+    p.add_argument("--scale", type=float, default=0.01)
+    p.set_defaults(func=_init_demo)
+
+    p = sub.add_parser("status", help="per view: last run, watermarks vs heads, pending rows, deadline")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_status)
+
+    p = sub.add_parser("refresh", help="on-demand refresh of a view (the DAG's code path)")
+    p.add_argument("view")
+    p.add_argument("--rebuild", action="store_true", help="rebuild from snapshots instead of applying changes")
+    p.add_argument("--tick", action="store_true", help="run as a scheduled tick instead of an on-demand refresh")
+    p.set_defaults(func=_refresh)
+
+    p = sub.add_parser("read", help="print a view (last consistent snapshot)")
+    p.add_argument("view")
+    p.add_argument("--latest", action="store_true", help="newest state, possibly asymmetric")
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(func=_read)
+
+    p = sub.add_parser("audit", help="recompute the view's SQL at its watermarks and diff")
+    p.add_argument("view")
+    p.set_defaults(func=_audit)
+
+    p = sub.add_parser("datagen", help="generate data into the lake")
+    p.add_argument("dataset", choices=["tpch"])
+    p.add_argument("--scale", type=float, default=0.01)
+    p.set_defaults(func=_datagen)
+
+    p = sub.add_parser("bench", help="benchmarks (JSON + PNG under bench-results/)")
+    p.add_argument("suite", choices=["first-order", "all"])
+    p.add_argument("--scales", default="0.1,1", help="TPC-H scale factors, comma-separated")
+    p.add_argument("--fractions", default="0.001,0.01", help="batch sizes as fractions of lineitem")
+    p.add_argument("--out", default="bench-results")
+    p.set_defaults(func=_bench)
+    return parser
+
+
+def _lake(settings: Settings):
+    from lakeivm.engine import open_lake
+
+    return open_lake(settings=settings)
+
+
+def _specs(settings: Settings):
+    from lakeivm.registry import load_specs
+
+    return load_specs(settings.views)
+
+
+def _status(args, settings: Settings) -> int:
+    from lakeivm.engine import status
+
+    report = status(_lake(settings), _specs(settings))
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    for entry in report:
+        print(f"{entry['view']}  [{entry.get('kind', '?')}]  deadline {entry['deadline_s']:g}s  tick {entry['tick_s']:g}s")
+        if "error" in entry:
+            print(f"  error: {entry['error']}")
+            continue
+        print(f"  last run: {entry.get('last_run') or 'never (run `lakeivm refresh ' + entry['view'] + '`)'}")
+        for table, head in entry["heads"].items():
+            mark = entry.get("watermarks", {}).get(table, "-")
+            print(f"  {table:<12} watermark {mark!s:>4}  head {head:>4}  pending rows {entry['pending_rows'].get(table)}")
+    return 0
+
+
+def _refresh(args, settings: Settings) -> int:
+    from lakeivm.engine import run_view
+    from lakeivm.registry import find_spec
+
+    spec = find_spec(_specs(settings), args.view)
+    mode = "rebuild" if args.rebuild else ("tick" if args.tick else "refresh")
+    row = run_view(_lake(settings), spec, mode=mode, progress=print)
+    if row is None:
+        print(f"{spec.name}: nothing to apply")
+    else:
+        met = "" if row.deadline_met is None else (" (deadline met)" if row.deadline_met else f" (DEADLINE MISSED: {spec.deadline_s:g}s)")
+        print(f"{spec.name}: run #{row.seq} {row.mode}, applied {list(row.applied) or 'snapshots'} in {row.seconds:.1f}s{met}")
+    return 0
+
+
+def _read(args, settings: Settings) -> int:
+    from lakeivm.engine import view_snapshot
+    from lakeivm.registry import find_spec
+
+    spec = find_spec(_specs(settings), args.view)
+    view_snapshot(_lake(settings), spec, latest=args.latest).show(args.limit, truncate=False)
+    return 0
+
+
+def _audit(args, settings: Settings) -> int:
+    from lakeivm.engine import audit
+    from lakeivm.registry import find_spec
+
+    report = audit(_lake(settings), find_spec(_specs(settings), args.view))
+    print(report)
+    return 0 if report.ok else 1
+
+
+def _datagen(args, settings: Settings) -> int:
+    from lakeivm.datagen.tpch import generate_tpch
+
+    generate_tpch(_lake(settings), args.scale)
+    return 0
+
+
+def _init_demo(args, settings: Settings) -> int:
+    from lakeivm.demo import build_lake
+
+    build_lake(settings, args.scale)
+    return 0
+
+
+def _demo(args, settings: Settings) -> int:
+    from lakeivm.demo import run_demo
+
+    return run_demo(settings, scale=args.scale, batches=args.batches)
+
+
+def _bench(args, settings: Settings) -> int:
+    from lakeivm.bench.first_order import run_first_order_bench
+
+    scales = [float(s) for s in args.scales.split(",")]
+    fractions = [float(f) for f in args.fractions.split(",")]
+    run_first_order_bench(settings, scales, fractions, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

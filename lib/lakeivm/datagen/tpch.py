@@ -1,0 +1,121 @@
+"""TPC-H base tables from ``tpchgen-cli``, and a change stream committed as ordinary Delta writes.
+
+The stream follows TPC-H's refresh functions -- RF1 inserts new orders with their lineitems, RF2
+deletes old orders with theirs -- plus UPDATEs of ``partsupp.ps_supplycost`` and of
+``supplier.s_nationkey``, so the change data feed carries inserts, deletes and updates.
+RF1's new orders are copies of existing orders under fresh keys (tpchgen-cli does not implement the
+refresh functions), which keeps every foreign key valid.
+"""
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from lakeivm.lake import Lake
+
+TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
+
+
+def generate_tpch(lake: Lake, scale: float, tables: Iterable[str] = TABLES, progress: Callable[[str], None] = print) -> dict[str, int]:
+    """Write TPC-H tables at ``scale`` as Delta tables (CDF on) under ``tables/``; returns row counts."""
+    tables = list(tables)
+    unknown = set(tables) - set(TABLES)
+    if unknown:
+        raise ValueError(f"unknown TPC-H tables {sorted(unknown)}; choose from {TABLES}")
+    counts = {}
+    with tempfile.TemporaryDirectory(prefix="tpchgen") as folder:
+        progress(f"tpchgen-cli: generating TPC-H SF {scale} ({', '.join(tables)})")
+        subprocess.run(
+            [_tpchgen(), "parquet", "-s", str(scale), "--tables", ",".join(tables), "--output-dir", folder],
+            check=True, capture_output=True, text=True,
+        )
+        for table in tables:
+            df = lake.spark.read.parquet(str(Path(folder) / f"{table}.parquet"))
+            lake.create_table(table, df, mode="overwrite")
+            counts[table] = lake.read(lake.table_path(table)).count()
+            progress(f"  tables/{table}: {counts[table]} rows")
+    return counts
+
+
+@dataclass
+class TpchChangeStream:
+    """Seeded TPC-H change batches; each call commits to the lake's base tables."""
+
+    lake: Lake
+    seed: int = 7
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def rf1(self, orders: int) -> int:
+        """Insert ``orders`` new orders (copies of random ones under fresh keys) with their lineitems."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.window import Window
+
+        spark, lake = self.lake.spark, self.lake
+        current = lake.read(lake.table_path("orders"))
+        top = current.agg(F.max("o_orderkey")).first()[0] or 0
+        picked = current.orderBy(F.rand(self.rng.randrange(2**31))).limit(orders)
+        keyed = picked.withColumn("new_key", (F.lit(top) + F.row_number().over(Window.orderBy("o_orderkey"))).cast("bigint")).cache()
+        lines = lake.read(lake.table_path("lineitem")).join(keyed.select(F.col("o_orderkey").alias("l_orderkey"), "new_key"), "l_orderkey")
+        new_lines = lines.withColumn("l_orderkey", F.col("new_key")).drop("new_key")
+        new_orders = keyed.withColumn("o_orderkey", F.col("new_key")).drop("new_key")
+        new_orders.select(*current.columns).write.format("delta").mode("append").save(lake.table_path("orders"))
+        lineitem_columns = lake.read(lake.table_path("lineitem")).columns
+        new_lines.select(*lineitem_columns).write.format("delta").mode("append").save(lake.table_path("lineitem"))
+        keyed.unpersist()
+        return orders
+
+    def rf2(self, orders: int) -> int:
+        """Delete ``orders`` random existing orders and their lineitems."""
+        keys = self._sample("orders", "o_orderkey", orders)
+        if keys:
+            listed = ", ".join(map(str, keys))
+            self._sql(f"DELETE FROM {{lineitem}} WHERE l_orderkey IN ({listed})")
+            self._sql(f"DELETE FROM {{orders}} WHERE o_orderkey IN ({listed})")
+        return len(keys)
+
+    def update_supplycost(self, parts: int) -> int:
+        """Raise or cut ``ps_supplycost`` of every supplier of ``parts`` random parts."""
+        keys = self._sample("partsupp", "ps_partkey", parts)
+        factor = self.rng.choice(["1.10", "0.95", "1.02"])
+        self._sql(f"UPDATE {{partsupp}} SET ps_supplycost = CAST(ps_supplycost * {factor} AS DECIMAL(15,2)) "
+                  f"WHERE ps_partkey IN ({', '.join(map(str, keys))})")
+        return len(keys)
+
+    def update_supplier_nation(self, suppliers: int) -> int:
+        """Move ``suppliers`` random suppliers to another nation."""
+        keys = self._sample("supplier", "s_suppkey", suppliers)
+        self._sql(f"UPDATE {{supplier}} SET s_nationkey = (s_nationkey + {self.rng.randint(1, 24)}) % 25 "
+                  f"WHERE s_suppkey IN ({', '.join(map(str, keys))})")
+        return len(keys)
+
+    def batch(self, orders: int = 20, parts: int = 5, suppliers: int = 2) -> str:
+        """One mixed batch: RF1, RF2 and both UPDATEs; returns a one-line description."""
+        inserted, deleted = self.rf1(orders), self.rf2(orders)
+        costs, moved = self.update_supplycost(parts), self.update_supplier_nation(suppliers)
+        return f"RF1 +{inserted} orders, RF2 -{deleted} orders, {costs} parts re-costed, {moved} suppliers moved"
+
+    def _sample(self, table: str, column: str, n: int) -> list[int]:
+        from pyspark.sql import functions as F
+
+        df = self.lake.read(self.lake.table_path(table)).select(column).distinct()
+        return [r[0] for r in df.orderBy(F.rand(self.rng.randrange(2**31))).limit(n).collect()]
+
+    def _sql(self, statement: str) -> None:
+        names = {t: f"delta.`{self.lake.table_path(t)}`" for t in TABLES}
+        self.lake.spark.sql(statement.format(**names))
+
+
+def _tpchgen() -> str:
+    here = Path(sys.executable).parent / "tpchgen-cli"
+    found = str(here) if here.exists() else shutil.which("tpchgen-cli")
+    if not found:
+        raise FileNotFoundError("tpchgen-cli not found: install the project (make setup) or `pip install tpchgen-cli`.")
+    return found

@@ -1,0 +1,94 @@
+"""Airflow 3 DAGs: one maintenance DAG per view spec, tasks plan -> apply -> validate (ARCHITECTURE §6).
+
+Parsing a DAG file imports neither Spark nor Great Expectations and opens no connection: the
+tasks import the engine when they run. Spark runs in the task's process on the embedded default
+(``local[*]``), or through ``SparkSubmitOperator`` (connection ``spark_default``) when
+LAKEIVM_SPARK_MASTER names a cluster; both call the same entry point, ``jobs/refresh.py``.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from lakeivm.config import REPO_ROOT, Settings, load_settings
+from lakeivm.registry import ViewSpec, load_specs
+
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"  # = lakeivm.spark.DELTA_PACKAGE (not imported: no Spark at parse time)
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+REFRESH_JOB = REPO_ROOT / "jobs" / "refresh.py"
+
+
+def view_asset_uri(settings: Settings, view: str) -> str:
+    """The Asset a view publishes: its result table's location."""
+    root = settings.lake if "://" in settings.lake else f"file://{Path(settings.lake).resolve()}"
+    return f"{root}/views/{view}/result"
+
+
+def build_dags(settings: Settings | None = None) -> dict[str, Any]:
+    """``{dag_id: DAG}`` for every spec in the views folder."""
+    settings = settings or load_settings()
+    return {f"lakeivm__{name}": build_dag(spec, settings) for name, spec in load_specs(settings.views).items()}
+
+
+def build_dag(spec: ViewSpec, settings: Settings):
+    """The maintenance DAG of one view: every ``tick``; ``{"refresh": true}`` refreshes on demand."""
+    from airflow.sdk import Asset, Param, dag, task
+
+    asset = Asset(name=f"lakeivm__{spec.name}", uri=view_asset_uri(settings, spec.name))
+
+    @dag(
+        dag_id=f"lakeivm__{spec.name}",
+        schedule=timedelta(seconds=spec.tick_s),
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["lakeivm", spec.name],
+        params={"refresh": Param(False, type="boolean", description="on-demand refresh: apply every pending change")},
+        doc_md=f"Maintains view `{spec.name}` ({spec.source}); deadline {spec.deadline_s:g}s.\n\n```sql\n{spec.sql}\n```",
+    )
+    def maintenance():
+        @task
+        def plan(params: dict[str, Any] | None = None) -> dict[str, Any]:
+            """Decide the run's mode and report the backlog."""
+            from lakeivm import tasks
+
+            return tasks.plan(spec.name, refresh=bool((params or {}).get("refresh")))
+
+        decision = plan()
+        if settings.in_process:
+            @task
+            def apply(decision: dict[str, Any]) -> dict[str, Any]:
+                """Run the maintenance run the plan decided, in this process."""
+                from lakeivm import tasks
+
+                return tasks.apply(spec.name, decision)
+
+            @task(outlets=[asset])
+            def validate(summary: dict[str, Any]) -> dict[str, Any]:
+                """Check the stored view with its expectation suite; a failure names the expectation."""
+                from lakeivm import tasks
+
+                return tasks.validate(spec.name, summary)
+
+            validate(apply(decision))
+        else:
+            from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+            submit = SparkSubmitOperator(
+                task_id="apply_and_validate",
+                application=str(REFRESH_JOB),
+                conn_id="spark_default",
+                packages=DELTA_PACKAGE,
+                application_args=[spec.name, "--mode", "{{ ti.xcom_pull(task_ids='plan')['mode'] }}", "--validate"],
+                name=f"lakeivm-{spec.name}",
+            )
+
+            @task(outlets=[asset])
+            def publish() -> None:
+                """Emit the view's Asset event once the Spark job validated it."""
+
+            decision >> submit >> publish()
+
+    return maintenance()
