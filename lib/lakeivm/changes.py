@@ -35,7 +35,7 @@ def pending_rows(lake: Lake, table: str, watermark: int, head: int) -> int:
     """
     if head <= watermark:
         return 0
-    return sum(_cdf_rows(row["operationMetrics"] or {}) for row in _history(lake, table, watermark))
+    return sum(_cdf_rows(row["operationMetrics"] or {}) for row in _history(lake, table, watermark, head))
 
 
 def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str]) -> None:
@@ -48,7 +48,7 @@ def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: I
         )
     if head == watermark:
         return
-    history = _history(lake, table, watermark)
+    history = _history(lake, table, watermark, head)
     versions = {int(r["version"]) for r in history}
     missing = set(range(watermark + 1, head + 1)) - versions
     if missing:
@@ -114,11 +114,16 @@ def net(changes: Iterable[tuple[Mapping[str, object], str]]) -> dict[tuple, int]
     return {k: m for k, m in totals.items() if m != 0}
 
 
-def _history(lake: Lake, table: str, watermark: int) -> list:
+def _history(lake: Lake, table: str, watermark: int, head: int) -> list:
+    """Commits (watermark, head] of ``table``; cached on the lake (committed versions never change)."""
     from delta.tables import DeltaTable
 
-    history = DeltaTable.forPath(lake.spark, lake.table_path(table)).history()
-    return history.where(f"version > {watermark}").select("version", "operation", "operationParameters", "operationMetrics").collect()
+    key = ("history", table, watermark, head)
+    if key not in lake.cache:
+        history = DeltaTable.forPath(lake.spark, lake.table_path(table)).history()
+        lake.cache[key] = history.where(f"version > {watermark} AND version <= {head}").select(
+            "version", "operation", "operationParameters", "operationMetrics").collect()
+    return lake.cache[key]
 
 
 def _cdf_rows(metrics: Mapping[str, str]) -> int:

@@ -76,9 +76,15 @@ def last_committed(lake: Lake, view: str, consistent: bool = False) -> LogRow | 
     return rows[-1] if rows else None
 
 
-def next_seq(lake: Lake, view: str) -> int:
-    rows = log_rows(lake, view, status=None)
+def next_seq(rows: list[LogRow]) -> int:
+    """The sequence number of the run after ``rows`` (all of a view's rows, failed ones too)."""
     return max((r.seq for r in rows), default=0) + 1
+
+
+def last_of(rows: list[LogRow]) -> LogRow | None:
+    """The newest committed row of ``rows``."""
+    committed = [r for r in rows if r.status == "committed"]
+    return committed[-1] if committed else None
 
 
 def recover(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str]) -> list[str]:

@@ -91,14 +91,15 @@ def run_view(
     started = time.perf_counter()
     with commit.lease(lake, spec.name):
         ctx, maintainer = prepare(lake, spec, fail_at)
-        last = commit.last_committed(lake, spec.name)
+        history = commit.log_rows(lake, spec.name, status=None)
+        last, seq = commit.last_of(history), commit.next_seq(history)
         restored = commit.recover(lake, last, maintainer.state_tables(ctx))
         if restored:
             progress(f"{spec.name}: recovered from an interrupted run ({'; '.join(restored)})")
         ctx.pins = changes.pin(lake, ctx.query.tables)
         if last is None or mode == "rebuild" or set(last.watermarks) != set(ctx.query.tables):
             reason = "first run" if last is None else ("rebuild requested" if mode == "rebuild" else "the view's tables changed")
-            return _bootstrap(ctx, maintainer, "bootstrap" if last is None else "rebuild", reason, started, progress)
+            return _bootstrap(ctx, maintainer, seq, "bootstrap" if last is None else "rebuild", reason, started, progress)
         ctx.watermarks = dict(last.watermarks)
         pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
         plan = plan_run(ctx, mode, pending, tables)
@@ -108,8 +109,8 @@ def run_view(
         try:
             applied = _apply(ctx, maintainer, plan, progress)
         except ChangeRangeError as err:
-            return _unreadable(ctx, maintainer, err, started, progress)
-        return _commit(ctx, maintainer, mode, plan, applied, started)
+            return _unreadable(ctx, maintainer, last, seq, err, started, progress)
+        return _commit(ctx, maintainer, seq, mode, plan, applied, started)
 
 
 def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, progress: Callable[[str], None]) -> dict[str, tuple[int, float]]:
@@ -128,20 +129,20 @@ def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, progress: Callable[
     return applied
 
 
-def _bootstrap(ctx: Context, maintainer: Maintainer, mode: str, reason: str, started: float, progress) -> commit.LogRow:
+def _bootstrap(ctx: Context, maintainer: Maintainer, seq: int, mode: str, reason: str, started: float, progress) -> commit.LogRow:
     progress(f"{ctx.view}: building from snapshots at {ctx.pins} ({reason})")
     maintainer.bootstrap(ctx)
     ctx.watermarks = dict(ctx.pins)
-    return _commit(ctx, maintainer, mode, Plan((), reason), {}, started)
+    return _commit(ctx, maintainer, seq, mode, Plan((), reason), {}, started)
 
 
-def _unreadable(ctx: Context, maintainer: Maintainer, err: ChangeRangeError, started: float, progress) -> commit.LogRow:
+def _unreadable(ctx: Context, maintainer: Maintainer, last: commit.LogRow | None, seq: int, err: ChangeRangeError,
+                started: float, progress) -> commit.LogRow:
     if ctx.spec.on_unreadable_changes == "rebuild":
         progress(f"{ctx.view}: {err} -- rebuilding from snapshots (policy rebuild)")
-        return _bootstrap(ctx, maintainer, "rebuild", f"unreadable changes: {err}", started, progress)
-    last = commit.last_committed(ctx.lake, ctx.view)
+        return _bootstrap(ctx, maintainer, seq, "rebuild", f"unreadable changes: {err}", started, progress)
     failed = commit.LogRow(
-        view=ctx.view, seq=commit.next_seq(ctx.lake, ctx.view), status="failed", mode="tick", kind=_kind(maintainer),
+        view=ctx.view, seq=seq, status="failed", mode="tick", kind=_kind(maintainer),
         pins=ctx.pins, watermarks=dict(last.watermarks) if last else {}, state_versions=dict(last.state_versions) if last else {},
         consistent=False, seconds=time.perf_counter() - started, message=str(err), plan="policy fail",
     )
@@ -150,13 +151,14 @@ def _unreadable(ctx: Context, maintainer: Maintainer, err: ChangeRangeError, sta
     raise err
 
 
-def _commit(ctx: Context, maintainer: Maintainer, mode: str, plan: Plan, applied: Mapping[str, tuple[int, float]], started: float) -> commit.LogRow:
+def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Plan, applied: Mapping[str, tuple[int, float]],
+            started: float) -> commit.LogRow:
     lake = ctx.lake
     versions = {name: lake.head_version(path) for name, path in maintainer.state_tables(ctx).items()}
     seconds = time.perf_counter() - started
     pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
     row = commit.LogRow(
-        view=ctx.view, seq=commit.next_seq(lake, ctx.view), status="committed", mode=mode, kind=_kind(maintainer),
+        view=ctx.view, seq=seq, status="committed", mode=mode, kind=_kind(maintainer),
         pins=dict(ctx.pins), watermarks=dict(ctx.watermarks), state_versions=versions,
         consistent=all(ctx.watermarks[t] == ctx.pins[t] for t in ctx.pins),
         started_at=datetime.fromtimestamp(time.time() - seconds, timezone.utc), applied=tuple(applied),

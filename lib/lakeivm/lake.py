@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -30,6 +30,7 @@ class Lake:
 
     spark: SparkSession
     root: str
+    cache: dict = field(default_factory=dict, repr=False)  # immutable facts, e.g. commit histories
 
     def __post_init__(self) -> None:
         if not urlparse(self.root).scheme:

@@ -149,7 +149,7 @@ def state_sql(query: Query, sources: Mapping[str, str], delta_alias: str | None 
     the view's delta (classical first-order delta rule, the other relations fixed).
     """
     m = f"{delta_alias}.{MULTIPLICITY}" if delta_alias else "CAST(1 AS BIGINT)"
-    tree = _with_sources(query.tree, sources)
+    tree = _with_sources(_delta_first(query, delta_alias) if delta_alias else query.tree, sources)
     items: list[exp.Expression] = [exp.alias_(sqlglot.parse_one(k.sql, dialect=DIALECT), k.name) for k in query.group_keys]
     items.append(exp.alias_(sqlglot.parse_one(f"COALESCE(SUM({m}), 0)", dialect=DIALECT), COUNT))
     for agg in query.aggregates:
@@ -315,6 +315,30 @@ def _with_sources(tree: exp.Select, sources: Mapping[str, str]) -> exp.Select:
         return node
 
     return tree.copy().transform(swap)
+
+
+def _delta_first(query: Query, delta_alias: str) -> exp.Select:
+    """The query joined starting from the (small) delta, along the join graph, delta broadcast.
+
+    Spark joins in FROM order; starting at the delta keeps every join a lookup from the delta's
+    rows instead of a join of two base tables.
+    """
+    order = [delta_alias]
+    aliases = [r.alias for r in query.relations]
+    while len(order) < len(aliases):
+        linked = [a for a in aliases if a not in order and any(
+            {j.left_alias, j.right_alias} == {a, b} for j in query.joins for b in order)]
+        order.append(linked[0] if linked else next(a for a in aliases if a not in order))
+    tree = query.tree.copy()
+    tables = {t.alias_or_name: t for t in tree.find_all(exp.Table) if t.find_ancestor(exp.Subquery) is None}
+    conditions = [j.args["on"] for j in tree.args.get("joins") or [] if j.args.get("on")]
+    if tree.args.get("where"):
+        conditions.append(tree.args["where"].this)
+    tree.set("from_", exp.From(this=tables[order[0]].copy()))
+    tree.set("joins", [exp.Join(this=tables[a].copy()) for a in order[1:]])
+    tree.set("where", exp.Where(this=exp.and_(*conditions)) if conditions else None)
+    tree.set("hint", exp.Hint(expressions=[exp.Anonymous(this="BROADCAST", expressions=[exp.to_identifier(delta_alias)])]))
+    return tree
 
 
 def _has_nested_select(tree: exp.Select) -> bool:

@@ -89,7 +89,8 @@ def merge_state(ctx: Context, change: DataFrame) -> None:
     on = " AND ".join(f"c.`{k}` <=> d.`{k}`" for k in keys) or "true"
     added = [f"COALESCE(c.`{s}`, 0) + COALESCE(d.`{s}`, 0) AS `{s}`" for s in query.state_columns]
     joined = change.alias("d").join(ctx.lake.read(path).alias("c"), on=F.expr(on), how="left")
-    updated = finalize(query, joined.selectExpr(*[f"d.`{k}` AS `{k}`" for k in keys], *added))
+    # Materialize the (small) set of touched groups: MERGE evaluates its source more than once.
+    updated = finalize(query, joined.selectExpr(*[f"d.`{k}` AS `{k}`" for k in keys], *added)).localCheckpoint(eager=True)
     target = DeltaTable.forPath(ctx.spark, path).alias("t")
     merge = target.merge(updated.alias("s"), " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true")
     if keys:

@@ -1,0 +1,40 @@
+"""The lakeivm command, in-process: refresh, status, read, audit, and errors with exit code 2."""
+from __future__ import annotations
+
+import pytest
+
+from lakeivm.cli import main
+from tests.helpers import sql
+
+VIEW = "name: by_g\nsql: SELECT g, SUM(x) AS sx FROM r JOIN s ON r.a = s.a GROUP BY g\ndeadline: 60s\n"
+
+
+@pytest.fixture
+def views(tmp_path):
+    folder = tmp_path / "views"
+    folder.mkdir()
+    (folder / "by_g.yaml").write_text(VIEW)
+    return str(folder)
+
+
+def test_refresh_status_read_audit(lake, spark, views, capsys):
+    lake.create_table("r", spark.createDataFrame([(0, 1), (1, 2)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(0, 0), (1, 1)], "a int, g int"))
+    common = ["--lake", lake.root, "--views", views]
+    assert main([*common, "refresh", "by_g"]) == 0
+    assert "run #1 bootstrap" in capsys.readouterr().out
+    sql(lake, "INSERT INTO {t} VALUES (1, 40)", "r")
+    assert main([*common, "status"]) == 0
+    out = capsys.readouterr().out
+    assert "by_g  [first_order]  deadline 60s" in out and "r            watermark    0  head    1  pending rows 1" in out
+    assert main([*common, "refresh", "by_g"]) == 0
+    assert "applied ['r']" in capsys.readouterr().out
+    assert main([*common, "read", "by_g"]) == 0
+    assert "42" in capsys.readouterr().out
+    assert main([*common, "audit", "by_g"]) == 0
+    assert "no difference" in capsys.readouterr().out
+
+
+def test_unknown_view_is_a_clear_error(lake, views, capsys):
+    assert main(["--lake", lake.root, "--views", views, "refresh", "nope"]) == 2
+    assert "unknown view 'nope'; registered views: by_g" in capsys.readouterr().err
