@@ -26,7 +26,7 @@ def test_dag_folder_parses_without_errors_spark_or_connections():
     probe = (
         "import sys\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
-        f"bag = DagBag(dag_folder={str(REPO_ROOT / 'dags')!r}, include_examples=False)\n"
+        f"bag = DagBag(dag_folder={str(REPO_ROOT / 'dags')!r})\n"
         "assert not bag.import_errors, bag.import_errors\n"
         "assert sorted(bag.dag_ids) == ['lakeivm__revenue_by_nation', 'lakeivm__shipping_priority', 'lakeivm__supply_value_by_nation'], bag.dag_ids\n"
         "heavy = [m for m in ('pyspark', 'great_expectations', 'delta') if m in sys.modules]\n"
