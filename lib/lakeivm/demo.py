@@ -37,6 +37,7 @@ def prepare_airflow(settings: Settings) -> None:
     os.environ.update({
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
         "LAKEIVM_LAKE": str(Path(settings.lake).resolve()) if "://" not in settings.lake else settings.lake,
         "LAKEIVM_VIEWS": settings.views,

@@ -70,9 +70,11 @@ def validate(df: DataFrame, spec: ViewSpec, query: Query) -> Validation:
     import logging
 
     import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
 
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
     source = context.data_sources.add_spark(name=f"lakeivm_{spec.name}")
     batch_definition = source.add_dataframe_asset(name="result").add_batch_definition_whole_dataframe("all rows")
     batch = batch_definition.get_batch(batch_parameters={"dataframe": df})
