@@ -77,3 +77,11 @@ def test_unsupported_sql_is_named(sql, message):
 def test_error_names_the_line():
     with pytest.raises(UnsupportedQuery, match=r"views/x.yaml: line 3: LEFT JOIN"):
         parse_query("SELECT g, COUNT(*)\nFROM s\nLEFT JOIN r ON r.a = s.a\nGROUP BY g", SCHEMAS, source="views/x.yaml")
+
+
+def test_delta_query_starts_from_the_delta_along_the_join_graph():
+    q = parse_query("SELECT g, SUM(y) AS sy FROM r JOIN s ON r.a = s.a JOIN t ON s.b = t.b GROUP BY g", SCHEMAS)
+    sql = state_sql(q, {"r": "snap_r", "s": "snap_s", "t": "delta_t"}, delta_alias="t")
+    assert sql.startswith("SELECT /*+ BROADCAST(t) */")
+    assert "FROM delta_t AS t, snap_s AS s, snap_r AS r WHERE" in sql  # t, then its neighbour s, then r
+    assert "r.a = s.a" in sql and "s.b = t.b" in sql
