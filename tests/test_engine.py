@@ -74,7 +74,7 @@ def test_self_join_and_scalar_aggregate(lake, spark):
     assert_matches_sql(lake, spec)
 
 
-@pytest.mark.parametrize("point", ["apply:r", "apply:s", "before_log"])
+@pytest.mark.parametrize("point", ["apply:r", "apply:s", "flush", "before_log"])
 def test_crash_at_any_write_then_rerun_equals_crash_free_run(lake, spark, point):
     make_tables(lake, spark)
     run_view(lake, JOIN_VIEW)

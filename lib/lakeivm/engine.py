@@ -126,6 +126,7 @@ def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, progress: Callable[
             maintainer.apply(ctx, table, delta)
         ctx.watermarks[table] = ctx.pins[table]
         applied[table] = (rows, time.perf_counter() - t0)
+    maintainer.flush(ctx)
     return applied
 
 

@@ -54,6 +54,9 @@ class Maintainer(Protocol):
     def apply(self, ctx: Context, table: str, delta: DataFrame) -> None:
         """Apply one table's netted signed delta (columns + ``_lakeivm_m``)."""
 
+    def flush(self, ctx: Context) -> None:
+        """Write what ``apply`` calls buffered; the engine calls it once, before committing."""
+
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         """The view's rows (at a state version of the result table, or the newest)."""
 

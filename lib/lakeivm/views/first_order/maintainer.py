@@ -22,7 +22,13 @@ HIDDEN = "_lakeivm_"
 
 
 class FirstOrderMaintainer:
-    """Keeps ``views/<view>/result``: the view's columns plus hidden per-group state columns."""
+    """Keeps ``views/<view>/result``: the view's columns plus hidden per-group state columns.
+
+    The state deltas of the tables applied in one run are summed and MERGEd once, in ``flush``.
+    """
+
+    def __init__(self) -> None:
+        self._changes: list[DataFrame] = []
 
     def state_tables(self, ctx: Context) -> Mapping[str, str]:
         return {"result": ctx.lake.view_path(ctx.view)}
@@ -43,11 +49,19 @@ class FirstOrderMaintainer:
         delta.createOrReplaceTempView(name)
         parts = [ctx.spark.sql(state_sql(ctx.query, self._sources(ctx, table, alias, name), alias))
                  for alias in ctx.query.aliases_of(table)]
-        change = parts[0]
-        for part in parts[1:]:
+        for part in parts:
+            self._changes.append(part.localCheckpoint(eager=True))
+        ctx.checkpoint(f"apply:{table}")
+
+    def flush(self, ctx: Context) -> None:
+        if not self._changes:
+            return
+        change = self._changes[0]
+        for part in self._changes[1:]:
             change = change.unionByName(part)
         merge_state(ctx, change)
-        ctx.checkpoint(f"apply:{table}")
+        self._changes = []
+        ctx.checkpoint("flush")
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         df = ctx.lake.read(ctx.lake.view_path(ctx.view), version)
