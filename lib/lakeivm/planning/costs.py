@@ -1,0 +1,136 @@
+"""Per-(view, table) cost models f(k) = a*k + b, fitted robustly from measured runs (paper §3.3, digest §5).
+
+A cost function maps a batch size k (changes of one source table) to the seconds its
+maintenance takes. The planner needs it monotone and subadditive with f(0) = 0 (paper §2);
+an affine model with a >= 0 and b >= 0 is both, so the fit clamps to that region (digest P3).
+Any callable ``int -> float`` is a cost function; one with ``linear = True`` promises the affine
+shape, which lets the planner skip the NAIVE comparison of digest T12.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from lakeivm.errors import InvalidInput
+
+CostFunction = Callable[[int], float]
+
+MIN_OBSERVATIONS = 3
+
+
+def is_linear(cost: CostFunction) -> bool:
+    """Whether a cost function declares itself affine (a*k + b for k >= 1, f(0) = 0)."""
+    return bool(getattr(cost, "linear", False))
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """f(k) = a*k + b for k >= 1 and f(0) = 0 (paper §3.3); O(1) per evaluation."""
+
+    a: float
+    b: float
+    linear: bool = True
+
+    def __post_init__(self) -> None:
+        self.check_invariants()
+
+    def __call__(self, k: float) -> float:
+        return self.a * k + self.b if k > 0 else 0.0
+
+    def check_invariants(self) -> None:
+        """a, b finite and >= 0, so f is monotone and subadditive (paper §2, digest P3)."""
+        if not (math.isfinite(self.a) and math.isfinite(self.b) and self.a >= 0 and self.b >= 0):
+            raise InvalidInput(
+                f"linear cost needs finite a >= 0 and b >= 0, got a={self.a}, b={self.b}; "
+                "clamp the fit (fit_cost_model does) before planning"
+            )
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """A fitted f(k) = a*k + b for one (view, table), with the prior it falls back to.
+
+    ``observations`` counts the runs the fit used; below ``min_observations`` the model predicts
+    with the prior. Evaluating costs O(1); fitting (``fit_cost_model``) costs O(m^2) for m runs
+    (Theil-Sen over all pairs).
+    """
+
+    a: float
+    b: float
+    prior: LinearCost
+    observations: int = 0
+    min_observations: int = MIN_OBSERVATIONS
+    linear: bool = True
+
+    def __post_init__(self) -> None:
+        self.check_invariants()
+
+    @property
+    def fitted(self) -> bool:
+        """Whether enough runs exist for the fit to replace the prior."""
+        return self.observations >= self.min_observations
+
+    def predict(self, k: float) -> float:
+        """Predicted seconds for a batch of k changes; f(0) = 0 (no job, no fixed cost)."""
+        if k < 0:
+            raise InvalidInput(f"batch size must be >= 0, got {k}")
+        if k == 0:
+            return 0.0
+        if not self.fitted:
+            return self.prior(k)
+        return self.a * k + self.b
+
+    def __call__(self, k: float) -> float:
+        return self.predict(k)
+
+    def check_invariants(self) -> None:
+        """Both the fit and the prior are monotone and subadditive: finite, a >= 0, b >= 0."""
+        LinearCost(self.a, self.b)
+        self.prior.check_invariants()
+        assert self.observations >= 0 and self.min_observations >= 1
+
+
+def fit_cost_model(
+    observations: Sequence[tuple[float, float]],
+    prior: LinearCost,
+    min_observations: int = MIN_OBSERVATIONS,
+) -> CostModel:
+    """Fit f(k) = a*k + b to (rows, seconds) runs, robust to outliers, clamped to a, b >= 0.
+
+    Digest §5: every maintenance action is one (k, seconds) sample. Runs with k = 0 say nothing
+    about f (the planner never charges f(0)) and are skipped. The estimator is Theil-Sen (median
+    of pairwise slopes, intercept the median residual), which tolerates up to ~29% outliers.
+    A negative slope is refitted as a constant (a = 0, b = median); a negative intercept as a line
+    through the origin (a = median of seconds/rows). With fewer than two distinct batch sizes the
+    slope cannot be estimated, so the prior's slope is kept and only b is fitted. Costs O(m^2).
+    """
+    points = [(float(k), float(s)) for k, s in observations]
+    for k, s in points:
+        if not (math.isfinite(k) and math.isfinite(s)) or k < 0 or s < 0:
+            raise InvalidInput(
+                f"cost observation (rows={k}, seconds={s}) must be finite and >= 0; "
+                "drop failed or unmeasured runs before fitting"
+            )
+    points = [(k, s) for k, s in points if k > 0]
+    if len(points) < min_observations:
+        return CostModel(prior.a, prior.b, prior, len(points), min_observations)
+    x = np.array([k for k, _ in points])
+    y = np.array([s for _, s in points])
+    a, b = _robust_line(x, y, prior.a)
+    return CostModel(a, b, prior, len(points), min_observations)
+
+
+def _robust_line(x: np.ndarray, y: np.ndarray, prior_slope: float) -> tuple[float, float]:
+    """Theil-Sen line clamped to a >= 0, b >= 0 (see fit_cost_model)."""
+    if len(np.unique(x)) < 2:
+        return prior_slope, max(0.0, float(np.median(y - prior_slope * x)))
+    slope, intercept, _, _ = stats.theilslopes(y, x)
+    if slope < 0:
+        return 0.0, float(np.median(y))
+    if intercept < 0:
+        return float(np.median(y / x)), 0.0
+    return float(slope), float(intercept)
