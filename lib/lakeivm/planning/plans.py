@@ -89,14 +89,14 @@ class Plan:
 
     def __str__(self) -> str:
         inst = self.instance
-        lines = [f"{self.policy}: cost {self.cost:.6g} over ticks 0..{inst.horizon}, deadline C={inst.deadline:.6g}"]
+        lines = [f"{self.policy}: cost {float(self.cost):.6g} over ticks 0..{inst.horizon}, deadline C={float(inst.deadline):.6g}"]
         _, post = self.states()
         for t, (p, why) in enumerate(zip(self.actions, self.reasons)):
             if not any(p):
                 continue
             applied = ", ".join(f"{inst.names[i]} x{k}" for i, k in enumerate(p) if k)
             lines.append(
-                f"  t={t}: apply {applied} (cost {inst.cost(p):.6g}; backlog after {inst.cost(post[t]):.6g}) -- {why}"
+                f"  t={t}: apply {applied} (cost {float(inst.cost(p)):.6g}; backlog after {float(inst.cost(post[t])):.6g}) -- {why}"
             )
         return "\n".join(lines)
 
@@ -119,7 +119,7 @@ def simulate(instance: Instance, policy: Policy) -> Plan:
     for t, d in enumerate(instance.arrivals):
         pre = add_state(post, d)
         if t == instance.horizon:
-            p, why = pre, f"on-demand refresh at T: apply everything (cost {instance.cost(pre):.6g})"
+            p, why = pre, f"on-demand refresh at T: apply everything (cost {float(instance.cost(pre)):.6g})"
         else:
             p, why = policy.act(t, d, pre)
         actions.append(p)
@@ -151,7 +151,7 @@ def violations(instance: Instance, actions: Sequence[State]) -> list[str]:
         if any(k < 0 or k > pending for k, pending in zip(p, s)):
             problems.append(f"t={t}: action {p} outside 0..{s}")
         if t < instance.horizon and instance.is_full(s_after):
-            problems.append(f"t={t}: backlog {s_after} costs {instance.cost(s_after):.6g} > C={instance.deadline}")
+            problems.append(f"t={t}: backlog {s_after} costs {float(instance.cost(s_after)):.6g} > C={instance.deadline}")
     if any(post[-1]):
         problems.append(f"refresh at T={instance.horizon} leaves {post[-1]} pending")
     return problems

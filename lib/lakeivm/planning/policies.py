@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from lakeivm.planning.lgm import FullPredicate, greedy_action, minimal_greedy_sets
 from lakeivm.planning.plans import Instance, Plan, State, simulate, sub_state
+from lakeivm.planning.search import optimal_lgm_plan
 
 TTF_CAP = 1_000_000
 
@@ -27,7 +28,7 @@ class NaivePolicy:
         """Flush all when f(s_t) > C, else nothing."""
         if not self.instance.is_full(pending):
             return (0,) * len(pending), ""
-        return pending, f"forced: backlog {self.instance.cost(pending):.6g} > C; symmetric flush of all tables"
+        return pending, f"forced: backlog {float(self.instance.cost(pending)):.6g} > C; symmetric flush of all tables"
 
 
 def time_to_full(is_full: FullPredicate, state: State, rates: Sequence[float], cap: int = TTF_CAP) -> int:
@@ -113,8 +114,8 @@ class OnlinePolicy:
         q = greedy_action(pending, tables)
         self.spent += inst.cost(q)
         return q, (
-            f"forced: backlog {inst.cost(pending):.6g} > C; ONLINE picks the minimal set of least "
-            f"amortized cost H={h:.6g} among {len(candidates)}"
+            f"forced: backlog {float(inst.cost(pending)):.6g} > C; ONLINE picks the minimal set of least "
+            f"amortized cost H={float(h):.6g} among {len(candidates)}"
         )
 
 
@@ -161,3 +162,21 @@ def naive_plan(instance: Instance) -> Plan:
 def online_plan(instance: Instance, window: int = 20) -> Plan:
     """The ONLINE plan of an instance, rates estimated over ``window`` ticks."""
     return simulate(instance, OnlinePolicy(instance, window))
+
+
+def adapt_plan(instance: Instance, estimated_horizon: int, forecast: Instance | None = None) -> Plan:
+    """ADAPT (paper §4.2): the optimal LGM plan for [0, T_0] on the forecast, repeated over the instance.
+
+    ``forecast`` defaults to the instance itself (the paper's periodic, known arrivals); its first
+    T_0 + 1 ticks are planned with A*. Theorem 4 bounds the cost for linear costs.
+    """
+    source = forecast if forecast is not None else instance
+    schedule = optimal_lgm_plan(source.prefix(min(estimated_horizon, source.horizon)))
+    return simulate(instance, AdaptPolicy.from_plan(instance, schedule))
+
+
+def best_plan(instance: Instance) -> Plan:
+    """The cheaper of OPT^LGM and NAIVE (digest T12, P15): LGM can lose to NAIVE for non-linear costs."""
+    lgm = optimal_lgm_plan(instance)
+    naive = naive_plan(instance)
+    return naive if naive.cost < lgm.cost else lgm
