@@ -11,7 +11,7 @@ import pytest
 from lakeivm.planning.costs import LinearCost
 from lakeivm.planning.exhaustive import optimal_plan
 from lakeivm.planning.plans import Instance, add_state, is_lgm, replay
-from lakeivm.planning.search import LGMGraph, Node, astar, h_paper, h_safe, h_zero, optimal_lgm_plan
+from lakeivm.planning.search import LGMGraph, Node, astar, h_batches, h_paper, h_safe, h_zero, optimal_lgm_plan
 from tests.planning.instances import random_instance, tight_instance
 
 EPS = 1e-9
@@ -74,12 +74,14 @@ def test_t8_astar_matches_dijkstra_and_enumeration_and_expands_no_more() -> None
     rng = random.Random(8)
     for _ in range(200):
         inst = random_instance(rng, n_max=3, t_max=6, d_max=2)
-        fast = astar(inst, h_safe)
         slow = astar(inst, h_zero)
         enumerated = min(w for w, _ in _all_paths(LGMGraph(inst)))
-        assert _close(fast.cost, slow.cost) and _close(fast.cost, enumerated)
-        assert _close(fast.plan.cost, fast.cost)
-        assert fast.expanded <= slow.expanded
+        assert _close(slow.cost, enumerated)
+        for heuristic in (h_safe, h_batches):
+            fast = astar(inst, heuristic)
+            assert _close(fast.cost, slow.cost)
+            assert _close(fast.plan.cost, fast.cost)
+            assert fast.expanded <= slow.expanded
 
 
 def test_t8_paper_heuristic_regression() -> None:
@@ -122,11 +124,22 @@ def _check_heuristic(inst: Instance, heuristic) -> tuple[bool, bool]:
     return consistent, admissible
 
 
-def test_t9_safe_heuristic_consistent_and_admissible() -> None:
+@pytest.mark.parametrize("heuristic", [h_safe, h_batches])
+def test_t9_safe_heuristics_consistent_and_admissible(heuristic) -> None:
     rng = random.Random(9)
-    for _ in range(200):
-        inst = random_instance(rng, n_max=3, t_max=6, d_max=2)
-        assert _check_heuristic(inst, h_safe) == (True, True)
+    for trial in range(200):
+        inst = random_instance(rng, "linear" if trial % 2 else None, n_max=3, t_max=6, d_max=2)
+        assert _check_heuristic(inst, heuristic) == (True, True)
+
+
+def test_batches_heuristic_dominates_safe_and_cuts_the_plateau() -> None:
+    inst = Instance((LinearCost(0.000107, 0.286), LinearCost(0.00025, 0)), tuple((1, 1) for _ in range(1601)), 0.35)
+    graph = LGMGraph(inst)
+    safe, tight = h_safe(graph), h_batches(graph)
+    assert all(safe((t, (k, 0))) <= tight((t, (k, 0))) + EPS for t in range(0, 1600, 97) for k in range(0, 600, 53))
+    fast, slow = astar(inst, h_batches), astar(inst, h_safe)
+    assert _close(fast.cost, slow.cost)
+    assert 10 * fast.expanded < slow.expanded
 
 
 def test_t9_paper_heuristic_is_not_consistent() -> None:
