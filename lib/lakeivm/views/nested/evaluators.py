@@ -1,0 +1,291 @@
+"""Incremental evaluators of the shipped nested-aggregate queries (paper §4.3-4.7, digest §4.4-4.7).
+
+Each evaluator is a trigger program in the sense of the paper (§4.1): ``apply(event)`` updates its
+indexes for one signed source row, and ``result()`` returns the query's current value with exact
+arithmetic (int, Decimal or Fraction) and ``None`` where SQL gives NULL (no qualifying row). The SQL
+texts are in :mod:`lakeivm.views.nested.queries`. Indexes are created by ``make_index(width)``
+(default :class:`~lakeivm.views.nested.index.TreapSums`); the batch maintainer can pass a factory
+returning Fenwick indexes over the run's key domain.
+
+Thresholds are compared cross-multiplied (``4*S > 3*T`` for ``0.75*T < S``) so that integers and
+Decimals stay exact. Volumes (the threshold weights) must be >= 0: a negative one is rejected.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from fractions import Fraction
+from typing import Any
+
+from lakeivm.errors import InvalidInput
+from lakeivm.views.nested.events import BookRow, Event, LineitemRow, PartRow
+from lakeivm.views.nested.index import OrderedSums, TreapSums
+from lakeivm.views.nested.pai import PaiMap
+
+IndexFactory = Callable[[int], OrderedSums]
+
+
+class _Evaluator:
+    """Shared plumbing: the index factory and the per-commit helper."""
+
+    tables: tuple[str, ...] = ()
+
+    def __init__(self, make_index: IndexFactory = TreapSums) -> None:
+        self._make_index = make_index
+
+    def apply_all(self, events: Iterable[Event]) -> Any:
+        """Apply every event of one source commit; return ``result()`` at the commit boundary."""
+        for event in events:
+            self.apply(event)
+        return self.result()
+
+    def apply(self, event: Event) -> None:
+        raise NotImplementedError
+
+    def result(self) -> Any:
+        raise NotImplementedError
+
+    def _check_table(self, event: Event) -> None:
+        if event.table not in self.tables:
+            raise InvalidInput(f"{type(self).__name__} reads {self.tables}, not {event.table!r}")
+
+
+class Example21(_Evaluator):
+    """Example 2.1 (equality correlation) with a PAI map keyed by 2*Σvolume per price: O(1)/event."""
+
+    tables = ("bids",)
+
+    def __init__(self, make_index: IndexFactory = TreapSums) -> None:
+        super().__init__(make_index)
+        self._pai = PaiMap(2)
+        self._total = 0
+
+    def apply(self, event: Event) -> None:
+        self._check_table(event)
+        row, x = _book_row(event, need_nonnegative=False), event.sign
+        self._total += x * row.volume
+        self._pai.add(row.price, 2 * x * row.volume, (x, x * row.price * row.volume))
+
+    def result(self) -> Any:
+        count, value = self._pai.at(self._total)
+        return value if count else None
+
+    def check_invariants(self) -> None:
+        self._pai.check_invariants()
+
+
+class Vwap(_Evaluator):
+    """VWAP (Example 2.2) with one index price -> (count, Σvol, Σprice*vol): O(log n)/event (§4.5)."""
+
+    tables = ("bids",)
+
+    def __init__(self, make_index: IndexFactory = TreapSums) -> None:
+        super().__init__(make_index)
+        self._bids = make_index(3)
+
+    def apply(self, event: Event) -> None:
+        self._check_table(event)
+        row, x = _book_row(event), event.sign
+        self._bids.add(row.price, (x, x * row.volume, x * row.price * row.volume))
+
+    def result(self) -> Any:
+        cut, before = _cut(self._bids)
+        return None if cut is None else self._bids.total()[2] - before[2]
+
+    def check_invariants(self) -> None:
+        self._bids.check_invariants()
+
+
+class Mst(_Evaluator):
+    """MST (missed trades) as independently filtered bids x asks, grouped per broker (§4.7).
+
+    Asks and bids are indexed price -> (count, Σvol, Σprice*vol), and the bids once more per broker
+    price -> (count, Σprice*vol). The qualifying rows of each side form a price range
+    ``[cut, max price)``: ``S_>`` is non-increasing in price, and the top price is excluded because
+    its ``SUM`` over an empty set is NULL. ``result()`` costs O(B log n) for B brokers.
+    """
+
+    tables = ("bids", "asks")
+
+    def __init__(self, make_index: IndexFactory = TreapSums) -> None:
+        super().__init__(make_index)
+        self._sides = {"bids": make_index(3), "asks": make_index(3)}
+        self._brokers: dict[Hashable, OrderedSums] = {}
+
+    def apply(self, event: Event) -> None:
+        self._check_table(event)
+        row, x = _book_row(event), event.sign
+        pv = row.price * row.volume
+        self._sides[event.table].add(row.price, (x, x * row.volume, x * pv))
+        if event.table == "bids":
+            index = self._brokers.get(row.broker_id)
+            if index is None:
+                index = self._brokers[row.broker_id] = self._make_index(2)
+            index.add(row.price, (x, x * pv))
+            if not len(index):
+                del self._brokers[row.broker_id]
+
+    def result(self) -> dict[Hashable, Any]:
+        asks = _qualifying_range(self._sides["asks"])
+        bids = _qualifying_range(self._sides["bids"])
+        if asks is None or bids is None:
+            return {}
+        ask_count, ask_pv = _range_sums(self._sides["asks"], asks, (0, 2))
+        out = {}
+        for broker, index in self._brokers.items():
+            bid_count, bid_pv = _range_sums(index, bids, (0, 1))
+            if bid_count and ask_count:
+                out[broker] = bid_count * ask_pv - ask_count * bid_pv
+        return out
+
+    def check_invariants(self) -> None:
+        for index in self._sides.values():
+            index.check_invariants()
+        for index in self._brokers.values():
+            index.check_invariants()
+            assert len(index), "empty broker index kept"
+        merged: dict[Any, list[Any]] = {}
+        for index in self._brokers.values():
+            for price, (count, pv) in index.items():
+                cell = merged.setdefault(price, [0, 0])
+                cell[0] += count
+                cell[1] += pv
+        expect = {p: [c, pv] for p, (c, _, pv) in self._sides["bids"].items()}
+        assert {p: c for p, c in merged.items() if any(c)} == expect, "per-broker bids differ from all bids"
+
+
+class Psp(_Evaluator):
+    """PSP (price spread) with one index per side volume -> (count, Σprice, Σvol): O(log n)/event (§4.7).
+
+    ``Σ_{B'×A'} (a.price - b.price) = |B'|·ΣA'.price - |A'|·ΣB'.price``, where each side keeps the
+    rows with ``volume > T/10000``, a suffix of the volume-keyed index.
+    """
+
+    tables = ("bids", "asks")
+
+    def __init__(self, make_index: IndexFactory = TreapSums) -> None:
+        super().__init__(make_index)
+        self._sides = {"bids": make_index(3), "asks": make_index(3)}
+
+    def apply(self, event: Event) -> None:
+        self._check_table(event)
+        row, x = _book_row(event, need_nonnegative=False), event.sign
+        self._sides[event.table].add(row.volume, (x, x * row.price, x * row.volume))
+
+    def result(self) -> Any:
+        (bid_count, bid_price), (ask_count, ask_price) = (self._above_tenth_mille(s) for s in ("bids", "asks"))
+        if not bid_count or not ask_count:
+            return None
+        return bid_count * ask_price - ask_count * bid_price
+
+    def check_invariants(self) -> None:
+        for index in self._sides.values():
+            index.check_invariants()
+
+    def _above_tenth_mille(self, side: str) -> tuple[Any, Any]:
+        index = self._sides[side]
+        count, price, _ = index.sum_gt(Fraction(index.total()[2]) / 10000)
+        return count, price
+
+
+class Q17(_Evaluator):
+    """TPC-H Q17 with one index per partkey quantity -> (count, Σextendedprice): O(log n)/event (§4.6).
+
+    After each change only the touched partkey's contribution is recomputed:
+    ``mult[pk] * Σ{extendedprice : 5*cnt[pk]*quantity < Σquantity[pk]}``. ``result()`` is the exact
+    ``SUM(extendedprice) / 7`` as a Fraction, None when no lineitem qualifies.
+    """
+
+    tables = ("lineitem", "part")
+
+    def __init__(self, make_index: IndexFactory = TreapSums, brand: str = "Brand#23",
+                 container: str = "WRAP BOX") -> None:
+        super().__init__(make_index)
+        self._brand, self._container = brand, container
+        self._parts: dict[Hashable, OrderedSums] = {}
+        self._sum_quantity: dict[Hashable, Any] = {}
+        self._mult: dict[Hashable, int] = {}
+        self._contrib: dict[Hashable, tuple[Any, Any]] = {}
+        self._count, self._sum = 0, 0
+
+    def apply(self, event: Event) -> None:
+        self._check_table(event)
+        x = event.sign
+        if isinstance(event.row, LineitemRow):
+            pk, qty, price = _lineitem(event.row)
+            index = self._parts.get(pk)
+            if index is None:
+                index = self._parts[pk] = self._make_index(2)
+            index.add(qty, (x, x * price))
+            self._sum_quantity[pk] = self._sum_quantity.get(pk, 0) + x * qty
+            if not len(index):
+                del self._parts[pk], self._sum_quantity[pk]
+        else:
+            part: PartRow = event.row
+            pk = part.p_partkey
+            if part.p_brand == self._brand and part.p_container == self._container:
+                self._mult[pk] = self._mult.get(pk, 0) + x
+                if not self._mult[pk]:
+                    del self._mult[pk]
+        self._refresh(pk)
+
+    def result(self) -> Fraction | None:
+        return Fraction(self._sum) / 7 if self._count else None
+
+    def check_invariants(self) -> None:
+        for pk, index in self._parts.items():
+            index.check_invariants()
+            assert sum(q * c for q, (c, _) in index.items()) == self._sum_quantity[pk], f"Σquantity of {pk}"
+        assert self._sum == sum(s for _, s in self._contrib.values()), "result sum out of date"
+        assert self._count == sum(c for c, _ in self._contrib.values()), "result count out of date"
+
+    def _refresh(self, pk: Hashable) -> None:
+        count, value = 0, 0
+        index, mult = self._parts.get(pk), self._mult.get(pk, 0)
+        if index is not None and mult:
+            cnt = index.total()[0]
+            count, value = index.sum_lt(Fraction(self._sum_quantity[pk]) / (5 * cnt))
+            count, value = mult * count, mult * value
+        old_count, old_value = self._contrib.pop(pk, (0, 0))
+        if count or value:
+            self._contrib[pk] = (count, value)
+        self._count += count - old_count
+        self._sum += value - old_value
+
+
+def _cut(index: OrderedSums) -> tuple[Any, Any]:
+    """Smallest price p with 4*Σ{vol : price <= p} > 3*T, and the sums below p (VWAP and MST)."""
+    total = index.total()[1]
+    return index.first_key_where(1, lambda running: 4 * running > 3 * total)
+
+
+def _qualifying_range(index: OrderedSums) -> tuple[Any, Any] | None:
+    """MST's qualifying prices ``[cut, top)``: ``0.25*T > S_>(p)`` with ``S_>`` non-NULL."""
+    cut, _ = _cut(index)
+    if cut is None:
+        return None
+    top, _ = index.last_key_where(0, lambda count: count > 0)
+    return (cut, top)
+
+
+def _range_sums(index: OrderedSums, bounds: tuple[Any, Any], components: tuple[int, int]) -> tuple[Any, Any]:
+    low, high = bounds
+    lt_high, lt_low = index.sum_lt(high), index.sum_lt(low)
+    return tuple(lt_high[c] - lt_low[c] for c in components)
+
+
+def _book_row(event: Event, need_nonnegative: bool = True) -> BookRow:
+    row = event.row
+    if row.price is None or row.volume is None:
+        raise InvalidInput(f"NULL column in {event.table} row {row!r}; filter NULLs before maintenance")
+    if need_nonnegative and row.volume < 0:
+        raise InvalidInput(
+            f"negative volume in {event.table} row {row!r}: the ordered index needs volumes >= 0 "
+            "(digest §3.4); reject such rows at ingestion"
+        )
+    return row
+
+
+def _lineitem(row: LineitemRow) -> tuple[Any, Any, Any]:
+    if row.l_partkey is None or row.l_quantity is None or row.l_extendedprice is None:
+        raise InvalidInput(f"NULL column in lineitem row {row!r}; filter NULLs before maintenance")
+    return row.l_partkey, row.l_quantity, row.l_extendedprice
