@@ -56,6 +56,7 @@ class FenwickSums:
         new = [a + d for a, d in zip(old, deltas)]
         _count_negatives(self._negatives, old, new)
         n = len(self._keys)
+        self._totals = [t + d for t, d in zip(self._totals, deltas)]
         for tree, col, d in zip(self._trees, self._values, deltas):
             if d:
                 col[i - 1] += d
@@ -74,8 +75,8 @@ class FenwickSums:
         return (0,) * self.width if i is None else tuple(col[i - 1] for col in self._values)
 
     def total(self) -> Sums:
-        """Sums over all keys. O(log G)."""
-        return self._prefix(len(self._keys))
+        """Sums over all keys. O(1)."""
+        return tuple(self._totals)
 
     def sum_le(self, key: Key) -> Sums:
         """Sums over keys <= ``key``. O(log G)."""
@@ -132,6 +133,7 @@ class FenwickSums:
         assert all(self._position[k] == i + 1 for i, k in enumerate(keys)), "position map stale"
         for tree, col in zip(self._trees, self._values):
             assert tree == _build(col), "Fenwick tree differs from a rebuild"
+        assert self._totals == [sum(col) for col in self._values], "running totals stale"
         live = [k for k in keys if any(self.get(k))]
         assert list(self._live) == live, "live keys differ from the non-zero keys"
         check_against_sorted_list(self, [(k, self.get(k)) for k in live], self._negatives)
@@ -141,6 +143,7 @@ class FenwickSums:
         self._position = {k: i + 1 for i, k in enumerate(keys)}
         self._values = [[cells.get(k, (0,) * self.width)[c] for k in keys] for c in range(self.width)]
         self._trees = [_build(col) for col in self._values]
+        self._totals = [sum(col) for col in self._values]
 
     def _prefix(self, i: int) -> Sums:
         out = []

@@ -15,11 +15,13 @@ Two interchangeable structures implement :class:`OrderedSums`:
   up front (the persisted keys plus the keys of the run's delta); O(log G) per operation, and an
   O(G) rebuild when a key outside the domain arrives.
 
-Choice by measurement (CPython 3.11 on the shared 2-core machine, VWAP on the order-book stream,
-three sums per key, result after every event, see :func:`new_index`): with the run's domain known
-the Fenwick tree is about 3-4x faster per event than the treap (measured 11 µs vs 38 µs per event
-at 10^4 keys, 14 µs vs 55 µs at 10^5 keys), so batch maintenance, whose domain is known before it
-applies the delta, uses Fenwick; anything that cannot name its keys in advance uses the treap.
+Choice by measurement (CPython 3.11 on the shared 2-core machine; VWAP over the order-book
+generator, three sums per key, one ``result()`` after each of 10^4 bid events): on a book of 10^4
+bids (3·10^3 prices) the Fenwick tree took 23 µs per event against 40 µs for the treap, and on 10^5
+bids (2.6·10^4 prices) 30 µs against 61 µs; loading the book was 1.6-2.7x faster too. So batch
+maintenance, which knows its domain before it applies the delta, should use Fenwick, and anything
+that cannot name its keys in advance uses the treap. The literal RPAI (parent-relative keys) was
+not built: the digest measured it slower than both (97 µs, §5) and it merges tied keys (§0.5).
 
 Threshold searches (:meth:`first_key_where`, :meth:`last_key_where`) need the searched component
 to be non-negative at every key (digest §3.4); otherwise the running sum is not monotone and they
