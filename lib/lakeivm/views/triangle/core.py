@@ -1,0 +1,284 @@
+"""IVM^ε triangle count, single-tuple updates (Kara et al., arXiv 1804.02780 §3-§4, Fig. 3-4).
+
+Maintains Q = Σ_{a,b,c} R(a,b)·S(b,c)·T(c,a) over ℤ-relations. Relations are written in rotated
+form (digest §3.1): a tuple of K is (x, y) with x K's partition column and y NEXT(K)'s, so the
+triangle is K(x,y)·NEXT(y,z)·PREV(z,x). Each relation is split on x into a heavy and a light part
+(slack ½ around θ = N^ε, Def. 9) and ``W[K](x,z) = Σ_y K_h(x,y)·NEXT_l(y,z)`` is materialized:
+W[R] = V_RS(a,c), W[S] = V_ST(b,a), W[T] = V_TR(c,b). An update costs O(N^max(ε,1-ε)) amortized.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Mapping
+from dataclasses import dataclass
+
+from lakeivm.errors import InvalidInput
+
+Key = tuple[Hashable, Hashable]
+Relations = Mapping[str, Mapping[Key, int]]
+
+ROLES = ("R", "S", "T")
+NEXT = {"R": "S", "S": "T", "T": "R"}
+PREV = {"R": "T", "S": "R", "T": "S"}
+HEAVY, LIGHT = "h", "l"
+_EMPTY: Mapping[Hashable, int] = {}
+
+
+class Part:
+    """One heavy or light part K_u(x, y) -> payload with an index on each column (paper §1.3).
+
+    ``out(x)`` enumerates K_u(x, ·), ``into(y)`` enumerates K_u(·, y); lookups, inserts, deletes
+    and degrees are O(1). Keys whose payload reaches 0 disappear.
+    """
+
+    __slots__ = ("by_first", "by_second", "size")
+
+    def __init__(self) -> None:
+        self.by_first: dict[Hashable, dict[Hashable, int]] = {}
+        self.by_second: dict[Hashable, dict[Hashable, int]] = {}
+        self.size = 0
+
+    def get(self, x: Hashable, y: Hashable) -> int:
+        return self.by_first.get(x, _EMPTY).get(y, 0)
+
+    def out(self, x: Hashable) -> Mapping[Hashable, int]:
+        return self.by_first.get(x, _EMPTY)
+
+    def into(self, y: Hashable) -> Mapping[Hashable, int]:
+        return self.by_second.get(y, _EMPTY)
+
+    def degree(self, x: Hashable) -> int:
+        """|σ_{X=x} K_u|: distinct tuples with a nonzero payload (digest §1.2)."""
+        return len(self.by_first.get(x, _EMPTY))
+
+    def values(self) -> Iterator[Hashable]:
+        return iter(self.by_first)
+
+    def items(self) -> Iterator[tuple[Key, int]]:
+        for x, row in self.by_first.items():
+            for y, p in row.items():
+                yield (x, y), p
+
+    def add(self, x: Hashable, y: Hashable, p: int) -> int:
+        """K_u(x, y) += p; returns the change in the number of keys (-1, 0 or +1)."""
+        row = self.by_first.setdefault(x, {})
+        column = self.by_second.setdefault(y, {})
+        old = row.get(y, 0)
+        new = old + p
+        if new:
+            row[y] = column[x] = new
+        else:
+            row.pop(y, None)
+            column.pop(x, None)
+            if not row:
+                del self.by_first[x]
+            if not column:
+                del self.by_second[y]
+        change = (new != 0) - (old != 0)
+        self.size += change
+        return change
+
+
+@dataclass
+class Counters:
+    """Operation counts of the reference engine, for cost regression tests (digest §8.4)."""
+
+    updates: int = 0
+    loop_steps: int = 0
+    minor_moves: int = 0
+    moved_tuples: int = 0
+    major_rebalancings: int = 0
+
+
+class TriangleIVM:
+    """IVM^ε state (D^ε, V, N) of Def. 9 with ONUPDATE of Fig. 4.
+
+    ``update(role, x, y, p)`` applies K(x, y) += p and keeps ``count`` equal to Q. Amortized cost
+    O(N^max(ε,1-ε)) per update (Theorem 4); space O(N^(1+min(ε,1-ε))).
+
+    >>> ivm = TriangleIVM(0.5)
+    >>> for role, x, y in (("R", 1, 2), ("S", 2, 3), ("T", 3, 1)):
+    ...     ivm.update(role, x, y, 1)
+    >>> ivm.count
+    1
+    """
+
+    def __init__(self, epsilon: float = 0.5, relations: Relations | None = None) -> None:
+        if not 0.0 <= epsilon <= 1.0:
+            raise InvalidInput(f"IVM^ε needs 0 <= epsilon <= 1, got {epsilon}; 0.5 is the optimal choice")
+        self.epsilon = float(epsilon)
+        self.parts = {(role, u): Part() for role in ROLES for u in (HEAVY, LIGHT)}
+        self.views: dict[str, dict[Key, int]] = {role: {} for role in ROLES}
+        self.count = 0
+        self.base = 1
+        self.counters = Counters()
+        if relations:
+            self._preprocess(relations)
+
+    @property
+    def size(self) -> int:
+        """|D| = |R| + |S| + |T| in distinct keys."""
+        return sum(part.size for part in self.parts.values())
+
+    @property
+    def theta(self) -> float:
+        """The heavy/light threshold θ = N^ε."""
+        return self.base ** self.epsilon
+
+    def relation(self, role: str) -> dict[Key, int]:
+        """K = K_h ⊎ K_l as a plain dict."""
+        return {**dict(self.parts[role, HEAVY].items()), **dict(self.parts[role, LIGHT].items())}
+
+    def part_of(self, role: str, x: Hashable) -> str:
+        """The part a new tuple with partition value x goes to (digest §3.4): heavy if x is heavy or ε = 0."""
+        return HEAVY if self.epsilon == 0 or x in self.parts[role, HEAVY].by_first else LIGHT
+
+    def update(self, role: str, x: Hashable, y: Hashable, p: int) -> None:
+        """ONUPDATE (Fig. 4, digest §4.3): apply, then major or minor rebalancing if needed."""
+        if role not in ROLES:
+            raise InvalidInput(f"unknown relation {role!r}; the triangle's relations are {ROLES}")
+        if not p:
+            return
+        self.counters.updates += 1
+        self._apply(role, x, y, p, self.part_of(role, x))
+        size = self.size
+        if size >= self.base:
+            self.base *= 2
+            self._rebalance_major()
+        elif size < self.base // 4:
+            self.base //= 2
+            self._rebalance_major()
+        else:
+            self._rebalance_minor(role, x)
+
+    def _apply(self, role: str, x: Hashable, y: Hashable, p: int, part: str) -> None:
+        """APPLYUPDATE (Fig. 3, digest §3.3): ΔQ over the 8 combinations, then the one view K feeds.
+
+        O(N^max(ε,1-ε)): loops run over heavy values of PREV (≤ 2N^(1-ε)) or over a light value's
+        tuples in NEXT (< 3/2 N^ε); the (h,l) combination is one lookup in W[NEXT].
+        """
+        self.count += p * self._delta(role, x, y)
+        if part == HEAVY:
+            fan_out = self.parts[NEXT[role], LIGHT].out(y)
+            _add_all(self.views[role], (((x, z), p * q) for z, q in fan_out.items()))
+        else:
+            fan_out = self.parts[PREV[role], HEAVY].into(x)
+            _add_all(self.views[PREV[role]], (((z, y), q * p) for z, q in fan_out.items()))
+        self.counters.loop_steps += len(fan_out)
+        self.parts[role, part].add(x, y, p)
+
+    def _delta(self, role: str, x: Hashable, y: Hashable) -> int:
+        """Σ_z NEXT(y,z)·PREV(z,x) as (h,h)+(l,h) over PREV_h(·,x), (h,l) from W[NEXT], (l,l) over NEXT_l(y,·)."""
+        nxt, prev = NEXT[role], PREV[role]
+        next_h, next_l = self.parts[nxt, HEAVY], self.parts[nxt, LIGHT]
+        prev_h, prev_l = self.parts[prev, HEAVY], self.parts[prev, LIGHT]
+        delta = self.views[nxt].get((y, x), 0)
+        prev_heavy_into, next_light_out = prev_h.into(x), next_l.out(y)
+        for z, q in prev_heavy_into.items():
+            delta += (next_h.get(y, z) + next_l.get(y, z)) * q
+        for z, q in next_light_out.items():
+            delta += q * prev_l.get(z, x)
+        self.counters.loop_steps += 1 + len(prev_heavy_into) + len(next_light_out)
+        return delta
+
+    def _rebalance_minor(self, role: str, x: Hashable) -> None:
+        """Minor rebalancing (§4.1): move x if its degree left [½θ, 3/2θ); O(N^(ε+max(ε,1-ε)))."""
+        theta = self.theta
+        if self.parts[role, LIGHT].degree(x) >= 1.5 * theta:
+            self._move(role, x, LIGHT, HEAVY)
+        elif 0 < self.parts[role, HEAVY].degree(x) < 0.5 * theta:
+            self._move(role, x, HEAVY, LIGHT)
+
+    def _move(self, role: str, x: Hashable, src: str, dst: str) -> None:
+        """Move x's tuples between parts, updating only W[K] and W[PREV]; Q is split-independent (digest §4.1)."""
+        sign = 1 if dst == HEAVY else -1
+        tuples = dict(self.parts[role, src].out(x))
+        next_l, prev_h = self.parts[NEXT[role], LIGHT], self.parts[PREV[role], HEAVY]
+        view, prev_view = self.views[role], self.views[PREV[role]]
+        for y, p in tuples.items():
+            _add_all(view, (((x, z), sign * p * q) for z, q in next_l.out(y).items()))
+            _add_all(prev_view, (((z, y), -sign * q * p) for z, q in prev_h.into(x).items()))
+            self.counters.loop_steps += 1 + len(next_l.out(y)) + len(prev_h.into(x))
+            self.parts[role, src].add(x, y, -p)
+            self.parts[role, dst].add(x, y, p)
+        self.counters.minor_moves += 1
+        self.counters.moved_tuples += len(tuples)
+
+    def _rebalance_major(self) -> None:
+        """Major rebalancing (§4.2, Prop. 13): strict partition at θ = N^ε, views from scratch; Q unchanged."""
+        relations = {role: self.relation(role) for role in ROLES}
+        self.parts, self.views = split_strict(relations, self.theta)
+        self.counters.major_rebalancings += 1
+        self.counters.loop_steps += self.size + sum(len(v) for v in self.views.values())
+
+    def _preprocess(self, relations: Relations) -> None:
+        """Preprocessing (Prop. 10): N = 2|D|+1, strict partition, views, then Q = Σ_R R(a,b)·ΔQ(a,b).
+
+        Q comes from the §7.3 plan with ΔK = R (digest §7.3): O(N^(1+max(ε,1-ε))), an independent
+        path from the brute-force count.
+        """
+        consolidated = {role: {k: p for k, p in relations.get(role, {}).items() if p} for role in ROLES}
+        unknown = set(relations) - set(ROLES)
+        if unknown:
+            raise InvalidInput(f"unknown relations {sorted(unknown)}; the triangle's relations are {ROLES}")
+        self.base = 2 * sum(len(rel) for rel in consolidated.values()) + 1
+        self.parts, self.views = split_strict(consolidated, self.theta)
+        self.count = sum(p * self._delta("R", x, y) for (x, y), p in consolidated["R"].items())
+
+    def check_invariants(self) -> None:
+        """Assert Def. 9 and the materialization: slack-½ partition, ⌊N/4⌋ ≤ |D| < N, views and Q exact."""
+        from lakeivm.views.triangle.oracle import count_triangles, join_view
+
+        theta, size = self.theta, self.size
+        assert self.base // 4 <= size < self.base, f"size invariant broken: |D|={size}, N={self.base}"
+        for role in ROLES:
+            heavy, light = self.parts[role, HEAVY], self.parts[role, LIGHT]
+            for part in (heavy, light):
+                assert part.size == sum(1 for _ in part.items()), "key count out of sync"
+                assert all(p != 0 for _, p in part.items()), "zero payload stored"
+                second = {(x, y): p for y, col in part.by_second.items() for x, p in col.items()}
+                assert second == dict(part.items()), "column index out of sync"
+            assert not set(heavy.values()) & set(light.values()), f"{role}: a value is in both parts"
+            assert all(heavy.degree(x) >= 0.5 * theta for x in heavy.values()), f"{role}_h below ½θ"
+            assert all(light.degree(x) < 1.5 * theta for x in light.values()), f"{role}_l at or above 3/2θ"
+            assert len(heavy.by_first) <= 2 * self.base ** (1 - self.epsilon), f"too many heavy {role} values"
+            if self.epsilon == 0:
+                assert light.size == 0, "ε = 0 keeps every light part empty"
+            if self.epsilon == 1:
+                assert heavy.size == 0, "ε = 1 keeps every heavy part empty"
+            expected = join_view(dict(heavy.items()), dict(self.parts[NEXT[role], LIGHT].items()))
+            assert self.views[role] == expected, f"W[{role}] differs from K_h ⋈ NEXT_l"
+        relations = [self.relation(role) for role in ROLES]
+        assert self.count == count_triangles(*relations), "Q differs from the brute-force count"
+
+
+def split_strict(relations: Relations, theta: float) -> tuple[dict[tuple[str, str], Part], dict[str, dict[Key, int]]]:
+    """Strict partition (Def. 8: heavy iff degree ≥ θ) and the three views W[K] = K_h ⋈ NEXT_l.
+
+    O(|D|) for the partition plus O(N^(1+min(ε,1-ε))) for the views (Prop. 13).
+    """
+    parts = {(role, u): Part() for role in ROLES for u in (HEAVY, LIGHT)}
+    for role in ROLES:
+        degree: dict[Hashable, int] = {}
+        for (x, _), p in relations[role].items():
+            degree[x] = degree.get(x, 0) + (p != 0)
+        for (x, y), p in relations[role].items():
+            if p:
+                parts[role, HEAVY if degree[x] >= theta else LIGHT].add(x, y, p)
+    views: dict[str, dict[Key, int]] = {}
+    for role in ROLES:
+        heavy, next_l = parts[role, HEAVY], parts[NEXT[role], LIGHT]
+        view: dict[Key, int] = {}
+        for (x, y), p in heavy.items():
+            _add_all(view, (((x, z), p * q) for z, q in next_l.out(y).items()))
+        views[role] = view
+    return parts, views
+
+
+def _add_all(view: dict[Key, int], deltas: Iterator[tuple[Key, int]]) -> None:
+    """view[k] += d for each (k, d), dropping keys that reach 0."""
+    for key, d in deltas:
+        new = view.get(key, 0) + d
+        if new:
+            view[key] = new
+        else:
+            view.pop(key, None)
