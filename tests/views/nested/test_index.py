@@ -179,3 +179,18 @@ def test_decimal_keys_and_fraction_thresholds() -> None:
         assert index.sum_lt(Fraction(11, 10)) == (0, 0)
         assert index.first_key_where(0, lambda s: 4 * s > 3 * 2) == (Decimal("2.25"), (Decimal("0.5"), 1))
         index.check_invariants()
+
+
+def test_fenwick_from_persisted_items_equals_incremental() -> None:
+    rng = random.Random(5)
+    rows = [(rng.randrange(30), [rng.randrange(3), rng.randrange(-2, 5), rng.randrange(50)]) for _ in range(200)]
+    built = FenwickSums.from_items(WIDTH, rows, domain=[100, 101])
+    incremental, oracle = TreapSums(WIDTH), SortedListOracle()
+    for key, sums in rows:
+        incremental.add(key, sums)
+        oracle.add(key, sums)
+    assert list(built.items()) == list(incremental.items()) == oracle.pairs()
+    compare(built, oracle, [rng.randrange(-1, 102) for _ in range(6)])
+    built.add(100, [1, 1, 1])
+    oracle.add(100, [1, 1, 1])
+    compare(built, oracle, [99, 100, 101])

@@ -37,6 +37,26 @@ class FenwickSums:
     def __len__(self) -> int:
         return len(self._live)
 
+    @classmethod
+    def from_items(cls, width: int, items: Iterable[tuple[Key, Sequence[Any]]], domain: Iterable[Key] = ()) -> FenwickSums:
+        """Build from persisted (key, sums) rows (digest §6.3 rebuild) plus extra ``domain`` keys. O(G log G).
+
+        Rows with the same key are added up; the sort dominates, the tree build itself is O(G).
+        """
+        cells: dict[Key, list[Any]] = {}
+        for key, sums in items:
+            sums = _check_deltas(key, sums, width)
+            cell = cells.setdefault(key, [0] * width)
+            for i, v in enumerate(sums):
+                cell[i] += v
+        index = cls(width)
+        live = {k: tuple(v) for k, v in cells.items() if any(v)}
+        index._rebuild(sorted(set(domain).union(live)), live)
+        index._live = SortedList(live)
+        for vals in live.values():
+            _count_negatives(index._negatives, None, vals)
+        return index
+
     def reserve(self, keys: Iterable[Key]) -> None:
         """Extend the domain by ``keys`` (and drop empty keys) in one O(G) rebuild."""
         new = set(keys).difference(self._position)
