@@ -20,12 +20,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
 from lakeivm.errors import InvalidInput
 
 ATOL = 1e-9
+
+
+class Ring(Protocol):
+    """What the view-tree evaluator and the Spark layer need of a payload ring."""
+
+    def zero(self) -> Any: ...
+    def one(self) -> Any: ...
+    def add(self, a: Any, b: Any) -> Any: ...
+    def mul(self, a: Any, b: Any) -> Any: ...
+    def neg(self, a: Any) -> Any: ...
+    def lift(self, variable: str, value: Any) -> Any: ...
+    def from_multiplicity(self, m: int) -> Any: ...
+    def is_zero(self, a: Any) -> bool: ...
+    def is_dead(self, a: Any) -> bool: ...
+    def close(self, a: Any, b: Any) -> bool: ...
+    def flat_columns(self, lifted: Sequence[str]) -> tuple[str, ...]: ...
+    def to_flat(self, a: Any, lifted: Sequence[str]) -> dict[str, float]: ...
+    def from_flat(self, row: Mapping[str, float]) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,10 @@ class CountRing:
         return m
 
     def is_zero(self, a: int) -> bool:
+        return a == 0
+
+    def is_dead(self, a: int) -> bool:
+        """Zero test for a stored view's payload (same as ``is_zero`` here)."""
         return a == 0
 
     def close(self, a: int, b: int) -> bool:
@@ -101,6 +124,10 @@ class SumRing:
         return float(m)
 
     def is_zero(self, a: float) -> bool:
+        return abs(a) <= ATOL
+
+    def is_dead(self, a: float) -> bool:
+        """Zero test for a stored view's payload (same as ``is_zero`` here)."""
         return abs(a) <= ATOL
 
     def close(self, a: float, b: float) -> bool:
@@ -153,6 +180,11 @@ class SumVectorRing:
         return (float(m),) * len(self.aggregates)
 
     def is_zero(self, a: tuple[float, ...]) -> bool:
+        return all(abs(x) <= ATOL for x in a)
+
+    def is_dead(self, a: tuple[float, ...]) -> bool:
+        """Zero test for a stored view's payload: every component is zero (include a COUNT
+        component, ``frozenset()``, to keep groups whose sums happen to be zero)."""
         return all(abs(x) <= ATOL for x in a)
 
     def close(self, a: tuple[float, ...], b: tuple[float, ...]) -> bool:
