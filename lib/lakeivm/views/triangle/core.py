@@ -8,7 +8,7 @@ W[R] = V_RS(a,c), W[S] = V_ST(b,a), W[T] = V_TR(c,b). An update costs O(N^max(ε
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from lakeivm.errors import InvalidInput
@@ -159,25 +159,16 @@ class TriangleIVM:
         self.count += p * self._delta(role, x, y)
         if part == HEAVY:
             fan_out = self.parts[NEXT[role], LIGHT].out(y)
-            _add_all(self.views[role], (((x, z), p * q) for z, q in fan_out.items()))
+            add_all(self.views[role], (((x, z), p * q) for z, q in fan_out.items()))
         else:
             fan_out = self.parts[PREV[role], HEAVY].into(x)
-            _add_all(self.views[PREV[role]], (((z, y), q * p) for z, q in fan_out.items()))
+            add_all(self.views[PREV[role]], (((z, y), q * p) for z, q in fan_out.items()))
         self.counters.loop_steps += len(fan_out)
         self.parts[role, part].add(x, y, p)
 
     def _delta(self, role: str, x: Hashable, y: Hashable) -> int:
-        """Σ_z NEXT(y,z)·PREV(z,x) as (h,h)+(l,h) over PREV_h(·,x), (h,l) from W[NEXT], (l,l) over NEXT_l(y,·)."""
-        nxt, prev = NEXT[role], PREV[role]
-        next_h, next_l = self.parts[nxt, HEAVY], self.parts[nxt, LIGHT]
-        prev_h, prev_l = self.parts[prev, HEAVY], self.parts[prev, LIGHT]
-        delta = self.views[nxt].get((y, x), 0)
-        prev_heavy_into, next_light_out = prev_h.into(x), next_l.out(y)
-        for z, q in prev_heavy_into.items():
-            delta += (next_h.get(y, z) + next_l.get(y, z)) * q
-        for z, q in next_light_out.items():
-            delta += q * prev_l.get(z, x)
-        self.counters.loop_steps += 1 + len(prev_heavy_into) + len(next_light_out)
+        delta, steps = pair_delta(self.parts, self.views, role, x, y)
+        self.counters.loop_steps += steps
         return delta
 
     def _rebalance_minor(self, role: str, x: Hashable) -> None:
@@ -189,19 +180,9 @@ class TriangleIVM:
             self._move(role, x, HEAVY, LIGHT)
 
     def _move(self, role: str, x: Hashable, src: str, dst: str) -> None:
-        """Move x's tuples between parts, updating only W[K] and W[PREV]; Q is split-independent (digest §4.1)."""
-        sign = 1 if dst == HEAVY else -1
-        tuples = dict(self.parts[role, src].out(x))
-        next_l, prev_h = self.parts[NEXT[role], LIGHT], self.parts[PREV[role], HEAVY]
-        view, prev_view = self.views[role], self.views[PREV[role]]
-        for y, p in tuples.items():
-            _add_all(view, (((x, z), sign * p * q) for z, q in next_l.out(y).items()))
-            _add_all(prev_view, (((z, y), -sign * q * p) for z, q in prev_h.into(x).items()))
-            self.counters.loop_steps += 1 + len(next_l.out(y)) + len(prev_h.into(x))
-            self.parts[role, src].add(x, y, -p)
-            self.parts[role, dst].add(x, y, p)
+        self.counters.moved_tuples += self.parts[role, src].degree(x)
+        self.counters.loop_steps += move_value(self.parts, self.views, role, x, src, dst)
         self.counters.minor_moves += 1
-        self.counters.moved_tuples += len(tuples)
 
     def _rebalance_major(self) -> None:
         """Major rebalancing (§4.2, Prop. 13): strict partition at θ = N^ε, views from scratch; Q unchanged."""
@@ -225,30 +206,76 @@ class TriangleIVM:
         self.count = sum(p * self._delta("R", x, y) for (x, y), p in consolidated["R"].items())
 
     def check_invariants(self) -> None:
-        """Assert Def. 9 and the materialization: slack-½ partition, ⌊N/4⌋ ≤ |D| < N, views and Q exact."""
-        from lakeivm.views.triangle.oracle import count_triangles, join_view
+        """Assert Def. 9 and the materialization (see ``check_state``)."""
+        check_state(self.parts, self.views, self.count, self.base, self.epsilon)
 
-        theta, size = self.theta, self.size
-        assert self.base // 4 <= size < self.base, f"size invariant broken: |D|={size}, N={self.base}"
-        for role in ROLES:
-            heavy, light = self.parts[role, HEAVY], self.parts[role, LIGHT]
-            for part in (heavy, light):
-                assert part.size == sum(1 for _ in part.items()), "key count out of sync"
-                assert all(p != 0 for _, p in part.items()), "zero payload stored"
-                second = {(x, y): p for y, col in part.by_second.items() for x, p in col.items()}
-                assert second == dict(part.items()), "column index out of sync"
-            assert not set(heavy.values()) & set(light.values()), f"{role}: a value is in both parts"
-            assert all(heavy.degree(x) >= 0.5 * theta for x in heavy.values()), f"{role}_h below ½θ"
-            assert all(light.degree(x) < 1.5 * theta for x in light.values()), f"{role}_l at or above 3/2θ"
-            assert len(heavy.by_first) <= 2 * self.base ** (1 - self.epsilon), f"too many heavy {role} values"
-            if self.epsilon == 0:
-                assert light.size == 0, "ε = 0 keeps every light part empty"
-            if self.epsilon == 1:
-                assert heavy.size == 0, "ε = 1 keeps every heavy part empty"
-            expected = join_view(dict(heavy.items()), dict(self.parts[NEXT[role], LIGHT].items()))
-            assert self.views[role] == expected, f"W[{role}] differs from K_h ⋈ NEXT_l"
-        relations = [self.relation(role) for role in ROLES]
-        assert self.count == count_triangles(*relations), "Q differs from the brute-force count"
+
+def check_state(parts: Mapping[tuple[str, str], Part], views: Mapping[str, Mapping[Key, int]],
+                count: int, base: int, epsilon: float) -> None:
+    """Assert an IVM^ε state (Def. 9, digest §8.2): indexes in sync, slack-½ domain partition,
+    ⌊N/4⌋ ≤ |D| < N, ≤ 2N^(1-ε) heavy values, empty parts at ε ∈ {0, 1}, views and Q exact."""
+    from lakeivm.views.triangle.oracle import count_triangles, join_view
+
+    theta, size = base ** epsilon, sum(part.size for part in parts.values())
+    assert base // 4 <= size < base, f"size invariant broken: |D|={size}, N={base}"
+    for role in ROLES:
+        heavy, light = parts[role, HEAVY], parts[role, LIGHT]
+        for part in (heavy, light):
+            assert part.size == sum(1 for _ in part.items()), "key count out of sync"
+            assert all(p != 0 for _, p in part.items()), "zero payload stored"
+            second = {(x, y): p for y, col in part.by_second.items() for x, p in col.items()}
+            assert second == dict(part.items()), "column index out of sync"
+        assert not set(heavy.values()) & set(light.values()), f"{role}: a value is in both parts"
+        assert all(heavy.degree(x) >= 0.5 * theta for x in heavy.values()), f"{role}_h below ½θ"
+        assert all(light.degree(x) < 1.5 * theta for x in light.values()), f"{role}_l at or above 3/2θ"
+        assert len(heavy.by_first) <= 2 * base ** (1 - epsilon), f"too many heavy {role} values"
+        if epsilon == 0:
+            assert light.size == 0, "ε = 0 keeps every light part empty"
+        if epsilon == 1:
+            assert heavy.size == 0, "ε = 1 keeps every heavy part empty"
+        expected = join_view(dict(heavy.items()), dict(parts[NEXT[role], LIGHT].items()))
+        assert views[role] == expected, f"W[{role}] differs from K_h ⋈ NEXT_l"
+    r, s, t = ({**dict(parts[role, HEAVY].items()), **dict(parts[role, LIGHT].items())} for role in ROLES)
+    assert count == count_triangles(r, s, t), "Q differs from the brute-force count"
+
+
+def pair_delta(parts: Mapping[tuple[str, str], Part], views: Mapping[str, Mapping[Key, int]],
+               role: str, x: Hashable, y: Hashable) -> tuple[int, int]:
+    """Σ_z NEXT(y,z)·PREV(z,x) and the loop steps it took (Fig. 3, digest §3.3 and §7.3 tA/tB/tC).
+
+    (h,h)+(l,h) loop over PREV_h(·,x) (≤ 2N^(1-ε) heavy values), (h,l) is one lookup W[NEXT](y,x),
+    (l,l) loops over NEXT_l(y,·) (< 3/2 N^ε tuples): O(N^max(ε,1-ε)).
+    """
+    nxt, prev = NEXT[role], PREV[role]
+    next_h, next_l = parts[nxt, HEAVY], parts[nxt, LIGHT]
+    prev_h, prev_l = parts[prev, HEAVY], parts[prev, LIGHT]
+    prev_heavy_into, next_light_out = prev_h.into(x), next_l.out(y)
+    t_a = sum(q * (next_h.get(y, z) + next_l.get(y, z)) for z, q in prev_heavy_into.items())
+    t_b = views[nxt].get((y, x), 0)
+    t_c = sum(q * prev_l.get(z, x) for z, q in next_light_out.items())
+    return t_a + t_b + t_c, 1 + len(prev_heavy_into) + len(next_light_out)
+
+
+def move_value(parts: Mapping[tuple[str, str], Part], views: Mapping[str, dict[Key, int]],
+               role: str, x: Hashable, src: str, dst: str) -> int:
+    """Move x's tuples of K = ``role`` from part ``src`` to ``dst``; returns the loop steps taken.
+
+    Only W[K] and W[PREV] change, Q does not, as Q is split-independent (digest §4.1, §7.4):
+    light -> heavy adds K(x,·) ⋈ NEXT_l to W[K] and subtracts PREV_h ⋈ K(x,·) from W[PREV];
+    heavy -> light the reverse. O(deg(x)·(3/2 N^ε + 2N^(1-ε))).
+    """
+    sign = 1 if dst == HEAVY else -1
+    tuples = dict(parts[role, src].out(x))
+    next_l, prev_h = parts[NEXT[role], LIGHT], parts[PREV[role], HEAVY]
+    view, prev_view = views[role], views[PREV[role]]
+    steps = 0
+    for y, p in tuples.items():
+        steps += 1 + len(next_l.out(y)) + len(prev_h.into(x))
+        add_all(view, (((x, z), sign * p * q) for z, q in next_l.out(y).items()))
+        add_all(prev_view, (((z, y), -sign * q * p) for z, q in prev_h.into(x).items()))
+        parts[role, src].add(x, y, -p)
+        parts[role, dst].add(x, y, p)
+    return steps
 
 
 def split_strict(relations: Relations, theta: float) -> tuple[dict[tuple[str, str], Part], dict[str, dict[Key, int]]]:
@@ -269,12 +296,12 @@ def split_strict(relations: Relations, theta: float) -> tuple[dict[tuple[str, st
         heavy, next_l = parts[role, HEAVY], parts[NEXT[role], LIGHT]
         view: dict[Key, int] = {}
         for (x, y), p in heavy.items():
-            _add_all(view, (((x, z), p * q) for z, q in next_l.out(y).items()))
+            add_all(view, (((x, z), p * q) for z, q in next_l.out(y).items()))
         views[role] = view
     return parts, views
 
 
-def _add_all(view: dict[Key, int], deltas: Iterator[tuple[Key, int]]) -> None:
+def add_all(view: dict[Key, int], deltas: Iterable[tuple[Key, int]]) -> None:
     """view[k] += d for each (k, d), dropping keys that reach 0."""
     for key, d in deltas:
         new = view.get(key, 0) + d
