@@ -96,8 +96,7 @@ def test_flat_columns_restricted_to_lifted_block() -> None:
     flat = COFACTOR.to_flat(payload, ["a", "c"])
     assert flat == {"c": 1.0, "s__a": 2.0, "s__c": 3.0, "q__a__a": 4.0, "q__a__c": 6.0, "q__c__c": 9.0}
     assert COFACTOR.close(COFACTOR.from_flat(flat), payload)
-    with pytest.raises(InvalidInput):
-        COFACTOR.flat_columns(["nope"])
+    assert COFACTOR.flat_columns(["nope", "b"]) == ("c", "s__b", "q__b__b")
 
 
 def test_ols_matches_lstsq() -> None:

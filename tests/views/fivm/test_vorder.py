@@ -5,7 +5,7 @@ import pytest
 
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.sql import parse_query
-from lakeivm.views.fivm.vorder import check_acyclic, derive_order, parse_order, variables_of
+from lakeivm.views.fivm.vorder import aggregate_variables, check_acyclic, derive_order, parse_order, variables_of
 
 RST = {"r": {"a": "int", "b": "int"}, "s": {"a": "int", "c": "int", "e": "int"}, "t": {"c": "int", "d": "int"}}
 EX11 = "SELECT s.a, s.c, SUM(r.b * t.d * s.e) FROM r JOIN s ON r.a = s.a JOIN t ON s.c = t.c GROUP BY s.a, s.c"
@@ -83,3 +83,13 @@ def test_cartesian_product_and_expression_group_key_rejected() -> None:
 def test_single_relation_has_empty_order() -> None:
     order = derive_order(parse_query("SELECT SUM(r.b) FROM r", RST))
     assert order.root is None and order.relations == ("r",)
+
+
+def test_aggregate_variables_for_sum_vector_ring() -> None:
+    sql = "SELECT s.a, COUNT(*), SUM(r.b * t.d * s.e), AVG(t.d) FROM r JOIN s ON r.a = s.a JOIN t ON s.c = t.c GROUP BY s.a"
+    q = parse_query(sql, RST)
+    assert aggregate_variables(q, derive_order(q)) == (frozenset(), frozenset(), frozenset("bde"), frozenset("d"))
+    for bad in ["SUM(r.b + t.d)", "SUM(s.a * r.b)", "SUM(r.b * r.b)", "MAX(r.b)"]:
+        q = parse_query(f"SELECT s.a, {bad} FROM r JOIN s ON r.a = s.a JOIN t ON s.c = t.c GROUP BY s.a", RST)
+        with pytest.raises(UnsupportedQuery):
+            aggregate_variables(q, derive_order(q))

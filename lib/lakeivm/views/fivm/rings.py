@@ -284,7 +284,8 @@ class CofactorRing:
         """``c``, ``s__<v>`` per lifted feature and ``q__<u>__<v>`` for u ≤ v in feature order.
 
         ``lifted`` restricts to the features lifted in a view's subtree (the paper's non-zero
-        blocks); the other entries of that view's payload are zero. Default: all features.
+        blocks; pass ``view.lifted``, non-features are ignored since they lift to 1); the other
+        entries of that view's payload are zero. Default: all features.
         """
         names = self._restrict(lifted)
         cols = ["c"] + [f"s__{v}" for v in names]
@@ -314,9 +315,6 @@ class CofactorRing:
     def _restrict(self, lifted: Sequence[str] | None) -> list[str]:
         if lifted is None:
             return list(self.features)
-        unknown = set(lifted) - set(self.features)
-        if unknown:
-            raise InvalidInput(f"lifted variables {sorted(unknown)} are not features of this ring {self.features}.")
         return [f for f in self.features if f in set(lifted)]
 
 

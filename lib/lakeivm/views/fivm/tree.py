@@ -86,8 +86,9 @@ class ViewTree:
         return tuple(steps)
 
     def check_invariants(self) -> None:
-        """Keys = dep ∪ free-in-subtree; a view's keys cover what its parent joins on; every sibling
-        on an updatable path is stored (Fig. 5); each relation is exactly one leaf."""
+        """The root is stored and keyed by the free variables; each relation is exactly one leaf;
+        a child's keys are its parent's keys or the parent's marginalized variable (so ⊕ is a
+        group-by); every sibling on an updatable relation's path is stored (Fig. 5)."""
         assert self.root.id in self.stored
         assert set(self.root.keys) == set(self.order.free)
         leaves = [v.relation for v in self.views.values() if v.relation]

@@ -16,8 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import sqlglot
+from sqlglot import exp
+
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.sql import Query
+from lakeivm.sql import DIALECT, Query
 
 OrderSpec = Mapping[str, object] | list | str
 
@@ -183,6 +186,30 @@ def check_acyclic(query: Query) -> None:
         raise UnsupportedQuery(
             f"the join is cyclic (GYO leaves {[sorted(e) for e in edges]}); F-IVM maintains acyclic joins only.{hint}"
         )
+
+
+def aggregate_variables(query: Query, order: VariableOrder) -> tuple[frozenset[str], ...]:
+    """The variables multiplied by each aggregate, for ``SumVectorRing`` (Ex. 2.5): component 0 is
+    COUNT(*), component k + 1 is ``query.aggregates[k]``. Each SUM must be a product of distinct
+    bound columns, since each variable is lifted once, at its own view."""
+    of_member = {m: v.name for v in order.variables.values() for m in v.members}
+    out = [frozenset()]
+    for agg in query.aggregates:
+        if agg.func != "SUM":
+            raise UnsupportedQuery(f"{agg.func} has no additive inverse, so F-IVM cannot maintain it; use kind: first_order.")
+        if agg.sql is None:
+            out.append(frozenset())
+            continue
+        node = sqlglot.parse_one(agg.sql, dialect=DIALECT)
+        factors = list(node.flatten()) if isinstance(node, exp.Mul) else [node]
+        names = [of_member.get((f.table, f.name)) if isinstance(f, exp.Column) else None for f in factors]
+        if None in names or len(set(names)) < len(names) or set(names) & set(order.free):
+            raise UnsupportedQuery(
+                f"SUM({agg.sql}): F-IVM sums products of distinct non-GROUP-BY columns; "
+                "compute other expressions as a column of the source table first."
+            )
+        out.append(frozenset(names))
+    return tuple(out)
 
 
 def _prepare(query: Query) -> tuple[dict[str, Variable], dict, tuple[str, ...]]:
