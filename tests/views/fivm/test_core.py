@@ -182,3 +182,23 @@ def test_ex41_style_deltas_and_apply_then_undo() -> None:
     assert views.result() == before
     with pytest.raises(InvalidInput):
         views.apply("r", delta)
+
+
+def test_self_join_updates_each_occurrence_in_sequence() -> None:
+    schemas = {"e": {"src": "int", "dst": "int", "w": "int"}}
+    q = parse_query("SELECT e1.src, SUM(e1.w * e2.w) FROM e e1 JOIN e e2 ON e1.dst = e2.src GROUP BY e1.src", schemas)
+    order = derive_order(q)
+    tree = build_view_tree(order, {"e1", "e2"})
+    rng = random.Random(2)
+    edges: dict = {}
+    ring = SumVectorRing((frozenset(), frozenset({"e1_w", "e2_w"})))
+    assert {"e1_w", "e2_w"} <= set(order.variables)
+    views = FactorizedViews(tree, ring, {"e1": [], "e2": []})
+    for _ in range(15):
+        delta = _random_delta(rng, edges, schemas["e"])
+        for alias in ("e1", "e2"):
+            views.apply(alias, _rows(delta))
+        for key, m in delta.items():
+            edges[key] = edges.get(key, 0) + m
+        views.check_invariants({"e1": _rows(edges), "e2": _rows(edges)})
+    assert views.result()
