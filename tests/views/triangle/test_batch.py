@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lakeivm.datagen.graph import edge_stream, rmat_edges
 from lakeivm.errors import InvalidInput
 from lakeivm.views.triangle.batch import BatchState, apply_batch, bootstrap, consolidate, graph_changes
 from lakeivm.views.triangle.core import HEAVY, LIGHT, ROLES, TriangleIVM
@@ -193,3 +194,17 @@ def _grouped(batch: list[Change]) -> dict[str, list]:
     for role, key, p in batch:
         grouped.setdefault(role, []).append((key, p))
     return grouped
+
+
+@pytest.mark.parametrize("epsilon", (0.25, 0.5))
+def test_rmat_graph_stream_has_heavy_hubs_and_matches_brute_force(epsilon: float) -> None:
+    edges = rmat_edges(9, 3000, seed=9)
+    graph = {e: 1 for e in edges}
+    state = bootstrap(graph_changes(graph), epsilon)
+    assert state.heavy_values("R") and state.parts["R", LIGHT].size
+    for batch in edge_stream(edges, 9, batches=8, batch_size=100, seed=10):
+        apply_batch(state, graph_changes(batch.changes()))
+        apply_changes(graph, batch.changes())
+        assert state.count == count_graph_triangles(graph)
+    state.check_invariants()
+    assert any(state.views[role] for role in ROLES)
