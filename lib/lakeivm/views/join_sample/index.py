@@ -101,8 +101,9 @@ class JoinIndex:
                 return None
         return tuple(out)
 
-    def size(self) -> int:
-        return sum(len(r) for r in self.rows.values())
+    def edges_into(self, relation: str) -> list[int]:
+        """Ids of the edges (c -> relation): the root's children in the tree rooted at ``relation``."""
+        return [i for i, s in enumerate(self.edges) if s.edge.parent == relation]
 
     def check_invariants(self) -> None:
         """Assert §4.2: cnt matches its definition, Σ 2^i|Φ_i| = cnt, one bucket per tuple, and Lemma 4.4."""
