@@ -1,6 +1,7 @@
 """The dynamic join index against brute force: every ΔJ holds exactly the new join results (§4, digest §7.1)."""
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 import pytest
@@ -91,3 +92,18 @@ def _subtree(spec: JoinSpec, node: str, parent: str) -> list[str]:
         if n != parent:
             out += _subtree(spec, n, node)
     return out
+
+
+def test_self_join_slots_updated_one_at_a_time_count_each_result_once() -> None:
+    """Digest §6.1 step 5: one edge table behind three star slots, each new edge inserted slot by slot."""
+    rnd = random.Random(5)
+    edges = sorted({(rnd.randrange(4), rnd.randrange(6)) for _ in range(14)})
+    rnd.shuffle(edges)
+    index = JoinIndex(JoinSpec.from_mapping(SHAPES["star3"]))
+    produced: Counter = Counter()
+    for eid, edge in enumerate(edges):
+        for slot in ("S1", "S2", "S3"):
+            produced.update(index.insert(slot, eid, edge).real_results())
+    expected = {(a, b, c) for a, ea in enumerate(edges) for b, eb in enumerate(edges) for c, ec in enumerate(edges)
+                if ea[0] == eb[0] == ec[0]}
+    assert set(produced) == expected and all(n == 1 for n in produced.values())
