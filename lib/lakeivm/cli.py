@@ -69,11 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=0.01)
     p.set_defaults(func=_datagen)
 
-    p = sub.add_parser("bench", help="benchmarks (JSON + PNG under bench-results/)")
-    p.add_argument("suite", choices=["first-order", "all"])
-    p.add_argument("--scales", default="0.1,1", help="TPC-H scale factors, comma-separated")
-    p.add_argument("--fractions", default="0.001,0.01", help="batch sizes as fractions of lineitem")
-    p.add_argument("--out", default="bench-results")
+    p = sub.add_parser("bench", help="benchmarks (JSON + PNG under bench-results/); `lakeivm bench SUITE --help`")
+    p.add_argument("suite", choices=[*BENCH_SUITES, "all"])
+    p.add_argument("options", nargs=argparse.REMAINDER, help="the suite's own options")
     p.set_defaults(func=_bench)
     return parser
 
@@ -162,12 +160,19 @@ def _demo(args, settings: Settings) -> int:
     return run_demo(settings, scale=args.scale, batches=args.batches)
 
 
-def _bench(args, settings: Settings) -> int:
-    from lakeivm.bench.first_order import run_first_order_bench
+# Each suite is a module of lakeivm.bench with ``main(argv, settings) -> int`` parsing its own options.
+BENCH_SUITES = {"first-order": "first_order"}
 
-    scales = [float(s) for s in args.scales.split(",")]
-    fractions = [float(f) for f in args.fractions.split(",")]
-    run_first_order_bench(settings, scales, fractions, args.out)
+
+def _bench(args, settings: Settings) -> int:
+    import importlib
+
+    suites = BENCH_SUITES if args.suite == "all" else {args.suite: BENCH_SUITES[args.suite]}
+    for name, module in suites.items():
+        print(f"== lakeivm bench {name}", flush=True)
+        status = importlib.import_module(f"lakeivm.bench.{module}").main(args.options, settings)
+        if status:
+            return status
     return 0
 
 

@@ -17,12 +17,18 @@ from lakeivm.lake import Lake
 from lakeivm.registry import ViewSpec, classify, find_spec, load_specs
 from lakeivm.sql import recompute_sql
 from lakeivm.views.base import Context, Maintainer
-from lakeivm.views.first_order import FirstOrderMaintainer
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-MAINTAINERS: dict[str, Callable[[], Maintainer]] = {"first_order": FirstOrderMaintainer}
+# kind -> "module:class" of its maintainer, imported on first use (keeps DAG parsing light).
+MAINTAINERS: dict[str, str] = {
+    "first_order": "lakeivm.views.first_order:FirstOrderMaintainer",
+    "triangle": "lakeivm.views.triangle.maintainer:TriangleMaintainer",
+    "fivm": "lakeivm.views.fivm.maintainer:FivmMaintainer",
+    "nested": "lakeivm.views.nested.maintainer:NestedMaintainer",
+    "join_sample": "lakeivm.views.join_sample.maintainer:JoinSampleMaintainer",
+}
 MODES = ("tick", "refresh", "rebuild")
 
 
@@ -61,7 +67,17 @@ def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Con
             raise InjectedFailure(f"injected failure at {label}")
 
     ctx = Context(lake, spec, query, pins={}, watermarks={}, seed=int(spec.options.get("seed", 0)), checkpoint=checkpoint)
-    return ctx, MAINTAINERS[kind]()
+    return ctx, maintainer_for(kind)
+
+
+def maintainer_for(kind: str) -> Maintainer:
+    """A fresh maintainer of ``kind`` (see MAINTAINERS)."""
+    import importlib
+
+    module, name = MAINTAINERS[kind].split(":")
+    maintainer = getattr(importlib.import_module(module), name)()
+    maintainer.kind = kind
+    return maintainer
 
 
 def plan_run(ctx: Context, mode: str, pending: Mapping[str, int], tables: Iterable[str] | None = None) -> Plan:
@@ -173,7 +189,7 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
 
 
 def _kind(maintainer: Maintainer) -> str:
-    return next(k for k, cls in MAINTAINERS.items() if isinstance(maintainer, cls))  # type: ignore[arg-type]
+    return maintainer.kind  # type: ignore[attr-defined]
 
 
 def read_view(spark: SparkSession, view: str, latest: bool = False, settings: Settings | None = None) -> DataFrame:

@@ -17,11 +17,12 @@ import yaml
 from lakeivm.config import REPO_ROOT
 from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
 from lakeivm.sql import Query, parse_query
+from lakeivm.views.triangle.shape import triangle_shape
 
 SCHEMA_PATH = REPO_ROOT / "schemas" / "view.schema.json"
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 KINDS = ("first_order", "fivm", "triangle", "nested", "join_sample")
-AVAILABLE_KINDS = ("first_order",)
+AVAILABLE_KINDS = ("first_order", "triangle")
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,12 @@ def classify(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[
         )
     if kind == "first_order":
         _check_first_order(spec, query)
+    if kind == "triangle" and triangle_shape(query) is None:
+        raise UnsupportedQuery(
+            f"{spec.source}: kind triangle needs a triangle count: SELECT COUNT(*) over three relations joined "
+            "in a cycle R(a,b), S(b,c), T(c,a) (or one edge table joined with itself so), with no filters "
+            "or GROUP BY. Remove `kind: triangle` to let the classifier choose."
+        )
     return kind, query
 
 
@@ -124,6 +131,8 @@ def _default_kind(spec: ViewSpec, query: Query) -> str:
         return "join_sample"
     if query.has_subquery:
         return "nested"
+    if triangle_shape(query) is not None:
+        return "triangle"
     return "first_order"
 
 

@@ -19,6 +19,20 @@ from lakeivm.config import REPO_ROOT, Settings
 REPEATS = 3
 
 
+def main(argv: list[str], settings: Settings) -> int:
+    """``lakeivm bench first-order [--scales 0.1,1] [--fractions 0.001,0.01] [--out DIR]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="lakeivm bench first-order", description=__doc__.splitlines()[0])
+    parser.add_argument("--scales", default="0.1,1", help="TPC-H scale factors, comma-separated")
+    parser.add_argument("--fractions", default="0.001,0.01", help="batch sizes as fractions of lineitem")
+    parser.add_argument("--out", default="bench-results")
+    args = parser.parse_args(argv)
+    run_first_order_bench(settings, [float(s) for s in args.scales.split(",")],
+                          [float(f) for f in args.fractions.split(",")], args.out)
+    return 0
+
+
 def run_first_order_bench(settings: Settings, scales: list[float], fractions: list[float], out: str) -> dict:
     """Run the benchmark; returns (and writes) the results."""
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
