@@ -17,12 +17,13 @@ import yaml
 from lakeivm.config import REPO_ROOT
 from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
 from lakeivm.sql import Query, parse_query
+from lakeivm.views.join_sample.plan import plan_sample
 from lakeivm.views.triangle.shape import triangle_shape
 
 SCHEMA_PATH = REPO_ROOT / "schemas" / "view.schema.json"
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 KINDS = ("first_order", "fivm", "triangle", "nested", "join_sample")
-AVAILABLE_KINDS = ("first_order", "triangle")
+AVAILABLE_KINDS = ("first_order", "triangle", "join_sample")
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,8 @@ def classify(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[
             "in a cycle R(a,b), S(b,c), T(c,a) (or one edge table joined with itself so), with no filters "
             "or GROUP BY. Remove `kind: triangle` to let the classifier choose."
         )
+    if kind == "join_sample":
+        plan_sample(query, spec.options, spec.source)  # raises UnsupportedQuery naming the construct
     return kind, query
 
 
