@@ -18,12 +18,13 @@ from lakeivm.config import REPO_ROOT
 from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
 from lakeivm.sql import Query, parse_query
 from lakeivm.views.join_sample.plan import plan_sample
+from lakeivm.views.nested.shape import diagnose, nested_shape
 from lakeivm.views.triangle.shape import triangle_shape
 
 SCHEMA_PATH = REPO_ROOT / "schemas" / "view.schema.json"
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 KINDS = ("first_order", "fivm", "triangle", "nested", "join_sample")
-AVAILABLE_KINDS = ("first_order", "triangle", "join_sample")
+AVAILABLE_KINDS = ("first_order", "triangle", "join_sample", "nested")
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,8 @@ def classify(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[
         )
     if kind == "join_sample":
         plan_sample(query, spec.options, spec.source)  # raises UnsupportedQuery naming the construct
+    if kind == "nested" and nested_shape(query) is None:
+        raise UnsupportedQuery(f"{spec.source}: kind nested: {diagnose(query)}.")
     return kind, query
 
 

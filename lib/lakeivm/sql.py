@@ -106,6 +106,17 @@ class Query:
         return tuple(r.alias for r in self.relations if r.table == table)
 
     @property
+    def extrema(self) -> tuple[Aggregate, ...]:
+        """The MIN/MAX aggregates: their value column is recomputed from a multiset, not added."""
+        return tuple(a for a in self.aggregates if a.func in ("MIN", "MAX"))
+
+    @property
+    def additive_columns(self) -> tuple[str, ...]:
+        """The state columns whose deltas add (all but the MIN/MAX values)."""
+        values = {f"_lakeivm_s{a.index}" for a in self.extrema}
+        return tuple(c for c in self.state_columns if c not in values)
+
+    @property
     def state_columns(self) -> tuple[str, ...]:
         """The state columns kept per group, besides the group keys."""
         cols = [COUNT]
@@ -156,16 +167,42 @@ def state_sql(query: Query, sources: Mapping[str, str], delta_alias: str | None 
         if agg.sql is None:
             continue
         s = f"COALESCE(SUM(({agg.sql}) * {m}), 0)"
+        if agg.func in ("MIN", "MAX"):  # exact on a snapshot; a delta's is recomputed from the multiset
+            s = f"{agg.func}({agg.sql})" if delta_alias is None else None
         n = f"COALESCE(SUM(CASE WHEN ({agg.sql}) IS NULL THEN 0 ELSE {m} END), 0)"
-        items.append(exp.alias_(sqlglot.parse_one(s, dialect=DIALECT), f"_lakeivm_s{agg.index}"))
+        if s is not None:
+            items.append(exp.alias_(sqlglot.parse_one(s, dialect=DIALECT), f"_lakeivm_s{agg.index}"))
         items.append(exp.alias_(sqlglot.parse_one(n, dialect=DIALECT), f"_lakeivm_n{agg.index}"))
     tree.set("expressions", items)
     return tree.sql(dialect=DIALECT)
 
 
+def multiset_sql(query: Query, sources: Mapping[str, str], agg: Aggregate, delta_alias: str | None = None) -> str:
+    """Per group, the multiset of ``agg``'s non-null values: (keys, ``_lakeivm_v``, ``_lakeivm_cnt``).
+
+    The state that keeps MIN/MAX exact under deletes: a group's extremum is the least/greatest value
+    whose count is positive. With ``delta_alias``, the counts are the multiset's delta.
+    """
+    m = f"{delta_alias}.{MULTIPLICITY}" if delta_alias else "CAST(1 AS BIGINT)"
+    tree = _with_sources(_delta_first(query, delta_alias) if delta_alias else query.tree, sources)
+    value = sqlglot.parse_one(agg.sql, dialect=DIALECT)
+    items: list[exp.Expression] = [exp.alias_(sqlglot.parse_one(k.sql, dialect=DIALECT), k.name) for k in query.group_keys]
+    items += [exp.alias_(value.copy(), "_lakeivm_v"), exp.alias_(sqlglot.parse_one(f"SUM({m})", dialect=DIALECT), "_lakeivm_cnt")]
+    tree.set("expressions", items)
+    tree.set("group", exp.Group(expressions=[sqlglot.parse_one(k.sql, dialect=DIALECT) for k in query.group_keys] + [value.copy()]))
+    not_null = exp.Not(this=exp.Is(this=exp.Paren(this=value.copy()), expression=exp.Null()))
+    where = tree.args.get("where")
+    tree.set("where", exp.Where(this=exp.and_(where.this, not_null) if where else not_null))
+    return tree.sql(dialect=DIALECT)
+
+
 def recompute_sql(query: Query, sources: Mapping[str, str]) -> str:
-    """The view's own SQL over the given sources: the oracle every maintainer is checked against."""
-    return _with_sources(query.tree, sources).sql(dialect=DIALECT)
+    """The view's own SQL over the given sources: the oracle every maintainer is checked against.
+
+    A table read inside a subquery is read from the source of the outer relation of the same table.
+    """
+    by_table = {r.table: sources[r.alias] for r in query.relations if r.alias in sources}
+    return _with_sources(query.tree, sources, by_table).sql(dialect=DIALECT)
 
 
 def _build(sql: str, tree: exp.Select, source: str) -> Query:
@@ -308,10 +345,15 @@ def _finalize_sql(func: str, agg: Aggregate) -> str:
     return f"CASE WHEN {n} = 0 THEN NULL ELSE {s} END"
 
 
-def _with_sources(tree: exp.Select, sources: Mapping[str, str]) -> exp.Select:
+def _with_sources(tree: exp.Select, sources: Mapping[str, str], inner: Mapping[str, str] | None = None) -> exp.Select:
     def swap(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Table) and node.alias_or_name in sources and node.find_ancestor(exp.Subquery) is None:
-            return exp.alias_(exp.to_table(sources[node.alias_or_name]), node.alias_or_name, table=True)
+        if not isinstance(node, exp.Table):
+            return node
+        if node.find_ancestor(exp.Subquery) is None:
+            if node.alias_or_name in sources:
+                return exp.alias_(exp.to_table(sources[node.alias_or_name]), node.alias_or_name, table=True)
+        elif inner and node.name in inner:
+            return exp.alias_(exp.to_table(inner[node.name]), node.alias_or_name, table=True)
         return node
 
     return tree.copy().transform(swap)

@@ -1,0 +1,339 @@
+"""Recognize the nested-aggregate shapes the ``nested`` kind maintains, binding tables, columns, constants.
+
+The paper's query class (§4.1, §4.3; digest §1.4) is an aggregate whose WHERE compares a constant
+or an uncorrelated aggregate with a correlated nested SUM/COUNT/AVG, correlated by equality or by
+one inequality. Five shapes of it have evaluators (:mod:`lakeivm.views.nested.evaluators`):
+Example 2.1, VWAP, MST, PSP and TPC-H Q17. Each is written below as a *pattern*: its SQL over
+canonical tables (``bids``/``asks`` with ``broker_id, price, volume``; ``lineitem``, ``part``) with
+``:name`` placeholders for its constants. A view's qualified SQL matches a pattern when the two
+trees unify: every pattern table, column and relation occurrence maps to exactly one of the view's
+(so any table and column names work), every placeholder to a literal, and ``=``, ``+``, ``*``,
+``AND``, the order of FROM and of the conjuncts, and the direction of ``<``/``>`` may differ.
+
+Anything nested that matches no pattern gets :func:`diagnose`: an UnsupportedQuery naming the
+first construct outside the class (MIN/MAX, OR, IN/EXISTS, two correlated inequalities, ...).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from itertools import permutations
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.optimizer.qualify import qualify
+
+from lakeivm.sql import DIALECT, Query
+
+BOOK = {"broker_id": "int", "price": "int", "volume": "int"}
+CANONICAL = {
+    "bids": BOOK,
+    "asks": BOOK,
+    "lineitem": {"l_partkey": "int", "l_quantity": "int", "l_extendedprice": "int"},
+    "part": {"p_partkey": "int", "p_brand": "string", "p_container": "string"},
+}
+PATTERNS = {
+    "example_2_1": """SELECT SUM(b.price * b.volume) FROM bids b
+        WHERE :c * (SELECT SUM(b1.volume) FROM bids b1) = (SELECT SUM(b2.volume) FROM bids b2 WHERE b2.price = b.price)""",
+    "vwap": """SELECT SUM(b.price * b.volume) FROM bids b
+        WHERE :c * (SELECT SUM(b1.volume) FROM bids b1) < (SELECT SUM(b2.volume) FROM bids b2 WHERE b2.price <= b.price)""",
+    "mst": """SELECT b.broker_id, SUM((a.price * a.volume) + (-1 * b.price * b.volume)) FROM bids b, asks a
+        WHERE :c_asks * (SELECT SUM(a1.volume) FROM asks a1) > (SELECT SUM(a2.volume) FROM asks a2 WHERE a2.price > a.price)
+          AND :c_bids * (SELECT SUM(b1.volume) FROM bids b1) > (SELECT SUM(b2.volume) FROM bids b2 WHERE b2.price > b.price)
+        GROUP BY b.broker_id""",
+    "psp": """SELECT SUM(a.price + -1 * b.price) FROM bids b, asks a
+        WHERE b.volume > :c_bids * (SELECT SUM(b1.volume) FROM bids b1)
+          AND a.volume > :c_asks * (SELECT SUM(a1.volume) FROM asks a1)""",
+    "q17": """SELECT SUM(l.l_extendedprice) / :divisor FROM lineitem l, part p
+        WHERE p.p_partkey = l.l_partkey AND p.p_brand = :brand AND p.p_container = :container
+          AND l.l_quantity < (SELECT :c * AVG(l2.l_quantity) FROM lineitem l2 WHERE l2.l_partkey = p.p_partkey)""",
+}
+"""Canonical pattern SQL per shape; the numeric placeholders must bind to positive numbers."""
+NUMERIC_PARAMS = {"c", "c_asks", "c_bids", "divisor"}
+_COMMUTATIVE = (exp.EQ, exp.NEQ, exp.Add, exp.Mul)
+_FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE}
+_SELECT_ARGS = {"expressions", "from", "from_", "joins", "where", "group"}
+
+
+@dataclass(frozen=True)
+class NestedShape:
+    """A view's query bound to one shipped shape.
+
+    ``tables`` maps each canonical table of the pattern (``bids``, ``asks``, ``lineitem``,
+    ``part``) to the view's table, ``columns`` each canonical table to {canonical column: view
+    column}, ``params`` each placeholder to its literal (a Fraction for numbers, else the string),
+    and ``outputs`` lists the view's output names in SELECT order.
+    """
+
+    name: str
+    tables: Mapping[str, str]
+    columns: Mapping[str, Mapping[str, str]]
+    params: Mapping[str, Any]
+    outputs: tuple[str, ...]
+    group_output: str | None = field(default=None)
+
+    def role_of(self, table: str) -> str:
+        """The canonical table the view's ``table`` plays."""
+        return next(role for role, actual in self.tables.items() if actual == table)
+
+
+def nested_shape(query: Query) -> NestedShape | None:
+    """The shipped shape ``query`` matches, with its bindings; None if it matches none."""
+    if not query.has_subquery:
+        return None
+    target = _canon(query.tree)
+    for name, pattern in _patterns().items():
+        for binding in _unify(pattern, target, {}):
+            shape = _shape(name, binding, query)
+            if shape is not None:
+                return shape
+    return None
+
+
+def diagnose(query: Query) -> str:
+    """Why a nested ``query`` is outside the shapes the nested kind maintains (the first reason found)."""
+    tree = query.tree
+    subqueries = list(tree.find_all(exp.Subquery))
+    for node in tree.find_all(exp.In, exp.Exists):
+        if node.find(exp.Select):
+            return f"{node.key.upper()} with a subquery ({_short(node)}) is not a nested aggregate comparison; rewrite it as a join"
+    for sub in subqueries:
+        if sub.find_ancestor(exp.Where) is None:
+            return f"a subquery outside WHERE ({_short(sub)}); only WHERE may compare with a nested aggregate"
+        inner = sub.this
+        if not isinstance(inner, exp.Select) or len(inner.expressions) != 1 or not inner.find(exp.AggFunc):
+            return f"the subquery {_short(sub)} is not a single aggregate"
+        for agg in inner.find_all(exp.AggFunc):
+            if isinstance(agg, (exp.Min, exp.Max)):
+                return (f"the nested aggregate {agg.sql(DIALECT)} is not streamable under deletes (paper §4.3: only "
+                        "SUM, COUNT and AVG); use SUM, COUNT or AVG")
+        for key in ("group", "having", "order", "limit"):
+            if inner.args.get(key):
+                return f"{key.upper()} inside the subquery {_short(sub)}"
+        if inner.find(exp.Subquery):
+            return f"a nested aggregate inside a nested aggregate ({_short(sub)}; the paper's NQ1/NQ2 shapes)"
+        outer_tables = {t.name for t in _tables_of(tree)}
+        for table in _tables_of(inner):
+            if table.name not in outer_tables:
+                return f"the subquery {_short(sub)} reads {table.name!r}, a table the outer query does not read"
+        correlated = [c for c in _conjuncts(inner.args.get("where")) if _is_correlated(c, inner)]
+        inequalities = [c for c in correlated if isinstance(c, (exp.LT, exp.LTE, exp.GT, exp.GTE))]
+        others = [c for c in correlated if not isinstance(c, (exp.EQ, exp.LT, exp.LTE, exp.GT, exp.GTE))]
+        if others:
+            return f"the correlation {others[0].sql(DIALECT)} is neither an equality nor one inequality"
+        if len(inequalities) > 1:
+            return (f"the subquery {_short(sub)} is correlated by {len(inequalities)} inequalities; "
+                    "only one inequality (a range of groups) is supported")
+        for c in correlated:
+            if not (isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column)):
+                return f"the correlation {c.sql(DIALECT)} compares expressions, not columns (the paper's SQ2 shape)"
+    where = tree.args.get("where")
+    for node in (where.find_all(exp.Or) if where else ()):
+        if node.find(exp.Subquery):
+            return f"OR around a nested aggregate ({_short(node)}); split the view into one per branch"
+    for conjunct in _conjuncts(where):
+        subs = list(conjunct.find_all(exp.Subquery))
+        if len(subs) == 2 and all(_is_correlated_subquery(s) for s in subs):
+            return f"both sides of {_short(conjunct)} are correlated (the paper's SQ1 shape)"
+    return ("this nested shape is in the paper's class but no evaluator is shipped for it: the nested kind "
+            "maintains Example 2.1, VWAP, MST, PSP and TPC-H Q17 (lakeivm.views.nested.queries) with any table "
+            "and column names and any positive constants")
+
+
+# -- unification -----------------------------------------------------------------------------------
+def _patterns() -> dict[str, exp.Select]:
+    if not _PATTERN_CACHE:
+        for name, text in PATTERNS.items():
+            tree = qualify(sqlglot.parse_one(text, dialect=DIALECT), schema=CANONICAL, dialect=DIALECT,
+                           quote_identifiers=False)
+            _PATTERN_CACHE[name] = _canon(tree)
+    return _PATTERN_CACHE
+
+
+_PATTERN_CACHE: dict[str, exp.Select] = {}
+
+
+def _canon(tree: exp.Select) -> exp.Select:
+    """A copy without parentheses and with ``x > y`` written ``y < x`` (``>=`` likewise)."""
+    tree = tree.copy()
+    for node in list(tree.find_all(exp.Paren)):
+        if not isinstance(node.this, exp.Select):
+            node.replace(node.this)
+    for node in list(tree.find_all(exp.GT, exp.GTE)):
+        node.replace(_FLIPPED[type(node)](this=node.expression, expression=node.this))
+    return tree
+
+
+def _unify(p: Any, q: Any, b: dict) -> Iterator[dict]:
+    """Every extension of bindings ``b`` under which pattern node ``p`` equals query node ``q``."""
+    if isinstance(p, exp.Placeholder):
+        if isinstance(q, exp.Neg) and isinstance(q.this, exp.Literal) and not q.this.is_string:
+            q = exp.Literal.number(f"-{q.this.this}")
+        if isinstance(q, exp.Literal):
+            yield from _bind(b, ("param", p.name), (q.is_string, q.this))
+        return
+    if type(p) is not type(q):
+        return
+    if isinstance(p, exp.Select):
+        yield from _unify_select(p, q, b)
+    elif isinstance(p, exp.Table):
+        yield from _unify_table(p, q, b)
+    elif isinstance(p, exp.Column):
+        ps, qs = _source_of(p), _source_of(q)
+        if ps is None or qs is None:
+            return
+        for b1 in _bind(b, ("relation", id(ps)), id(qs)):
+            yield from _bind(b1, ("column", ps.name, p.name), q.name, injective_within=ps.name)
+    elif isinstance(p, exp.And):
+        yield from _unify_bags(_conjuncts(p), _conjuncts(q), b)
+    elif isinstance(p, _COMMUTATIVE):
+        yield from _unify_seq([p.this, p.expression], [q.this, q.expression], b)
+        yield from _unify_seq([p.this, p.expression], [q.expression, q.this], b)
+    elif isinstance(p, exp.Alias):
+        yield from _unify(p.this, q.this, b)  # output names are free
+    else:
+        keys = set(p.args) | set(q.args)
+        pairs = [(p.args.get(k), q.args.get(k)) for k in sorted(keys)]
+        yield from _unify_args(pairs, b)
+
+
+def _unify_args(pairs: list[tuple[Any, Any]], b: dict) -> Iterator[dict]:
+    if not pairs:
+        yield b
+        return
+    (pv, qv), rest = pairs[0], pairs[1:]
+    if isinstance(pv, exp.Expression) or isinstance(qv, exp.Expression):
+        if not (isinstance(pv, exp.Expression) and isinstance(qv, exp.Expression)):
+            return
+        for b1 in _unify(pv, qv, b):
+            yield from _unify_args(rest, b1)
+    elif isinstance(pv, list) or isinstance(qv, list):
+        if not (isinstance(pv, list) and isinstance(qv, list)):
+            return
+        for b1 in _unify_seq(pv, qv, b):
+            yield from _unify_args(rest, b1)
+    elif (pv or None) == (qv or None) or (isinstance(pv, str) and isinstance(qv, str) and pv.lower() == qv.lower()):
+        yield from _unify_args(rest, b)
+
+
+def _unify_seq(ps: list, qs: list, b: dict) -> Iterator[dict]:
+    if len(ps) != len(qs):
+        return
+    if not ps:
+        yield b
+        return
+    for b1 in _unify(ps[0], qs[0], b):
+        yield from _unify_seq(ps[1:], qs[1:], b1)
+
+
+def _unify_bags(ps: list, qs: list, b: dict) -> Iterator[dict]:
+    if len(ps) != len(qs):
+        return
+    for order in permutations(qs):
+        yield from _unify_seq(ps, list(order), b)
+
+
+def _unify_select(p: exp.Select, q: exp.Select, b: dict) -> Iterator[dict]:
+    if any(q.args.get(k) for k in q.args if k not in _SELECT_ARGS):
+        return
+    p_group = p.args.get("group").expressions if p.args.get("group") else []
+    q_group = q.args.get("group").expressions if q.args.get("group") else []
+    for b1 in _unify_bags(_tables_of(p), _tables_of(q), b):
+        for b2 in _unify_bags(_select_conditions(p), _select_conditions(q), b1):
+            for b3 in _unify_seq(p.expressions, q.expressions, b2):
+                yield from _unify_seq(p_group, q_group, b3)
+
+
+def _unify_table(p: exp.Table, q: exp.Table, b: dict) -> Iterator[dict]:
+    for b1 in _bind(b, ("table", p.name), q.name):
+        yield from _bind(b1, ("relation", id(p)), id(q))
+
+
+def _bind(b: dict, key: tuple, value: Any, injective_within: str | None = None) -> Iterator[dict]:
+    """``b`` plus key -> value if consistent; values are one-to-one per kind (and per table for columns)."""
+    if key in b:
+        if b[key] == value:
+            yield b
+        return
+    reverse = ("reverse", key[0], injective_within, value)
+    if key[0] != "param" and reverse in b:
+        return
+    yield {**b, key: value, reverse: key}
+
+
+def _shape(name: str, binding: dict, query: Query) -> NestedShape | None:
+    tables = {k[1]: v for k, v in binding.items() if k[0] == "table"}
+    columns: dict[str, dict[str, str]] = {role: {} for role in tables}
+    for key, value in binding.items():
+        if key[0] == "column":
+            columns[key[1]][key[2]] = value
+    params = {}
+    for key, (is_string, text) in ((k, v) for k, v in binding.items() if k[0] == "param"):
+        if key[1] in NUMERIC_PARAMS:
+            if is_string or Fraction(text) <= 0:
+                return None
+            params[key[1]] = Fraction(text)
+        else:
+            params[key[1]] = text if is_string else None
+            if params[key[1]] is None:
+                return None
+    if name == "mst":
+        keys = [o for o in query.outputs if o.is_key]
+        group = keys[0].name if keys else None
+    else:
+        group = None
+    return NestedShape(name, tables, columns, params, tuple(o.name for o in query.outputs), group)
+
+
+# -- tree helpers -----------------------------------------------------------------------------------
+def _tables_of(select: exp.Select) -> list[exp.Table]:
+    """The tables in ``select``'s own FROM and JOINs (not in subqueries)."""
+    from_ = select.args.get("from") or select.args.get("from_")
+    out = [from_.this] if from_ is not None and isinstance(from_.this, exp.Table) else []
+    out += [j.this for j in select.args.get("joins") or [] if isinstance(j.this, exp.Table)]
+    return out
+
+
+def _select_conditions(select: exp.Select) -> list[exp.Expression]:
+    """WHERE conjuncts plus JOIN ... ON conditions, so comma joins and ON joins match alike."""
+    out = _conjuncts(select.args.get("where"))
+    for join in select.args.get("joins") or []:
+        if join.args.get("on") is not None:
+            out += _conjuncts(join.args["on"])
+    return out
+
+
+def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    if node is None:
+        return []
+    if isinstance(node, exp.Where):
+        node = node.this
+    return list(node.flatten()) if isinstance(node, exp.And) else [node]
+
+
+def _source_of(column: exp.Column) -> exp.Table | None:
+    """The table occurrence a qualified column refers to: the nearest enclosing SELECT defining its alias."""
+    scope = column.find_ancestor(exp.Select)
+    while scope is not None:
+        for table in _tables_of(scope):
+            if table.alias_or_name == column.table:
+                return table
+        scope = scope.find_ancestor(exp.Select)
+    return None
+
+
+def _is_correlated(node: exp.Expression, inner: exp.Select) -> bool:
+    own = {id(t) for t in _tables_of(inner)}
+    return any(_source_of(c) is not None and id(_source_of(c)) not in own for c in node.find_all(exp.Column))
+
+
+def _is_correlated_subquery(sub: exp.Subquery) -> bool:
+    inner = sub.this
+    return isinstance(inner, exp.Select) and any(_is_correlated(c, inner) for c in _conjuncts(inner.args.get("where")))
+
+
+def _short(node: exp.Expression, width: int = 90) -> str:
+    text = node.sql(DIALECT)
+    return text if len(text) <= width else text[: width - 3] + "..."
