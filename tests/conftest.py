@@ -8,6 +8,15 @@ import pytest
 _counter = itertools.count()
 
 
+def pytest_configure(config):
+    """A private temp root per pytest process: concurrent runs must not prune each other's lakes
+    (pytest keeps only the 3 newest numbered dirs under one shared /tmp/pytest-of-<user>)."""
+    import tempfile
+
+    if not config.option.basetemp:
+        config.option.basetemp = tempfile.mkdtemp(prefix="lakeivm-pytest-")
+
+
 @pytest.fixture(scope="session")
 def spark():
     from lakeivm.config import Settings

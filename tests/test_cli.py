@@ -27,6 +27,7 @@ def test_refresh_status_read_audit(lake, spark, views, capsys):
     assert main([*common, "status"]) == 0
     out = capsys.readouterr().out
     assert "by_g  [first_order]  deadline 60s" in out and "r            watermark    0  head    1  pending rows 1" in out
+    assert "refresh now: predicted" in out and "within the deadline 60s" in out and "deadline record: 0/0" in out
     assert main([*common, "refresh", "by_g"]) == 0
     assert "applied ['r']" in capsys.readouterr().out
     assert main([*common, "read", "by_g"]) == 0
@@ -38,3 +39,10 @@ def test_refresh_status_read_audit(lake, spark, views, capsys):
 def test_unknown_view_is_a_clear_error(lake, views, capsys):
     assert main(["--lake", lake.root, "--views", views, "refresh", "nope"]) == 2
     assert "unknown view 'nope'; registered views: by_g" in capsys.readouterr().err
+
+
+def test_datagen_graph_writes_a_power_law_edges_table(lake, capsys):
+    assert main(["--lake", lake.root, "datagen", "graph", "--edges", "300", "--log2-vertices", "6"]) == 0
+    assert "wrote 300 R-MAT edges over 2^6 vertices" in capsys.readouterr().out
+    edges = lake.read(lake.table_path("edges"))
+    assert edges.count() == 300 and edges.distinct().count() == 300

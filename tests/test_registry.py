@@ -65,7 +65,8 @@ def test_classify_first_order_and_rejections():
     assert kind == "first_order" and query.tables == ("s",)
     with pytest.raises(UnsupportedQuery, match="needs aggregates"):
         classify(spec_from_dict({"name": "v", "sql": "SELECT g FROM s", "deadline": 5}), schemas)
-    with pytest.raises(UnsupportedQuery, match="MIN"):
-        classify(spec_from_dict({"name": "v", "sql": "SELECT g, MIN(b) AS m FROM s GROUP BY g", "deadline": 5}), schemas)
-    with pytest.raises(UnsupportedQuery, match="kind 'triangle' is not available"):
+    kind, query = classify(spec_from_dict({"name": "v", "sql": "SELECT g, MIN(b) AS m FROM s GROUP BY g", "deadline": 5,
+                                           "kind": "first_order"}), schemas)
+    assert kind == "first_order" and [a.func for a in query.extrema] == ["MIN"]
+    with pytest.raises(UnsupportedQuery, match="kind triangle needs a triangle count"):
         classify(spec_from_dict({"name": "v", "sql": "SELECT COUNT(*) AS c FROM s", "deadline": 5, "kind": "triangle"}), schemas)

@@ -38,6 +38,17 @@ def pending_rows(lake: Lake, table: str, watermark: int, head: int) -> int:
     return sum(_cdf_rows(row["operationMetrics"] or {}) for row in _history(lake, table, watermark, head))
 
 
+def pending_age_seconds(lake: Lake, table: str, watermark: int, head: int) -> float:
+    """Seconds since the oldest commit in (watermark, head] was written (0 when nothing is pending)."""
+    from datetime import datetime
+
+    history = _history(lake, table, watermark, head)
+    if not history:
+        return 0.0
+    oldest = min(row["timestamp"] for row in history)
+    return max(0.0, (datetime.now() - oldest).total_seconds())
+
+
 def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str]) -> None:
     """Raise ChangeRangeError if (watermark, head] of ``table`` cannot be read as changes."""
     path = lake.table_path(table)
@@ -122,7 +133,7 @@ def _history(lake: Lake, table: str, watermark: int, head: int) -> list:
     if key not in lake.cache:
         history = DeltaTable.forPath(lake.spark, lake.table_path(table)).history()
         lake.cache[key] = history.where(f"version > {watermark} AND version <= {head}").select(
-            "version", "operation", "operationParameters", "operationMetrics").collect()
+            "version", "timestamp", "operation", "operationParameters", "operationMetrics").collect()
     return lake.cache[key]
 
 

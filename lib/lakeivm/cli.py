@@ -54,6 +54,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tick", action="store_true", help="run as a scheduled tick instead of an on-demand refresh")
     p.set_defaults(func=_refresh)
 
+    p = sub.add_parser("calibrate", help="time batches of 2^j changes per table on a scratch copy; seed the cost models")
+    p.add_argument("view")
+    p.add_argument("--max-exp", type=int, default=10, help="largest batch is 2^MAX_EXP changes (default 10)")
+    p.add_argument("--tables", help="comma-separated source tables (default: all of the view's)")
+    p.set_defaults(func=_calibrate)
+
     p = sub.add_parser("read", help="print a view (last consistent snapshot)")
     p.add_argument("view")
     p.add_argument("--latest", action="store_true", help="newest state, possibly asymmetric")
@@ -65,8 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_audit)
 
     p = sub.add_parser("datagen", help="generate data into the lake")
-    p.add_argument("dataset", choices=["tpch"])
-    p.add_argument("--scale", type=float, default=0.01)
+    p.add_argument("dataset", choices=["tpch", "graph"])
+    p.add_argument("--scale", type=float, default=0.01, help="tpch: scale factor (default 0.01)")
+    p.add_argument("--edges", type=int, default=50_000, help="graph: R-MAT edges (default 50000)")
+    p.add_argument("--log2-vertices", type=int, default=13, help="graph: 2^N vertices (default 13)")
+    p.add_argument("--table", default="edges", help="graph: table name (default edges)")
+    p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=_datagen)
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG under bench-results/); `lakeivm bench SUITE --help`")
@@ -104,6 +114,24 @@ def _status(args, settings: Settings) -> int:
         for table, head in entry["heads"].items():
             mark = entry.get("watermarks", {}).get(table, "-")
             print(f"  {table:<12} watermark {mark!s:>4}  head {head:>4}  pending rows {entry['pending_rows'].get(table)}")
+        if "predicted_refresh_s" in entry:
+            verdict = "within" if entry["predicted_refresh_s"] <= entry["deadline_s"] else "MISSES"
+            record = entry["deadline_record"]
+            print(f"  refresh now: predicted {entry['predicted_refresh_s']:.1f}s, {verdict} the deadline {entry['deadline_s']:g}s")
+            print(f"  last plan: {entry['last_plan']}")
+            print(f"  deadline record: {record['met']}/{record['refreshes']} on-demand refreshes met it; "
+                  f"recent (run, seconds, met): {record['recent']}")
+    return 0
+
+
+def _calibrate(args, settings: Settings) -> int:
+    from lakeivm.calibrate import calibrate
+    from lakeivm.registry import find_spec
+
+    spec = find_spec(_specs(settings), args.view)
+    models = calibrate(_lake(settings), spec, args.max_exp, args.tables.split(",") if args.tables else None)
+    for table, (a, b, n) in models.items():
+        print(f"{args.view} {table}: f(k) = {a * 1000:.4f} ms per change + {b:.3f} s ({n} batches), stored in _system/costs")
     return 0
 
 
@@ -127,7 +155,12 @@ def _read(args, settings: Settings) -> int:
     from lakeivm.registry import find_spec
 
     spec = find_spec(_specs(settings), args.view)
-    view_snapshot(_lake(settings), spec, latest=args.latest).show(args.limit, truncate=False)
+    lake = _lake(settings)
+    view_snapshot(lake, spec, latest=args.latest).show(args.limit, truncate=False)
+    if "features" in spec.options:  # an F-IVM regression view: also its fitted coefficients
+        from lakeivm.views.fivm.maintainer import describe_fit
+
+        print(describe_fit(lake, spec, latest=args.latest))
     return 0
 
 
@@ -141,6 +174,12 @@ def _audit(args, settings: Settings) -> int:
 
 
 def _datagen(args, settings: Settings) -> int:
+    if args.dataset == "graph":
+        from lakeivm.datagen.graph import rmat_edges, write_graph
+
+        count = write_graph(_lake(settings), rmat_edges(args.log2_vertices, args.edges, args.seed), args.table)
+        print(f"wrote {count} R-MAT edges over 2^{args.log2_vertices} vertices to table {args.table}")
+        return 0
     from lakeivm.datagen.tpch import generate_tpch
 
     generate_tpch(_lake(settings), args.scale)
@@ -161,7 +200,7 @@ def _demo(args, settings: Settings) -> int:
 
 
 # Each suite is a module of lakeivm.bench with ``main(argv, settings) -> int`` parsing its own options.
-BENCH_SUITES = {"first-order": "first_order"}
+BENCH_SUITES = {"first-order": "first_order", "planner": "planner", "triangle": "triangle", "fivm": "fivm"}
 
 
 def _bench(args, settings: Settings) -> int:

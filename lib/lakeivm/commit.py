@@ -70,6 +70,26 @@ def log_rows(lake: Lake, view: str, status: str | None = "committed") -> list[Lo
     return [_to_row(r.asDict()) for r in df.orderBy("seq").collect()]
 
 
+def record_costs(lake: Lake, view: str, models: Mapping[str, tuple[float, float, int]]) -> None:
+    """Append calibrated cost models {table: (a, b, samples)} to ``_system/costs``."""
+    columns = Lake.system_schema("costs.json")
+    ddl = ", ".join(f"`{c}` {t}" for c, t in columns.items())
+    now = datetime.now(timezone.utc)
+    rows = [(view, table, float(a), float(b), int(n), now) for table, (a, b, n) in models.items()]
+    lake.spark.createDataFrame(rows, ddl).write.format("delta").mode("append").save(lake.costs_path)
+
+
+def calibrated_costs(lake: Lake, view: str) -> dict[str, Any]:
+    """{table: LinearCost} of the newest calibration of ``view`` in ``_system/costs``."""
+    from lakeivm.planning.costs import LinearCost
+
+    key = ("costs", view, lake.head_version(lake.costs_path))
+    if key not in lake.cache:
+        rows = lake.read(lake.costs_path).where(f"view = '{view}'").orderBy("updated_at").collect()
+        lake.cache[key] = {r["table"]: LinearCost(r["a"], r["b"]) for r in rows}
+    return lake.cache[key]
+
+
 def last_committed(lake: Lake, view: str, consistent: bool = False) -> LogRow | None:
     """The newest committed run (optionally: whose sources were all brought to one pin)."""
     rows = [r for r in log_rows(lake, view) if r.consistent or not consistent]

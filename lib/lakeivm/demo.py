@@ -1,4 +1,4 @@
-"""``lakeivm demo``: a TPC-H lake, a change stream, the views' DAGs run with ``dag.test()``.
+"""``lakeivm demo``: a TPC-H lake and an R-MAT graph, change streams, the views' DAGs run with ``dag.test()``.
 
 Everything runs in this process on the embedded default: local Spark, a local lake, Airflow's
 metadata in SQLite under ``.lakeivm-airflow/``. Each batch of TPC-H changes is followed by one
@@ -15,10 +15,12 @@ from pathlib import Path
 from lakeivm.config import REPO_ROOT, Settings
 
 AIRFLOW_HOME = Path(".lakeivm-airflow")
+GRAPH_SCALE, GRAPH_EDGES, GRAPH_BATCH = 10, 4000, 200  # the demo's R-MAT edges table and its batches
 
 
 def build_lake(settings: Settings, scale: float):
     """A fresh demo lake: TPC-H at ``scale`` under ``<lake>/tables``."""
+    from lakeivm.datagen.graph import rmat_edges, write_graph
     from lakeivm.datagen.tpch import generate_tpch
     from lakeivm.engine import open_lake
     from lakeivm.lake import Lake
@@ -28,6 +30,7 @@ def build_lake(settings: Settings, scale: float):
     Lake(spark, settings.lake).delete(Lake(spark, settings.lake).root)
     lake = open_lake(spark, settings)
     generate_tpch(lake, scale)
+    write_graph(lake, rmat_edges(GRAPH_SCALE, GRAPH_EDGES, seed=1))
     return lake
 
 
@@ -51,6 +54,7 @@ def prepare_airflow(settings: Settings) -> None:
 
 def run_demo(settings: Settings, scale: float = 0.01, batches: int = 3) -> int:
     """Build the lake, run every view's DAG after each change batch, print views and audits."""
+    from lakeivm.datagen.graph import apply_edge_batch, edge_stream
     from lakeivm.datagen.tpch import TpchChangeStream
     from lakeivm.engine import audit, status, view_snapshot
     from lakeivm.registry import load_specs
@@ -66,8 +70,12 @@ def run_demo(settings: Settings, scale: float = 0.01, batches: int = 3) -> int:
     print(f"== DAGs: {', '.join(dags)}")
     _run_all(dags, refresh=False, label="bootstrap")
     stream = TpchChangeStream(lake)
+    edges = {(r["src"], r["dst"]) for r in lake.read(lake.table_path("edges")).collect()}
+    graph = edge_stream(sorted(edges), GRAPH_SCALE, batches, GRAPH_BATCH, seed=2)
     for batch in range(1, batches + 1):
-        print(f"== batch {batch}: {stream.batch()}")
+        changes = next(graph)
+        apply_edge_batch(lake, changes)
+        print(f"== batch {batch}: {stream.batch()}; edges +{len(changes.inserts)} -{len(changes.deletes)}")
         _run_all(dags, refresh=batch == batches, label="on-demand refresh" if batch == batches else "tick")
     failures = 0
     for entry in status(lake, specs):

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -80,28 +80,52 @@ def maintainer_for(kind: str) -> Maintainer:
     return maintainer
 
 
-def plan_run(ctx: Context, mode: str, pending: Mapping[str, int], tables: Iterable[str] | None = None) -> Plan:
-    """The tables to apply now. An on-demand refresh applies everything; a tick, for now, too.
+def plan_run(ctx: Context, mode: str, pending: Mapping[str, int], history: Sequence[commit.LogRow] = (),
+             tables: Iterable[str] | None = None) -> Plan:
+    """The tables to apply now: everything for an on-demand refresh, the planner's choice on a tick.
 
-    ``tables`` forces an explicit (possibly asymmetric) choice, used by tests and by the DAG.
+    ``tables`` forces an explicit (possibly asymmetric) choice, used by tests and benchmarks.
     """
+    from lakeivm.planning.tick import plan_refresh, plan_tick
+
     behind = tuple(t for t in ctx.query.tables if ctx.pins[t] > ctx.watermarks[t])
     if tables is not None:
         chosen = tuple(t for t in ctx.query.tables if t in set(tables) and t in behind)
         return Plan(chosen, "tables chosen by the caller")
-    reason = "on-demand refresh: apply every table" if mode == "refresh" else "tick: apply every table with pending changes"
-    return Plan(behind, reason)
+    backlog = {t: pending[t] for t in ctx.query.tables}
+    calibrated = commit.calibrated_costs(ctx.lake, ctx.view)
+    if mode == "refresh":
+        decision = plan_refresh(history, backlog, ctx.spec.deadline_s, ctx.spec.options, calibrated)
+        return Plan(behind, decision.reason, decision.predicted_seconds)
+    decision = plan_tick(history, backlog, ctx.spec.deadline_s, ctx.spec.options, _too_old(ctx), calibrated)
+    # A table with commits but no change rows (e.g. an OPTIMIZE) is caught up for free.
+    chosen = tuple(t for t in behind if t in decision.apply or pending[t] == 0)
+    reason = f"predicted refresh afterwards {decision.predicted_refresh_seconds_after:.3f} s -- {decision.reason}"
+    return Plan(chosen, reason, decision.predicted_seconds)
+
+
+def _too_old(ctx: Context) -> frozenset[str]:
+    """Tables whose oldest pending commit is older than the spec's ``max_pending_age``."""
+    limit = ctx.spec.max_pending_age_s
+    if limit is None:
+        return frozenset()
+    return frozenset(t for t in ctx.query.tables
+                     if changes.pending_age_seconds(ctx.lake, t, ctx.watermarks[t], ctx.pins[t]) > limit)
 
 
 def run_view(
     lake: Lake,
     spec: ViewSpec,
-    mode: str = "tick",
+    mode: str = "refresh",
     tables: Iterable[str] | None = None,
     fail_at: str | None = None,
     progress: Callable[[str], None] = lambda message: None,
 ) -> commit.LogRow | None:
-    """Run one maintenance run of ``spec``; returns its committed log row (None: nothing to do)."""
+    """Run one maintenance run of ``spec``; returns its committed log row (None: nothing to do).
+
+    ``mode``: ``refresh`` (on demand, the default: apply every pending change), ``tick`` (a scheduled
+    run: the planner chooses the tables) or ``rebuild`` (from snapshots).
+    """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     started = time.perf_counter()
@@ -118,18 +142,23 @@ def run_view(
             return _bootstrap(ctx, maintainer, seq, "bootstrap" if last is None else "rebuild", reason, started, progress)
         ctx.watermarks = dict(last.watermarks)
         pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
-        plan = plan_run(ctx, mode, pending, tables)
+        plan = plan_run(ctx, mode, pending, history=[r for r in history if r.status == "committed"], tables=tables)
         if not plan.tables and mode == "tick":
-            progress(f"{spec.name}: nothing to apply")
-            return None
+            if not any(pending.values()):
+                progress(f"{spec.name}: nothing to apply")
+                return None
+            progress(f"{spec.name}: {plan}")  # the planner batches: the decision is logged, state untouched
+            return _commit(ctx, maintainer, seq, mode, plan, {}, started)
         try:
-            applied = _apply(ctx, maintainer, plan, progress)
+            applied = _apply(ctx, maintainer, plan, pending, progress)
         except ChangeRangeError as err:
             return _unreadable(ctx, maintainer, last, seq, err, started, progress)
         return _commit(ctx, maintainer, seq, mode, plan, applied, started)
 
 
-def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, progress: Callable[[str], None]) -> dict[str, tuple[int, float]]:
+def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[str, int],
+           progress: Callable[[str], None]) -> dict[str, tuple[int, float]]:
+    """Apply the plan's tables; returns {table: (change-feed rows, seconds)}: the cost models' unit."""
     for table in plan.tables:
         changes.check_readable(ctx.lake, table, ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
     applied = {}
@@ -141,9 +170,18 @@ def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, progress: Callable[
         if rows:
             maintainer.apply(ctx, table, delta)
         ctx.watermarks[table] = ctx.pins[table]
-        applied[table] = (rows, time.perf_counter() - t0)
+        applied[table] = (pending[table], time.perf_counter() - t0)
+    t0 = time.perf_counter()
     maintainer.flush(ctx)
-    return applied
+    return _share(applied, time.perf_counter() - t0)
+
+
+def _share(applied: dict[str, tuple[int, float]], flush_seconds: float) -> dict[str, tuple[int, float]]:
+    """Charge the run's one flush to its tables in proportion to their rows (their cost models see it)."""
+    total = sum(rows for rows, _ in applied.values())
+    if not total:
+        return applied
+    return {t: (rows, s + flush_seconds * rows / total) for t, (rows, s) in applied.items()}
 
 
 def _bootstrap(ctx: Context, maintainer: Maintainer, seq: int, mode: str, reason: str, started: float, progress) -> commit.LogRow:
@@ -180,7 +218,8 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
         consistent=all(ctx.watermarks[t] == ctx.pins[t] for t in ctx.pins),
         started_at=datetime.fromtimestamp(time.time() - seconds, timezone.utc), applied=tuple(applied),
         delta_rows={t: r for t, (r, _) in applied.items()}, table_seconds={t: s for t, (_, s) in applied.items()},
-        pending_rows=pending, seconds=seconds, predicted_seconds=plan.predicted_seconds, deadline_s=ctx.spec.deadline_s,
+        pending_rows=pending, seconds=seconds,
+        predicted_seconds=None if plan.predicted_seconds is None else float(plan.predicted_seconds), deadline_s=ctx.spec.deadline_s,
         deadline_met=(seconds <= ctx.spec.deadline_s) if mode == "refresh" else None, plan=str(plan),
     )
     ctx.checkpoint("before_log")
@@ -240,8 +279,11 @@ def audit(lake: Lake, spec: ViewSpec, latest: bool = True) -> Audit:
     row = commit.last_committed(lake, spec.name, consistent=not latest)
     if row is None:
         raise StateError(f"view {spec.name!r} has no committed run to audit; run `lakeivm refresh {spec.name}`.")
-    expected = _bag(recompute(lake, spec, row.watermarks))
     ctx, maintainer = prepare(lake, spec)
+    if hasattr(maintainer, "audit_sample"):  # a sample: each row a join result, min(k, |join|) rows
+        rows, missing, unexpected = maintainer.audit_sample(ctx, recompute(lake, spec, row.watermarks), row.state_versions["result"])
+        return Audit(spec.name, row.watermarks, rows, missing, unexpected)
+    expected = _bag(recompute(lake, spec, row.watermarks))
     actual = _bag(maintainer.result(ctx, row.state_versions["result"]))
     missing = tuple(r for r in expected - actual)
     unexpected = tuple(r for r in actual - expected)
@@ -280,11 +322,22 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]
         if last is None:
             entry.update(last_run=None, pending_rows={t: None for t in heads})
         else:
+            from lakeivm.planning.tick import plan_refresh
+
+            history = commit.log_rows(lake, spec.name)
+            pending = {t: changes.pending_rows(lake, t, last.watermarks.get(t, -1), h) for t, h in heads.items()}
+            predicted = plan_refresh(history, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name))
+            refreshes = [r for r in history if r.mode == "refresh" and r.deadline_met is not None]
             entry.update(
                 last_run=f"#{last.seq} {last.mode} at {last.finished_at:%Y-%m-%d %H:%M:%S} ({last.seconds:.1f}s)",
                 watermarks=dict(last.watermarks),
-                pending_rows={t: changes.pending_rows(lake, t, last.watermarks.get(t, -1), h) for t, h in heads.items()},
+                pending_rows=pending,
                 consistent=last.consistent,
+                predicted_refresh_s=round(predicted.predicted_seconds, 3),
+                refresh_prediction=predicted.reason,
+                last_plan=last.plan,
+                deadline_record={"refreshes": len(refreshes), "met": sum(bool(r.deadline_met) for r in refreshes),
+                                 "recent": [(r.seq, round(r.seconds, 1), r.deadline_met) for r in refreshes[-5:]]},
             )
         report.append(entry)
     return report

@@ -32,9 +32,20 @@ def build_dags(settings: Settings | None = None) -> dict[str, Any]:
     return {f"lakeivm__{name}": build_dag(spec, settings) for name, spec in load_specs(settings.views).items()}
 
 
+async def deadline_missed(view: str, deadline_s: float, **context: Any) -> None:
+    """Deadline alert callback (runs in the triggerer): a run of ``view`` outlived its deadline."""
+    import logging
+
+    logging.getLogger("lakeivm").warning(
+        "lakeivm: a run of view %s did not finish within its deadline of %gs; `lakeivm status` shows "
+        "the backlog and the predicted refresh time (raise the deadline, tick more often or calibrate).",
+        view, deadline_s)
+
+
 def build_dag(spec: ViewSpec, settings: Settings):
     """The maintenance DAG of one view: every ``tick``; ``{"refresh": true}`` refreshes on demand."""
     from airflow.sdk import Asset, Param, dag, task
+    from airflow.sdk.definitions.deadline import AsyncCallback, DeadlineAlert, DeadlineReference
 
     asset = Asset(name=f"lakeivm__{spec.name}", uri=view_asset_uri(settings, spec.name))
 
@@ -46,6 +57,13 @@ def build_dag(spec: ViewSpec, settings: Settings):
         max_active_runs=1,
         tags=["lakeivm", spec.name],
         params={"refresh": Param(False, type="boolean", description="on-demand refresh: apply every pending change")},
+        # Airflow 3 deadline alert: a run (an on-demand refresh above all) not done within the view's
+        # deadline of being queued calls deadline_missed, which logs it against the view.
+        deadline=DeadlineAlert(
+            reference=DeadlineReference.DAGRUN_QUEUED_AT,
+            interval=timedelta(seconds=spec.deadline_s),
+            callback=AsyncCallback(deadline_missed, kwargs={"view": spec.name, "deadline_s": spec.deadline_s}),
+        ),
         doc_md=f"Maintains view `{spec.name}` ({spec.source}); deadline {spec.deadline_s:g}s.\n\n```sql\n{spec.sql}\n```",
     )
     def maintenance():

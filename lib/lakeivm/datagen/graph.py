@@ -148,3 +148,24 @@ def _remove(present: list[Edge], position: dict[Edge, int], index: int) -> Edge:
     present.pop()
     del position[edge]
     return edge
+
+
+def write_graph(lake, edges: Iterable[Edge], table: str = "edges") -> int:
+    """Create (or replace) base table ``table`` (src, dst BIGINT, CDF on) holding ``edges``; returns the count."""
+    frame = lake.spark.createDataFrame(edges_table(edges).to_pandas())
+    lake.create_table(table, frame, mode="overwrite")
+    return lake.read(lake.table_path(table)).count()
+
+
+def apply_edge_batch(lake, batch: EdgeBatch, table: str = "edges") -> None:
+    """Commit one batch to ``table``: a MERGE deleting its deletes, then an append of its inserts."""
+    from delta.tables import DeltaTable
+
+    path = lake.table_path(table)
+    if batch.deletes:
+        gone = lake.spark.createDataFrame(EdgeBatch((), batch.deletes).to_table().to_pandas()).drop("sign")
+        (DeltaTable.forPath(lake.spark, path).alias("t").merge(gone.alias("s"), "t.src = s.src AND t.dst = s.dst")
+         .whenMatchedDelete().execute())
+    if batch.inserts:
+        added = lake.spark.createDataFrame(EdgeBatch(batch.inserts, ()).to_table().to_pandas()).drop("sign")
+        added.write.format("delta").mode("append").save(path)

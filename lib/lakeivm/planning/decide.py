@@ -120,7 +120,7 @@ def refresh_decision(
     verdict = "within" if seconds + headroom_seconds <= deadline_seconds else "MISSES"
     return Decision(
         apply=frozenset(names),
-        predicted_seconds=seconds,
+        predicted_seconds=seconds + headroom_seconds,
         predicted_refresh_seconds_after=0.0,
         reason=f"on-demand refresh: apply everything; predicted {seconds + headroom_seconds:.3f} s {verdict} the deadline {deadline_seconds:.3f} s",
     )

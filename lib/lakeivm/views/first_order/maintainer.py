@@ -4,7 +4,10 @@ For a table R occurring as aliases R1..Rn, ΔV = Σ_i V(R1', .., R(i-1)', ΔRi, 
 every other table as of its watermark, R' = R at the pin: a telescoping sum, exact for self-joins
 and asymmetric plans. Per group the state is a row count and, per aggregated expression, the sum
 of its non-null values and their count (lakeivm.sql); states add, and a group whose count reaches
-zero is deleted. Cost per batch: one join of the delta with the other relations, one MERGE.
+zero is deleted. MIN/MAX keep, per aggregate, the multiset of each group's values as an additive
+table ``aux/extremum_<i>`` (keys, value, count); after a run the touched groups' extrema are
+re-read from it, so deletes of the current minimum are exact. Cost per batch: one join of the
+delta with the other relations, one MERGE (plus one MERGE per MIN/MAX multiset).
 """
 from __future__ import annotations
 
@@ -12,8 +15,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lakeivm.lake import CDF
-from lakeivm.sql import COUNT, Query, state_sql
+from lakeivm.sql import COUNT, Aggregate, Query, multiset_sql, state_sql
 from lakeivm.views.base import Context
+from lakeivm.views.state import AdditiveTable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -29,12 +33,17 @@ class FirstOrderMaintainer:
 
     def __init__(self) -> None:
         self._changes: list[DataFrame] = []
+        self._multisets: dict[int, AdditiveTable] | None = None
 
     def state_tables(self, ctx: Context) -> Mapping[str, str]:
-        return {"result": ctx.lake.view_path(ctx.view)}
+        multisets = {f"extremum_{i}": t.path for i, t in self._extrema(ctx).items()}
+        return {"result": ctx.lake.view_path(ctx.view), **multisets}
 
     def bootstrap(self, ctx: Context) -> None:
         sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in ctx.query.relations}
+        for agg in ctx.query.extrema:
+            self._extrema(ctx)[agg.index].create(ctx.spark.sql(multiset_sql(ctx.query, sources, agg)))
+            ctx.checkpoint(f"bootstrap:extremum_{agg.index}")
         state = ctx.spark.sql(state_sql(ctx.query, sources))
         if ctx.query.group_keys:
             state = state.where(f"{COUNT} > 0")
@@ -47,25 +56,40 @@ class FirstOrderMaintainer:
     def apply(self, ctx: Context, table: str, delta: DataFrame) -> None:
         name = f"lakeivm_{ctx.view}_{table}_delta"
         delta.createOrReplaceTempView(name)
-        parts = [ctx.spark.sql(state_sql(ctx.query, self._sources(ctx, table, alias, name), alias))
-                 for alias in ctx.query.aliases_of(table)]
-        for part in parts:
-            self._changes.append(part.localCheckpoint(eager=True))
+        for alias in ctx.query.aliases_of(table):
+            sources = self._sources(ctx, table, alias, name)
+            self._changes.append(ctx.spark.sql(state_sql(ctx.query, sources, alias)).localCheckpoint(eager=True))
+            for agg in ctx.query.extrema:
+                self._extrema(ctx)[agg.index].add(ctx.spark.sql(multiset_sql(ctx.query, sources, agg, alias)))
         ctx.checkpoint(f"apply:{table}")
 
     def flush(self, ctx: Context) -> None:
         if not self._changes:
             return
+        for index, multiset in self._extrema(ctx).items():
+            multiset.flush()
+            ctx.checkpoint(f"flush:extremum_{index}")
         change = self._changes[0]
         for part in self._changes[1:]:
             change = change.unionByName(part)
-        merge_state(ctx, change)
+        merge_state(ctx, change, {a: self._extrema(ctx)[a.index].path for a in ctx.query.extrema})
         self._changes = []
         ctx.checkpoint("flush")
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         df = ctx.lake.read(ctx.lake.view_path(ctx.view), version)
         return df.select(*[c for c in df.columns if not c.startswith(HIDDEN)])
+
+    def _extrema(self, ctx: Context) -> dict[int, AdditiveTable]:
+        """One multiset table per MIN/MAX aggregate: (group keys, value) -> count."""
+        if self._multisets is None:
+            keys = [k.name for k in ctx.query.group_keys]
+            self._multisets = {
+                agg.index: AdditiveTable(ctx.lake, ctx.lake.view_path(ctx.view, f"aux/extremum_{agg.index}"),
+                                         (*keys, "_lakeivm_v"), ("_lakeivm_cnt",))
+                for agg in ctx.query.extrema
+            }
+        return self._multisets
 
     @staticmethod
     def _sources(ctx: Context, table: str, delta_alias: str, delta_view: str) -> dict[str, str]:
@@ -91,20 +115,26 @@ def finalize(query: Query, state: DataFrame) -> DataFrame:
     return state.selectExpr(*visible, *hidden)
 
 
-def merge_state(ctx: Context, change: DataFrame) -> None:
-    """Add a state delta into the stored view (MERGE); delete groups whose count reaches zero."""
+def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, str] | None = None) -> None:
+    """Add a state delta into the stored view (MERGE); delete groups whose count reaches zero.
+
+    MIN/MAX values of the touched groups are re-read from their (already flushed) multisets.
+    """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     query, path = ctx.query, ctx.lake.view_path(ctx.view)
     keys = [k.name for k in query.group_keys]
-    sums = [F.sum(c).alias(c) for c in query.state_columns]
+    sums = [F.sum(c).alias(c) for c in query.additive_columns]
     change = change.groupBy(*keys).agg(*sums) if keys else change.agg(*sums)
     on = " AND ".join(f"c.`{k}` <=> d.`{k}`" for k in keys) or "true"
-    added = [f"COALESCE(c.`{s}`, 0) + COALESCE(d.`{s}`, 0) AS `{s}`" for s in query.state_columns]
+    added = [f"COALESCE(c.`{s}`, 0) + COALESCE(d.`{s}`, 0) AS `{s}`" for s in query.additive_columns]
     joined = change.alias("d").join(ctx.lake.read(path).alias("c"), on=F.expr(on), how="left")
+    touched = joined.selectExpr(*[f"d.`{k}` AS `{k}`" for k in keys], *added)
+    for agg, multiset in (multisets or {}).items():
+        touched = _with_extremum(touched, ctx.lake.read(multiset), agg, keys)
     # Materialize the (small) set of touched groups: MERGE evaluates its source more than once.
-    updated = finalize(query, joined.selectExpr(*[f"d.`{k}` AS `{k}`" for k in keys], *added)).localCheckpoint(eager=True)
+    updated = finalize(query, touched).localCheckpoint(eager=True)
     target = DeltaTable.forPath(ctx.spark, path).alias("t")
     merge = target.merge(updated.alias("s"), " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true")
     if keys:
@@ -112,3 +142,20 @@ def merge_state(ctx: Context, change: DataFrame) -> None:
     else:
         merge = merge.whenMatchedUpdateAll().whenNotMatchedInsertAll()
     merge.execute()
+
+
+def _with_extremum(groups: DataFrame, multiset: DataFrame, agg: Aggregate, keys: list[str]) -> DataFrame:
+    """``groups`` plus ``_lakeivm_s<i>``: the least (MIN) or greatest (MAX) value of each group's multiset."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    pick = F.min if agg.func == "MIN" else F.max
+    value = f"_lakeivm_s{agg.index}"
+    live = multiset.where("_lakeivm_cnt > 0")
+    if not keys:
+        return groups.crossJoin(live.agg(pick("_lakeivm_v").alias(value)))
+    extrema = live.groupBy(*keys).agg(pick("_lakeivm_v").alias(value))
+    extrema = extrema.select(*[F.col(k).alias(f"_x_{k}") for k in keys], value)
+    on = reduce(lambda a, b: a & b, [groups[k].eqNullSafe(extrema[f"_x_{k}"]) for k in keys])
+    return groups.join(extrema, on, "left").drop(*[f"_x_{k}" for k in keys])

@@ -1,0 +1,67 @@
+"""``lakeivm calibrate VIEW``: seed a view's cost models by timing batches of 2^j changes per table.
+
+Digest §5 "Cost functions": time the real delta-propagation job per source table over a geometric
+grid of batch sizes, fit f(k) = a·k + b (robust, clamped monotone and subadditive), store it in
+``_system/costs``. The view's own data is never touched: its tables are copied as of the view's
+watermarks into a scratch lake, the view is built there, and each batch re-inserts 2^j rows sampled
+from the table itself (so they join like real rows) and is applied alone, as a tick would.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+
+from lakeivm import commit
+from lakeivm.errors import StateError
+from lakeivm.lake import Lake
+from lakeivm.planning.costs import fit_cost_model
+from lakeivm.planning.tick import DEFAULT_PRIOR
+from lakeivm.registry import ViewSpec
+
+
+def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int = 10, tables: Sequence[str] | None = None,
+              progress: Callable[[str], None] = print) -> dict[str, tuple[float, float, int]]:
+    """Time batches of 1, 2, 4, ..., 2^max_exponent changes per table; store and return {table: (a, b, n)}."""
+    from lakeivm.engine import open_lake, prepare, run_view
+
+    last = commit.last_committed(lake, spec.name)
+    if last is None:
+        raise StateError(f"view {spec.name!r} has never run; run `lakeivm refresh {spec.name}` before calibrating it.")
+    ctx, _ = prepare(lake, spec)
+    chosen = tuple(tables or ctx.query.tables)
+    unknown = sorted(set(chosen) - set(ctx.query.tables))
+    if unknown:
+        raise StateError(f"tables {unknown} are not sources of view {spec.name!r} (its tables: {list(ctx.query.tables)})")
+    scratch_root = tempfile.mkdtemp(prefix=f"lakeivm-calibrate-{spec.name}-")
+    try:
+        scratch = open_lake(lake.spark, _settings(scratch_root))
+        for table in ctx.query.tables:
+            scratch.create_table(table, lake.read(lake.table_path(table), last.watermarks[table]))
+        run_view(scratch, spec)
+        models = {}
+        for table in chosen:
+            points = []
+            source = lake.read(lake.table_path(table), last.watermarks[table])
+            size = max(1, source.count())
+            for j in range(max_exponent + 1):
+                fraction = 1.2 * max(1.0, 2 ** j / size)  # with replacement: enough rows even for small tables
+                batch = source.sample(withReplacement=True, fraction=fraction, seed=j).limit(2 ** j)
+                batch.write.format("delta").mode("append").save(scratch.table_path(table))
+                row = run_view(scratch, spec, mode="tick", tables=(table,))
+                if row is not None and table in row.table_seconds:
+                    points.append((row.delta_rows[table], row.table_seconds[table]))
+                    progress(f"calibrate {spec.name}: {table} {row.delta_rows[table]:>6} changes {row.table_seconds[table]:.3f}s")
+            model = fit_cost_model(points, DEFAULT_PRIOR, min_observations=2)
+            models[table] = (model.a, model.b, len(points))
+            progress(f"calibrate {spec.name}: {table}: f(k) = {model.a * 1000:.4f} ms·k + {model.b:.3f} s ({len(points)} batches)")
+        commit.record_costs(lake, spec.name, models)
+        return models
+    finally:
+        shutil.rmtree(scratch_root, ignore_errors=True)
+
+
+def _settings(root: str):
+    from lakeivm.config import load_settings
+
+    return load_settings().with_(lake=root)

@@ -1,0 +1,145 @@
+"""What a maintenance run needs from the planner, read off the view's maintenance log (digest §5).
+
+The engine hands ``plan_tick`` the pending change counts and the view's committed log rows; every
+input of the LGM decision is derived from them, so nothing is a guess in code:
+
+- cost model per source table: f(k) = a·k + b fitted (``fit_cost_model``) to the (rows, seconds)
+  of the last runs that applied the table, with the calibrated (``lakeivm calibrate``) or declared
+  (``cost_prior``) model as the prior until enough runs exist (``fit_costs: false`` keeps the prior);
+- expected arrivals per table before the next tick: a high quantile of the arrivals observed
+  between consecutive runs (digest §5 "C": d̂);
+- headroom: a high quantile of the runs' fixed overhead (lease, pin, flush, commit: the run's
+  seconds minus its tables' seconds) plus the spec's declared ``headroom`` margin;
+- the ONLINE epoch state: seconds spent and ticks since the last on-demand refresh (digest P9).
+
+Policies: ``lgm`` (default: ``decide``), ``naive`` (symmetric: apply everything once the
+constraint would break) and ``eager`` (apply every pending table every tick).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from lakeivm.commit import LogRow
+from lakeivm.errors import SpecError
+from lakeivm.planning.costs import CostModel, LinearCost, fit_cost_model
+from lakeivm.planning.decide import Decision, decide, refresh_decision
+
+POLICIES = ("lgm", "naive", "eager")
+DEFAULT_PRIOR = LinearCost(a=1e-4, b=2.0)  # seconds: a Spark delta job on a warm session, before any run
+WINDOW = 50  # runs a fit looks back over: costs drift as the other tables grow (digest §5)
+QUANTILE = 0.9
+
+
+@dataclass(frozen=True)
+class PlannerInputs:
+    """Everything the decision used, kept so the log and ``lakeivm status`` can show it."""
+
+    costs: Mapping[str, CostModel]
+    expected_arrivals: Mapping[str, float]
+    headroom_seconds: float
+    spent_seconds: float
+    ticks_since_refresh: int
+
+
+def planner_inputs(
+    history: Sequence[LogRow],
+    pending: Mapping[str, int],
+    options: Mapping[str, object],
+    calibrated: Mapping[str, LinearCost] | None = None,
+) -> PlannerInputs:
+    """Derive the planner's inputs from the committed log rows (oldest first); see module doc."""
+    priors = {t: _prior(t, options, calibrated or {}) for t in pending}
+    fit = bool(options.get("fit_costs", True))
+    costs = {t: fit_cost_model(_observations(history, t) if fit else [], priors[t]) for t in pending}
+    return PlannerInputs(
+        costs=costs,
+        expected_arrivals={t: _expected_arrivals(history, t, pending[t]) for t in pending},
+        headroom_seconds=_overhead(history) + float(options.get("headroom", 0.0)),
+        spent_seconds=sum(r.seconds for r in _epoch(history)),
+        ticks_since_refresh=len(_epoch(history)),
+    )
+
+
+def plan_tick(
+    history: Sequence[LogRow],
+    pending: Mapping[str, int],
+    deadline_seconds: float,
+    options: Mapping[str, object],
+    max_age_exceeded: frozenset[str] = frozenset(),
+    calibrated: Mapping[str, LinearCost] | None = None,
+) -> Decision:
+    """The tables a scheduled tick applies under the view's ``planner`` policy (default ``lgm``)."""
+    policy = str(options.get("planner", "lgm"))
+    if policy not in POLICIES:
+        raise SpecError(f"planner: {policy!r} is not a policy; use one of {', '.join(POLICIES)}")
+    inputs = planner_inputs(history, pending, options, calibrated)
+    lgm = decide(pending, inputs.costs, deadline_seconds, inputs.expected_arrivals, inputs.headroom_seconds,
+                 max_age_exceeded, spent_seconds=inputs.spent_seconds, ticks_since_refresh=inputs.ticks_since_refresh)
+    if policy == "lgm":
+        return lgm
+    everything = frozenset(t for t, k in pending.items() if k > 0)
+    if policy == "eager" or (lgm.apply - max_age_exceeded):  # naive: the constraint would break -> flush all
+        flush = refresh_decision(pending, inputs.costs, deadline_seconds, inputs.headroom_seconds)
+        reason = "eager: apply every pending table" if policy == "eager" else f"naive: symmetric flush ({lgm.reason})"
+        return Decision(everything, flush.predicted_seconds - inputs.headroom_seconds, inputs.headroom_seconds, reason)
+    return lgm
+
+
+def plan_refresh(history: Sequence[LogRow], pending: Mapping[str, int], deadline_seconds: float,
+                 options: Mapping[str, object], calibrated: Mapping[str, LinearCost] | None = None) -> Decision:
+    """An on-demand refresh applies everything; the prediction says whether it should meet the deadline."""
+    inputs = planner_inputs(history, pending, options, calibrated)
+    return refresh_decision(pending, inputs.costs, deadline_seconds, inputs.headroom_seconds)
+
+
+def _prior(table: str, options: Mapping[str, object], calibrated: Mapping[str, LinearCost]) -> LinearCost:
+    declared = options.get("cost_prior", {}) or {}
+    if table in declared:
+        entry = declared[table]  # type: ignore[index]
+        return LinearCost(float(entry.get("per_row", 0.0)), float(entry.get("fixed", 0.0)))
+    return calibrated.get(table, DEFAULT_PRIOR)
+
+
+def _observations(history: Sequence[LogRow], table: str) -> list[tuple[float, float]]:
+    """(rows, seconds) of the last WINDOW runs that applied ``table``."""
+    points = [(float(r.delta_rows[table]), float(r.table_seconds[table])) for r in history
+              if table in r.table_seconds and r.delta_rows.get(table, 0) > 0]
+    return points[-WINDOW:]
+
+
+def _expected_arrivals(history: Sequence[LogRow], table: str, pending_now: int) -> float:
+    """A high quantile of the change rows that arrived between consecutive runs (d̂ of digest §5).
+
+    A run's log row records what it left pending at its pins; the next run saw that plus the new
+    arrivals, which it applied (delta_rows, netted: a lower bound) or left pending.
+    """
+    arrivals = []
+    for before, after in zip(history, history[1:]):
+        if table not in before.pending_rows or table not in after.pending_rows:
+            continue
+        seen = after.pending_rows[table] + (after.delta_rows.get(table, 0) if table in after.applied else 0)
+        arrivals.append(max(0, seen - before.pending_rows[table]))
+    if history and table in history[-1].pending_rows:
+        arrivals.append(max(0, pending_now - history[-1].pending_rows[table]))
+    if not arrivals:
+        return 0.0
+    return float(np.quantile(arrivals[-WINDOW:], QUANTILE))
+
+
+def _overhead(history: Sequence[LogRow]) -> float:
+    """A high quantile of a run's fixed seconds: its total minus the seconds of its tables."""
+    fixed = [max(0.0, r.seconds - sum(r.table_seconds.values())) for r in history if r.mode in ("tick", "refresh")]
+    return float(np.quantile(fixed[-WINDOW:], QUANTILE)) if fixed else 0.0
+
+
+def _epoch(history: Sequence[LogRow]) -> list[LogRow]:
+    """The ticks since the last refresh, bootstrap or rebuild (the ONLINE epoch, digest P9)."""
+    ticks: list[LogRow] = []
+    for row in reversed(history):
+        if row.mode != "tick":
+            break
+        ticks.append(row)
+    return ticks

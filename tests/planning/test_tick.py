@@ -1,0 +1,65 @@
+"""The engine's planner inputs come from the maintenance log: fitted costs, arrivals, headroom, epoch."""
+from __future__ import annotations
+
+import pytest
+
+from lakeivm.commit import LogRow
+from lakeivm.errors import SpecError
+from lakeivm.planning.costs import LinearCost
+from lakeivm.planning.tick import DEFAULT_PRIOR, plan_refresh, plan_tick, planner_inputs
+
+
+def run(seq, mode="tick", rows=None, seconds=None, pending=None, total=None) -> LogRow:
+    rows, seconds = rows or {}, seconds or {}
+    return LogRow(view="v", seq=seq, status="committed", mode=mode, kind="first_order", pins={}, watermarks={},
+                  state_versions={}, consistent=False, applied=tuple(rows), delta_rows=rows, table_seconds=seconds,
+                  pending_rows=pending or {"r": 0, "s": 0}, seconds=total if total is not None else sum(seconds.values()) + 1.0)
+
+
+def test_costs_are_fitted_from_the_log_with_the_prior_until_three_runs():
+    history = [run(1, "bootstrap")]
+    assert planner_inputs(history, {"r": 5}, {}).costs["r"].predict(10) == DEFAULT_PRIOR(10)
+    history += [run(i, rows={"r": k}, seconds={"r": 2.0 + 0.01 * k}) for i, k in enumerate([10, 100, 1000, 50], 2)]
+    model = planner_inputs(history, {"r": 5}, {}).costs["r"]
+    assert model.fitted and model.a == pytest.approx(0.01) and model.b == pytest.approx(2.0)
+    declared = {"cost_prior": {"r": {"per_row": 1.0, "fixed": 0.5}}, "fit_costs": False}
+    assert planner_inputs(history, {"r": 5}, declared).costs["r"].predict(10) == pytest.approx(10.5)
+    assert planner_inputs([], {"r": 5}, {}, {"r": LinearCost(0.5, 0.0)}).costs["r"].predict(4) == 2.0
+
+
+def test_arrivals_headroom_and_epoch_come_from_consecutive_runs():
+    history = [
+        run(1, "refresh", pending={"r": 0, "s": 0}, total=3.0),
+        run(2, rows={"s": 4}, seconds={"s": 1.0}, pending={"r": 6, "s": 0}, total=4.0),   # r: 6 arrived, s: 4
+        run(3, rows={"r": 12}, seconds={"r": 2.0}, pending={"r": 0, "s": 8}, total=2.5),  # r: 6 more, s: 8
+    ]
+    inputs = planner_inputs(history, {"r": 7, "s": 8}, {"headroom": 1.5})
+    assert inputs.expected_arrivals["r"] == pytest.approx(6.8)  # 90% quantile of [6, 6, 7]
+    assert inputs.expected_arrivals["s"] == pytest.approx(7.2)  # of [4, 8, 0]
+    assert inputs.headroom_seconds == pytest.approx(3.0 + 1.5)  # overheads 3, 3, 0.5; + the declared margin
+    assert inputs.spent_seconds == pytest.approx(6.5) and inputs.ticks_since_refresh == 2
+
+
+def test_policies_lgm_batches_the_fixed_cost_table_naive_flushes_everything():
+    history = [run(1, "refresh", pending={"r": 8, "s": 20})]  # arrivals since: r 2, s 5
+    options = {"cost_prior": {"r": {"per_row": 0.001, "fixed": 30.0}, "s": {"per_row": 1.0, "fixed": 0.0}}, "fit_costs": False}
+    pending = {"r": 10, "s": 25}  # 30 + 25 + headroom > 50: the constraint would break
+    lgm = plan_tick(history, pending, 50.0, options)
+    assert lgm.apply == {"s"} and lgm.predicted_refresh_seconds_after <= 50.0
+    naive = plan_tick(history, pending, 50.0, {**options, "planner": "naive"})
+    assert naive.apply == {"r", "s"} and "naive" in naive.reason
+    quiet = plan_tick(history, {"r": 1, "s": 1}, 50.0, {**options, "planner": "naive"})
+    assert quiet.apply == frozenset()
+    assert plan_tick(history, {"r": 1, "s": 0}, 50.0, {**options, "planner": "eager"}).apply == {"r"}
+    old = plan_tick(history, {"r": 1, "s": 1}, 50.0, options, max_age_exceeded=frozenset({"r"}))
+    assert old.apply == {"r"} and "max pending age" in old.reason
+    with pytest.raises(SpecError, match="planner"):
+        plan_tick(history, pending, 50.0, {"planner": "fastest"})
+
+
+def test_refresh_prediction_includes_headroom_and_judges_the_deadline():
+    history = [run(1, "refresh", total=5.0)]
+    options = {"cost_prior": {"r": {"per_row": 0.1, "fixed": 1.0}}, "fit_costs": False}
+    ok = plan_refresh(history, {"r": 10}, 10.0, options)
+    assert ok.predicted_seconds == pytest.approx(2.0 + 5.0) and "within" in ok.reason  # + the run's overhead
+    assert "MISSES" in plan_refresh(history, {"r": 100}, 10.0, options).reason

@@ -1,0 +1,85 @@
+"""The planner in the engine: ticks batch and apply asymmetrically, refreshes meet the deadline.
+
+One table carries a large fixed cost per action (r: think a scan of a big relation), the other a
+large cost per row (s: index lookups). The cost models are declared (``fit_costs: false``) so the
+decisions are deterministic; arrivals and headroom are still measured from the log.
+"""
+from __future__ import annotations
+
+import pytest
+
+from lakeivm import commit
+from lakeivm.engine import audit, run_view
+from lakeivm.registry import spec_from_dict
+from tests.helpers import sql
+
+VIEW = spec_from_dict({
+    "name": "planned",
+    "sql": "SELECT g, SUM(x) AS sx, COUNT(*) AS c FROM r JOIN s ON r.a = s.a GROUP BY g",
+    "deadline": 60,
+    "kind": "first_order",
+    "cost_prior": {"r": {"per_row": 0.001, "fixed": 30.0}, "s": {"per_row": 1.0, "fixed": 0.0}},
+    "fit_costs": False,
+})
+
+
+def test_ticks_apply_asymmetrically_and_refreshes_meet_the_deadline(lake, spark):
+    lake.create_table("r", spark.createDataFrame([(a, a * 10) for a in range(5)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(a, a % 2) for a in range(5)], "a int, g int"))
+    run_view(lake, VIEW)
+    applied = []
+    for tick in range(6):
+        sql(lake, "INSERT INTO {t} VALUES " + ", ".join(f"({tick % 5}, {tick + i})" for i in range(2)), "r")
+        sql(lake, "INSERT INTO {t} VALUES " + ", ".join(f"({(tick + i) % 7}, {i % 2})" for i in range(5)), "s")
+        row = run_view(lake, VIEW, mode="tick")
+        applied.append(set(row.applied))
+        refresh_after = float(row.plan.split("predicted refresh afterwards ")[1].split(" s")[0])
+        assert refresh_after <= VIEW.deadline_s, row.plan  # the LGM invariant, with arrivals and headroom
+        assert audit(lake, VIEW).ok  # mixed versions: still the SQL at the watermarks
+    assert {"s"} in applied and {"r", "s"} not in applied, applied  # s applied alone, r batched throughout
+    assert set() in applied  # and some ticks only batch
+    applied_row = next(r for r in commit.log_rows(lake, "planned") if r.applied == ("s",))
+    assert applied_row.predicted_seconds == pytest.approx(1.0 * applied_row.delta_rows["s"])  # s's declared cost
+    refresh = run_view(lake, VIEW, mode="refresh")
+    assert refresh.deadline_met and refresh.consistent and refresh.seconds <= VIEW.deadline_s
+    assert "within the deadline" in refresh.plan
+    assert audit(lake, VIEW).ok
+
+
+def test_naive_policy_flushes_symmetrically(lake, spark):
+    lake.create_table("r", spark.createDataFrame([(0, 1)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(0, 0)], "a int, g int"))
+    naive = spec_from_dict({**{k: v for k, v in VIEW.options.items()}, "name": "naive", "sql": VIEW.sql,
+                            "deadline": 40, "kind": "first_order", "planner": "naive"})
+    run_view(lake, naive)
+    sql(lake, "INSERT INTO {t} VALUES " + ", ".join(f"({i % 3}, {i})" for i in range(4)), "r")
+    sql(lake, "INSERT INTO {t} VALUES " + ", ".join(f"({i % 3}, {i % 2})" for i in range(12)), "s")
+    row = run_view(lake, naive, mode="tick")  # 30 + 12 > 40: full, NAIVE applies both
+    assert set(row.applied) == {"r", "s"} and "naive" in row.plan
+    assert audit(lake, naive).ok
+
+
+def test_calibrate_times_a_scratch_copy_and_stores_the_model(lake, spark):
+    from lakeivm.calibrate import calibrate
+
+    lake.create_table("r", spark.createDataFrame([(a, a) for a in range(6)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(a, a % 2) for a in range(6)], "a int, g int"))
+    run_view(lake, VIEW)
+    heads = {t: lake.head_version(lake.table_path(t)) for t in ("r", "s")}
+    models = calibrate(lake, VIEW, max_exponent=2, tables=["s"], progress=lambda m: None)
+    assert set(models) == {"s"} and models["s"][2] == 3 and models["s"][0] >= 0 and models["s"][1] >= 0
+    assert commit.calibrated_costs(lake, "planned")["s"].b == pytest.approx(models["s"][1])
+    assert {t: lake.head_version(lake.table_path(t)) for t in ("r", "s")} == heads  # the view's data untouched
+    assert audit(lake, VIEW).ok
+
+
+def test_max_pending_age_forces_a_batching_table_in(lake, spark):
+    lake.create_table("r", spark.createDataFrame([(0, 1)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(0, 0)], "a int, g int"))
+    aged = spec_from_dict({"name": "aged", "sql": VIEW.sql, "deadline": 60, "kind": "first_order", "fit_costs": False,
+                           "cost_prior": VIEW.options["cost_prior"], "max_pending_age": "1ms"})
+    run_view(lake, aged)
+    sql(lake, "INSERT INTO {t} VALUES (0, 5)", "r")
+    row = run_view(lake, aged, mode="tick")  # the backlog fits the deadline, but r's commit is too old to wait
+    assert row.applied == ("r",) and "max pending age exceeded for r" in row.plan
+    assert audit(lake, aged).ok
