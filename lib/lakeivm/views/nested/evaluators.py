@@ -8,7 +8,13 @@ texts are in :mod:`lakeivm.views.nested.queries`. Indexes are created by ``make_
 returning Fenwick indexes over the run's key domain.
 
 Thresholds are compared cross-multiplied (``4*S > 3*T`` for ``0.75*T < S``) so that integers and
-Decimals stay exact. Volumes (the threshold weights) must be >= 0: a negative one is rejected.
+Decimals stay exact; the constants (``c`` in ``c*T``) are parameters, Fractions > 0, defaulting to
+the paper's. Volumes (the threshold weights) must be >= 0: a negative one is rejected.
+
+State import (digest §6.3): ``STATE`` names, per source table, the key fields and the per-key sums
+(each a product of fields; ``()`` is the row count) that the batch maintainer persists as rows of
+absolute per-key sums (a GROUP BY of the snapshot); ``load(table, rows)`` builds the evaluator
+from such ``(keys, sums)`` rows, equal to replaying the rows one by one.
 """
 from __future__ import annotations
 
@@ -22,12 +28,15 @@ from lakeivm.views.nested.index import OrderedSums, TreapSums
 from lakeivm.views.nested.pai import PaiMap
 
 IndexFactory = Callable[[int], OrderedSums]
+StateRows = Iterable[tuple[tuple[Any, ...], tuple[Any, ...]]]
+BOOK_PV = ((), ("volume",), ("price", "volume"))
 
 
 class _Evaluator:
     """Shared plumbing: the index factory and the per-commit helper."""
 
     tables: tuple[str, ...] = ()
+    STATE: dict[str, tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]] = {}
 
     def __init__(self, make_index: IndexFactory = TreapSums) -> None:
         self._make_index = make_index
@@ -44,6 +53,10 @@ class _Evaluator:
     def result(self) -> Any:
         raise NotImplementedError
 
+    def load(self, table: str, rows: StateRows) -> None:
+        """Add persisted per-key sums of ``table`` (layout ``STATE[table]``), as if their rows were applied."""
+        raise NotImplementedError
+
     def _check_table(self, event: Event) -> None:
         if event.table not in self.tables:
             raise InvalidInput(f"{type(self).__name__} reads {self.tables}, not {event.table!r}")
@@ -53,21 +66,31 @@ class Example21(_Evaluator):
     """Example 2.1 (equality correlation) with a PAI map keyed by 2*Σvolume per price: O(1)/event."""
 
     tables = ("bids",)
+    STATE = {"bids": (("price",), BOOK_PV)}
 
-    def __init__(self, make_index: IndexFactory = TreapSums) -> None:
+    def __init__(self, make_index: IndexFactory = TreapSums, c: Fraction = Fraction(1, 2)) -> None:
         super().__init__(make_index)
+        self._num, self._den = _ratio(c)
         self._pai = PaiMap(2)
         self._total = 0
 
     def apply(self, event: Event) -> None:
         self._check_table(event)
         row, x = _book_row(event, need_nonnegative=False), event.sign
-        self._total += x * row.volume
-        self._pai.add(row.price, 2 * x * row.volume, (x, x * row.price * row.volume))
+        self._add(row.price, x, x * row.volume, x * row.price * row.volume)
+
+    def load(self, table: str, rows: StateRows) -> None:
+        for (price,), (count, volume, pv) in rows:
+            self._add(price, count, volume, pv)
 
     def result(self) -> Any:
-        count, value = self._pai.at(self._total)
+        count, value = self._pai.at(self._num * self._total)
         return value if count else None
+
+    def _add(self, price: Any, count: int, volume: Any, pv: Any) -> None:
+        """The group at ``price`` is keyed by den*Σvol, compared with num*T (``c*T = Σvol``)."""
+        self._total += volume
+        self._pai.add(price, self._den * volume, (count, pv))
 
     def check_invariants(self) -> None:
         self._pai.check_invariants()
@@ -77,9 +100,11 @@ class Vwap(_Evaluator):
     """VWAP (Example 2.2) with one index price -> (count, Σvol, Σprice*vol): O(log n)/event (§4.5)."""
 
     tables = ("bids",)
+    STATE = {"bids": (("price",), BOOK_PV)}
 
-    def __init__(self, make_index: IndexFactory = TreapSums) -> None:
+    def __init__(self, make_index: IndexFactory = TreapSums, c: Fraction = Fraction(3, 4)) -> None:
         super().__init__(make_index)
+        self._c = Fraction(c)
         self._bids = make_index(3)
 
     def apply(self, event: Event) -> None:
@@ -87,8 +112,13 @@ class Vwap(_Evaluator):
         row, x = _book_row(event), event.sign
         self._bids.add(row.price, (x, x * row.volume, x * row.price * row.volume))
 
+    def load(self, table: str, rows: StateRows) -> None:
+        for (price,), sums in rows:
+            _check_weight(table, price, sums[1])
+            self._bids.add(price, tuple(sums))
+
     def result(self) -> Any:
-        cut, before = _cut(self._bids)
+        cut, before = _cut(self._bids, self._c)  # c*T < Σ{vol : price <= p}
         return None if cut is None else self._bids.total()[2] - before[2]
 
     def check_invariants(self) -> None:
@@ -105,28 +135,39 @@ class Mst(_Evaluator):
     """
 
     tables = ("bids", "asks")
+    STATE = {"bids": (("broker_id", "price"), BOOK_PV), "asks": (("price",), BOOK_PV)}
 
-    def __init__(self, make_index: IndexFactory = TreapSums) -> None:
+    def __init__(self, make_index: IndexFactory = TreapSums, c_asks: Fraction = Fraction(1, 4),
+                 c_bids: Fraction = Fraction(1, 4)) -> None:
         super().__init__(make_index)
+        self._c = {"asks": Fraction(c_asks), "bids": Fraction(c_bids)}
         self._sides = {"bids": make_index(3), "asks": make_index(3)}
         self._brokers: dict[Hashable, OrderedSums] = {}
 
     def apply(self, event: Event) -> None:
         self._check_table(event)
         row, x = _book_row(event), event.sign
-        pv = row.price * row.volume
-        self._sides[event.table].add(row.price, (x, x * row.volume, x * pv))
-        if event.table == "bids":
-            index = self._brokers.get(row.broker_id)
+        self._add(event.table, row.broker_id, row.price, (x, x * row.volume, x * row.price * row.volume))
+
+    def load(self, table: str, rows: StateRows) -> None:
+        for keys, sums in rows:
+            _check_weight(table, keys, sums[1])
+            broker, price = keys if table == "bids" else (None, keys[0])
+            self._add(table, broker, price, tuple(sums))
+
+    def _add(self, table: str, broker: Hashable, price: Any, sums: tuple[Any, Any, Any]) -> None:
+        self._sides[table].add(price, sums)
+        if table == "bids":
+            index = self._brokers.get(broker)
             if index is None:
-                index = self._brokers[row.broker_id] = self._make_index(2)
-            index.add(row.price, (x, x * pv))
+                index = self._brokers[broker] = self._make_index(2)
+            index.add(price, (sums[0], sums[2]))
             if not len(index):
-                del self._brokers[row.broker_id]
+                del self._brokers[broker]
 
     def result(self) -> dict[Hashable, Any]:
-        asks = _qualifying_range(self._sides["asks"])
-        bids = _qualifying_range(self._sides["bids"])
+        asks = _qualifying_range(self._sides["asks"], self._c["asks"])
+        bids = _qualifying_range(self._sides["bids"], self._c["bids"])
         if asks is None or bids is None:
             return {}
         ask_count, ask_pv = _range_sums(self._sides["asks"], asks, (0, 2))
@@ -161,15 +202,22 @@ class Psp(_Evaluator):
     """
 
     tables = ("bids", "asks")
+    STATE = {"bids": (("volume",), ((), ("price",))), "asks": (("volume",), ((), ("price",)))}
 
-    def __init__(self, make_index: IndexFactory = TreapSums) -> None:
+    def __init__(self, make_index: IndexFactory = TreapSums, c_bids: Fraction = Fraction(1, 10000),
+                 c_asks: Fraction = Fraction(1, 10000)) -> None:
         super().__init__(make_index)
+        self._c = {"bids": Fraction(c_bids), "asks": Fraction(c_asks)}
         self._sides = {"bids": make_index(3), "asks": make_index(3)}
 
     def apply(self, event: Event) -> None:
         self._check_table(event)
         row, x = _book_row(event, need_nonnegative=False), event.sign
         self._sides[event.table].add(row.volume, (x, x * row.price, x * row.volume))
+
+    def load(self, table: str, rows: StateRows) -> None:
+        for (volume,), (count, price) in rows:
+            self._sides[table].add(volume, (count, price, count * volume))
 
     def result(self) -> Any:
         (bid_count, bid_price), (ask_count, ask_price) = (self._above_tenth_mille(s) for s in ("bids", "asks"))
@@ -183,7 +231,7 @@ class Psp(_Evaluator):
 
     def _above_tenth_mille(self, side: str) -> tuple[Any, Any]:
         index = self._sides[side]
-        count, price, _ = index.sum_gt(Fraction(index.total()[2]) / 10000)
+        count, price, _ = index.sum_gt(Fraction(index.total()[2]) * self._c[side])
         return count, price
 
 
@@ -196,11 +244,14 @@ class Q17(_Evaluator):
     """
 
     tables = ("lineitem", "part")
+    STATE = {"lineitem": (("l_partkey", "l_quantity"), ((), ("l_extendedprice",))),
+             "part": (("p_partkey", "p_brand", "p_container"), ((),))}
 
     def __init__(self, make_index: IndexFactory = TreapSums, brand: str = "Brand#23",
-                 container: str = "WRAP BOX") -> None:
+                 container: str = "WRAP BOX", c: Fraction = Fraction(1, 5), divisor: Fraction = Fraction(7)) -> None:
         super().__init__(make_index)
         self._brand, self._container = brand, container
+        self._c, self._divisor = Fraction(c), Fraction(divisor)
         self._parts: dict[Hashable, OrderedSums] = {}
         self._sum_quantity: dict[Hashable, Any] = {}
         self._mult: dict[Hashable, int] = {}
@@ -212,24 +263,44 @@ class Q17(_Evaluator):
         x = event.sign
         if isinstance(event.row, LineitemRow):
             pk, qty, price = _lineitem(event.row)
-            index = self._parts.get(pk)
-            if index is None:
-                index = self._parts[pk] = self._make_index(2)
-            index.add(qty, (x, x * price))
-            self._sum_quantity[pk] = self._sum_quantity.get(pk, 0) + x * qty
-            if not len(index):
-                del self._parts[pk], self._sum_quantity[pk]
+            self._add_lineitems(pk, qty, x, x * price)
         else:
             part: PartRow = event.row
             pk = part.p_partkey
-            if part.p_brand == self._brand and part.p_container == self._container:
-                self._mult[pk] = self._mult.get(pk, 0) + x
-                if not self._mult[pk]:
-                    del self._mult[pk]
+            self._add_parts(part, x)
         self._refresh(pk)
 
+    def load(self, table: str, rows: StateRows) -> None:
+        touched = set()
+        for keys, sums in rows:
+            if table == "lineitem":
+                (pk, qty), (count, price) = keys, sums
+                self._add_lineitems(pk, qty, count, price)
+            else:
+                pk = keys[0]
+                self._add_parts(PartRow(*keys), sums[0])
+            touched.add(pk)
+        for pk in touched:
+            self._refresh(pk)
+
     def result(self) -> Fraction | None:
-        return Fraction(self._sum) / 7 if self._count else None
+        return Fraction(self._sum) / self._divisor if self._count else None
+
+    def _add_lineitems(self, pk: Hashable, qty: Any, count: int, price: Any) -> None:
+        index = self._parts.get(pk)
+        if index is None:
+            index = self._parts[pk] = self._make_index(2)
+        index.add(qty, (count, price))
+        self._sum_quantity[pk] = self._sum_quantity.get(pk, 0) + count * qty
+        if not len(index):
+            del self._parts[pk], self._sum_quantity[pk]
+
+    def _add_parts(self, part: PartRow, count: int) -> None:
+        pk = part.p_partkey
+        if part.p_brand == self._brand and part.p_container == self._container:
+            self._mult[pk] = self._mult.get(pk, 0) + count
+            if not self._mult[pk]:
+                del self._mult[pk]
 
     def check_invariants(self) -> None:
         for pk, index in self._parts.items():
@@ -243,7 +314,7 @@ class Q17(_Evaluator):
         index, mult = self._parts.get(pk), self._mult.get(pk, 0)
         if index is not None and mult:
             cnt = index.total()[0]
-            count, value = index.sum_lt(Fraction(self._sum_quantity[pk]) / (5 * cnt))
+            count, value = index.sum_lt(self._c * Fraction(self._sum_quantity[pk]) / cnt)
             count, value = mult * count, mult * value
         old_count, old_value = self._contrib.pop(pk, (0, 0))
         if count or value:
@@ -252,15 +323,19 @@ class Q17(_Evaluator):
         self._sum += value - old_value
 
 
-def _cut(index: OrderedSums) -> tuple[Any, Any]:
-    """Smallest price p with 4*Σ{vol : price <= p} > 3*T, and the sums below p (VWAP and MST)."""
+def _cut(index: OrderedSums, share: Fraction) -> tuple[Any, Any]:
+    """Smallest price p with Σ{vol : price <= p} > share*T, and the sums below p (VWAP and MST).
+
+    Cross-multiplied (``den*S > num*T``) so that int and Decimal sums stay exact.
+    """
     total = index.total()[1]
-    return index.first_key_where(1, lambda running: 4 * running > 3 * total)
+    num, den = _ratio(share)
+    return index.first_key_where(1, lambda running: den * running > num * total)
 
 
-def _qualifying_range(index: OrderedSums) -> tuple[Any, Any] | None:
-    """MST's qualifying prices ``[cut, top)``: ``0.25*T > S_>(p)`` with ``S_>`` non-NULL."""
-    cut, _ = _cut(index)
+def _qualifying_range(index: OrderedSums, c: Fraction) -> tuple[Any, Any] | None:
+    """MST's qualifying prices ``[cut, top)``: ``c*T > S_>(p) = T - S_<=(p)`` with ``S_>`` non-NULL."""
+    cut, _ = _cut(index, 1 - c)
     if cut is None:
         return None
     top, _ = index.last_key_where(0, lambda count: count > 0)
@@ -271,6 +346,19 @@ def _range_sums(index: OrderedSums, bounds: tuple[Any, Any], components: tuple[i
     low, high = bounds
     lt_high, lt_low = index.sum_lt(high), index.sum_lt(low)
     return tuple(lt_high[c] - lt_low[c] for c in components)
+
+
+def _ratio(c: Fraction) -> tuple[int, int]:
+    c = Fraction(c)
+    return c.numerator, c.denominator
+
+
+def _check_weight(table: str, key: Any, weight: Any) -> None:
+    if weight is None or weight < 0:
+        raise InvalidInput(
+            f"{table} key {key!r} has volume sum {weight!r}: the ordered index needs volumes >= 0 and not NULL "
+            "(digest §3.4); reject such rows at ingestion"
+        )
 
 
 def _book_row(event: Event, need_nonnegative: bool = True) -> BookRow:

@@ -1,0 +1,323 @@
+"""Nested-aggregate views on Spark: a per-commit time series from ordered aggregate indexes (RPAI §4).
+
+State (digest §6.3), all Delta tables versioned by the engine's commit protocol:
+
+* ``views/<view>/index/<table>``: per source table, rows of *absolute* per-key sums in the layout
+  the evaluator names (``STATE``: e.g. VWAP's ``bids`` as ``price, cnt, sum_volume,
+  sum_price_volume``). Bootstrap is a GROUP BY of the snapshot at the pins; a run MERGEs the
+  summed change of its commits (keys whose sums all reach zero are deleted).
+* ``views/<view>/result``: the **time series** of the view: one emission per source commit
+  version (plus one at bootstrap), each the query's output rows in SQL's own shape, under the
+  versions of every source table it is the answer for (column ``version`` for a one-table view,
+  ``version_<table>`` per table otherwise), an emission counter ``_lakeivm_seq`` and
+  ``_lakeivm_empty`` (a placeholder row when a GROUP BY view has no group at that version).
+
+A run loads the evaluator from the index tables (O(G) keys, not the base rows), then, table by
+table in the engine's order, reads that table's change data feed *per commit version* itself (the
+engine's netted delta merges commits and would lose the per-version results), applies each
+commit's signed rows and emits the result; other tables stay at their watermarks, so an
+asymmetric plan emits exact results for the version pairs it passes through. ``flush`` also
+catches up tables the engine advanced without calling ``apply`` (commits whose changes net to
+zero), then writes the emissions and the index MERGEs.
+
+Evaluation is driver-side (collected per-version deltas fed to the pure-Python evaluator, exact
+int/Decimal/Fraction arithmetic); results are stored in the SQL's output types (DECIMAL rounded
+half-up at the SQL's scale, as Spark does).
+"""
+from __future__ import annotations
+
+import decimal
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from lakeivm import changes
+from lakeivm.errors import ChangeRangeError, StateError
+from lakeivm.sql import MULTIPLICITY, recompute_sql
+from lakeivm.views.base import Context
+from lakeivm.views.nested.evaluators import Example21, Mst, Psp, Q17, Vwap
+from lakeivm.views.nested.events import BookRow, Event, LineitemRow, PartRow
+from lakeivm.views.nested.shape import NestedShape, nested_shape
+from lakeivm.views.state import AdditiveTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType, StructType
+
+EVALUATORS = {"example_2_1": Example21, "vwap": Vwap, "mst": Mst, "psp": Psp, "q17": Q17}
+ROW_TYPES = {"bids": BookRow, "asks": BookRow, "lineitem": LineitemRow, "part": PartRow}
+SEQ, EMPTY = "_lakeivm_seq", "_lakeivm_empty"
+PRECISION = 100  # decimal digits for the driver-side sums (Spark's DECIMAL stops at 38)
+
+
+class NestedMaintainer:
+    """Keeps a nested-aggregate view as a per-commit time series (see module doc)."""
+
+    def __init__(self) -> None:
+        self._evaluator: Any = None
+        self._progress: dict[str, int] = {}
+        self._seq = 0
+        self._emitted: list[tuple] = []
+        self._index: dict[str, AdditiveTable] | None = None
+        self._schema: StructType | None = None
+
+    # -- protocol ------------------------------------------------------------------------------
+    def state_tables(self, ctx: Context) -> Mapping[str, str]:
+        return {"result": ctx.lake.view_path(ctx.view), **{f"index_{t}": a.path for t, a in self._tables(ctx).items()}}
+
+    def bootstrap(self, ctx: Context) -> None:
+        from pyspark.sql.types import StructField, StructType
+
+        shape = _shape(ctx)
+        for table, index in self._tables(ctx).items():
+            index.create(ctx.spark.sql(state_sql(shape, table, ctx.snapshot(table, ctx.pins[table]))))
+            ctx.checkpoint(f"bootstrap:index_{table}")
+        self._load_evaluator(ctx)
+        sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in ctx.query.relations}
+        analysed = ctx.spark.sql(recompute_sql(ctx.query, sources)).schema  # analysed, not executed
+        self._schema = StructType([StructField(f.name, f.dataType) for f in analysed.fields])
+        stored = self.series(ctx).schema.fields if _result_exists(ctx) else []
+        # a rebuild continues the series unless the outputs changed
+        fresh = [(f.name, f.dataType) for f in stored if f.name in shape.outputs] != [(f.name, f.dataType) for f in analysed]
+        self._progress, self._seq = dict(ctx.pins), 0 if fresh else _last_seq(ctx) + 1
+        self._emit(ctx)
+        self._write_emissions(ctx, fresh=fresh)
+        ctx.checkpoint("bootstrap:result")
+
+    def apply(self, ctx: Context, table: str, delta: DataFrame) -> None:
+        """Apply ``table``'s commits one by one (the netted ``delta`` is not used: see module doc)."""
+        self._advance(ctx, table, ctx.pins[table])
+        ctx.checkpoint(f"apply:{table}")
+
+    def flush(self, ctx: Context) -> None:
+        for table in ctx.query.tables:  # tables advanced without apply (their commits net to zero)
+            self._advance(ctx, table, ctx.watermarks[table])
+        for table, index in self._tables(ctx).items():
+            index.flush()
+            ctx.checkpoint(f"flush:index_{table}")
+        if self._emitted:
+            self._write_emissions(ctx, fresh=False)
+            ctx.checkpoint("flush:result")
+        ctx.checkpoint("flush")
+
+    def result(self, ctx: Context, version: int | None = None) -> DataFrame:
+        """The newest emission's rows in the SQL's own output shape (what ``audit`` compares).
+
+        The whole per-version series is :meth:`series`.
+        """
+        from pyspark.sql import functions as F
+
+        series = self.series(ctx, version)
+        newest = series.agg(F.max(SEQ)).first()[0]
+        return series.where((F.col(SEQ) == newest) & ~F.col(EMPTY)).select(*_shape(ctx).outputs)
+
+    def series(self, ctx: Context, version: int | None = None) -> DataFrame:
+        """Every emission: version column(s), the outputs, ``_lakeivm_seq`` and ``_lakeivm_empty``."""
+        return ctx.lake.read(ctx.lake.view_path(ctx.view), version)
+
+    # -- per-commit processing -----------------------------------------------------------------
+    def _advance(self, ctx: Context, table: str, until: int) -> None:
+        """Apply ``table``'s commits (progress, until], emitting the result after each."""
+        start = self._versions(ctx)[table]
+        if until <= start:
+            return
+        if self._evaluator is None:
+            self._load_evaluator(ctx)
+        shape = _shape(ctx)
+        role = shape.role_of(table)
+        columns = shape.columns[role]
+        frame = read_versions(ctx, table, start, until, list(columns.values()))
+        self._tables(ctx)[table].add(ctx.spark.sql(_delta_state_sql(shape, table, _temp(frame, f"lakeivm_{ctx.view}_{table}_cdf"))))
+        by_version: dict[int, list[Event]] = {}
+        fields = ROW_TYPES[role].__dataclass_fields__
+        for row in frame.orderBy("_commit_version").collect():
+            values = {f: row[columns[f]] if f in columns else None for f in fields}
+            m = row[MULTIPLICITY]
+            event = Event(role, ROW_TYPES[role](**values), 1 if m > 0 else -1)
+            by_version.setdefault(row["_commit_version"], []).extend([event] * abs(m))
+        with _exact():
+            for version in range(start + 1, until + 1):
+                for event in by_version.get(version, ()):
+                    self._evaluator.apply(event)
+                self._progress[table] = version
+                self._emit(ctx)
+
+    def _versions(self, ctx: Context) -> dict[str, int]:
+        """The source versions of the newest emission (read from the series once per run)."""
+        if not self._progress:
+            last = self.series(ctx).orderBy(SEQ, ascending=False).first()
+            if last is None:
+                raise StateError(f"view {ctx.view!r}: its result series is empty; rebuild it (lakeivm refresh --rebuild)")
+            self._progress = {t: int(last[c]) for t, c in version_columns(ctx.query.tables).items()}
+            self._seq = int(last[SEQ]) + 1
+        return self._progress
+
+    def _load_evaluator(self, ctx: Context) -> None:
+        """Build the evaluator from the stored per-key sums (O(G) keys; digest §6.3 rebuild)."""
+        shape = _shape(ctx)
+        self._evaluator = make_evaluator(shape)
+        with _exact():
+            for table, index in self._tables(ctx).items():
+                self._evaluator.load(shape.role_of(table), _state_rows(shape, table, ctx.lake.read(index.path)))
+
+    def _emit(self, ctx: Context) -> None:
+        """Buffer the result at the current versions as rows of the series."""
+        shape, schema = _shape(ctx), self._output_schema(ctx)
+        with _exact():
+            value = self._evaluator.result()
+        versions = tuple(self._progress[t] for t in ctx.query.tables)
+        types = {f.name: f.dataType for f in schema.fields}
+        if shape.group_output is None:
+            rows = [{shape.outputs[0]: value}]
+        else:
+            (measure,) = [o for o in shape.outputs if o != shape.group_output]
+            rows = [{shape.group_output: k, measure: v} for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))]
+        if not rows:
+            self._emitted.append((*versions, *[None] * len(shape.outputs), self._seq, True))
+        for row in rows:
+            self._emitted.append((*versions, *[to_sql(row[o], types[o]) for o in shape.outputs], self._seq, False))
+        self._seq += 1
+
+    def _write_emissions(self, ctx: Context, fresh: bool) -> None:
+        from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
+        outputs = self._output_schema(ctx)
+        schema = StructType([*(StructField(c, LongType()) for c in version_columns(ctx.query.tables).values()),
+                             *outputs.fields, StructField(SEQ, LongType()), StructField(EMPTY, BooleanType())])
+        frame = ctx.spark.createDataFrame(self._emitted, schema)
+        writer = frame.write.format("delta")
+        if fresh:
+            writer.mode("overwrite").option("overwriteSchema", "true").save(ctx.lake.view_path(ctx.view))
+        else:
+            writer.mode("append").save(ctx.lake.view_path(ctx.view))
+        self._emitted = []
+
+    def _output_schema(self, ctx: Context) -> StructType:
+        """The SQL's output columns and types: analysed by Spark at bootstrap, then the series'."""
+        from pyspark.sql.types import StructType
+
+        if self._schema is None:
+            stored = {f.name: f for f in self.series(ctx).schema.fields}
+            self._schema = StructType([stored[o] for o in _shape(ctx).outputs])
+        return self._schema
+
+    def _tables(self, ctx: Context) -> dict[str, AdditiveTable]:
+        if self._index is None:
+            shape = _shape(ctx)
+            self._index = {}
+            for table in ctx.query.tables:
+                keys, sums = EVALUATORS[shape.name].STATE[shape.role_of(table)]
+                self._index[table] = AdditiveTable(ctx.lake, ctx.lake.view_path(ctx.view, f"index/{table}"),
+                                                   keys, tuple(sum_name(s) for s in sums))
+        return self._index
+
+
+# -- pure helpers ---------------------------------------------------------------------------------
+def make_evaluator(shape: NestedShape) -> Any:
+    """The evaluator of ``shape`` with its bound constants."""
+    return EVALUATORS[shape.name](**dict(shape.params))
+
+
+def version_columns(tables: tuple[str, ...]) -> dict[str, str]:
+    """{table: its version column in the series}: ``version`` alone for a one-table view."""
+    return {tables[0]: "version"} if len(tables) == 1 else {t: f"version_{t}" for t in tables}
+
+
+def sum_name(product: tuple[str, ...]) -> str:
+    """Column name of a per-key sum: ``cnt`` for the row count, else ``sum_<field>_<field>``."""
+    return "cnt" if not product else "sum_" + "_".join(product)
+
+
+def to_sql(value: Any, data_type: DataType) -> Any:
+    """An exact Python number as a value of ``data_type`` (DECIMAL rounded half-up, like Spark)."""
+    from pyspark.sql.types import DecimalType, DoubleType, FloatType, IntegralType
+
+    if value is None:
+        return None
+    if isinstance(data_type, DecimalType):
+        with _exact():
+            number = Fraction(value)
+            exact_value = decimal.Decimal(number.numerator) / decimal.Decimal(number.denominator)
+            return exact_value.quantize(decimal.Decimal(1).scaleb(-data_type.scale), rounding=decimal.ROUND_HALF_UP)
+    if isinstance(data_type, IntegralType):
+        if Fraction(value).denominator != 1:
+            raise StateError(f"non-integral value {value} for an integral output")
+        return int(value)
+    if isinstance(data_type, (DoubleType, FloatType)):
+        return float(value)
+    return value
+
+
+def state_sql(shape: NestedShape, table: str, source: str) -> str:
+    """Per-key absolute sums of ``table``'s snapshot ``source`` in the evaluator's layout (GROUP BY)."""
+    return _grouped_sql(shape, table, source, "CAST(1 AS BIGINT)")
+
+
+def _delta_state_sql(shape: NestedShape, table: str, source: str) -> str:
+    return _grouped_sql(shape, table, source, MULTIPLICITY)
+
+
+def _grouped_sql(shape: NestedShape, table: str, source: str, multiplicity: str) -> str:
+    role = shape.role_of(table)
+    keys, sums = EVALUATORS[shape.name].STATE[role]
+    columns = shape.columns[role]
+    key_sql = [f"`{columns[k]}` AS `{k}`" for k in keys]
+    sum_sql = [f"SUM({' * '.join([multiplicity, *(f'`{columns[f]}`' for f in s)])}) AS `{sum_name(s)}`" for s in sums]
+    group = ", ".join(f"`{columns[k]}`" for k in keys)
+    return f"SELECT {', '.join(key_sql + sum_sql)} FROM {source} GROUP BY {group}"
+
+
+def read_versions(ctx: Context, table: str, start: int, end: int, columns: list[str]) -> DataFrame:
+    """``table``'s changes in (start, end], netted *per commit*: columns, ``_commit_version``, ``_lakeivm_m``.
+
+    As :func:`lakeivm.changes.read_delta`, but grouped by commit version too (digest §6.4). The
+    engine has already run :func:`lakeivm.changes.check_readable` on every range it advances.
+    """
+    from pyspark.sql import functions as F
+
+    lake = ctx.lake
+    positive = [t for t, s in changes.SIGN.items() if s > 0]
+    sign = F.when(F.col("_change_type").isin(*positive), 1).otherwise(-1)
+    try:
+        feed = (lake.spark.read.format("delta").option("readChangeFeed", "true")
+                .option("startingVersion", start + 1).option("endingVersion", end).load(lake.table_path(table)))
+        netted = (feed.select(*columns, "_commit_version", sign.alias(MULTIPLICITY))
+                  .groupBy("_commit_version", *columns)
+                  .agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
+                  .where(F.col(MULTIPLICITY) != 0))
+        return netted.localCheckpoint(eager=True)
+    except Exception as err:  # classified as in changes.read_delta
+        raise ChangeRangeError(changes._explain_read_error(table, start, end, err)) from err
+
+
+def _state_rows(shape: NestedShape, table: str, frame: DataFrame) -> list[tuple[tuple, tuple]]:
+    keys, sums = EVALUATORS[shape.name].STATE[shape.role_of(table)]
+    names = [sum_name(s) for s in sums]
+    return [(tuple(r[k] for k in keys), tuple(r[n] for n in names)) for r in frame.collect()]
+
+
+def _exact() -> decimal.localcontext:
+    """A decimal context wide enough that sums of DECIMAL(38, s) values never round."""
+    return decimal.localcontext(prec=PRECISION)
+
+
+def _shape(ctx: Context) -> NestedShape:
+    shape = nested_shape(ctx.query)
+    if shape is None:
+        raise StateError(f"view {ctx.view!r} is not a shipped nested shape; the classifier should have rejected it")
+    return shape
+
+
+def _temp(frame: DataFrame, name: str) -> str:
+    frame.createOrReplaceTempView(name)
+    return name
+
+
+def _result_exists(ctx: Context) -> bool:
+    return ctx.lake.is_delta(ctx.lake.view_path(ctx.view))
+
+
+def _last_seq(ctx: Context) -> int:
+    from pyspark.sql import functions as F
+
+    return int(ctx.lake.read(ctx.lake.view_path(ctx.view)).agg(F.max(SEQ)).first()[0] or 0)
