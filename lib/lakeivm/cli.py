@@ -71,11 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_audit)
 
     p = sub.add_parser("datagen", help="generate data into the lake")
-    p.add_argument("dataset", choices=["tpch", "graph"])
+    p.add_argument("dataset", choices=["tpch", "graph", "orderbook"])
     p.add_argument("--scale", type=float, default=0.01, help="tpch: scale factor (default 0.01)")
     p.add_argument("--edges", type=int, default=50_000, help="graph: R-MAT edges (default 50000)")
     p.add_argument("--log2-vertices", type=int, default=13, help="graph: 2^N vertices (default 13)")
     p.add_argument("--table", default="edges", help="graph: table name (default edges)")
+    p.add_argument("--rows", type=int, default=10_000, help="orderbook: initial bids+asks rows (default 10000)")
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=_datagen)
 
@@ -180,6 +181,11 @@ def _datagen(args, settings: Settings) -> int:
         count = write_graph(_lake(settings), rmat_edges(args.log2_vertices, args.edges, args.seed), args.table)
         print(f"wrote {count} R-MAT edges over 2^{args.log2_vertices} vertices to table {args.table}")
         return 0
+    if args.dataset == "orderbook":
+        from lakeivm.datagen.orderbook import write_orderbook
+
+        print(f"wrote order-book tables {write_orderbook(_lake(settings), args.rows, args.seed)}")
+        return 0
     from lakeivm.datagen.tpch import generate_tpch
 
     generate_tpch(_lake(settings), args.scale)
@@ -200,7 +206,7 @@ def _demo(args, settings: Settings) -> int:
 
 
 # Each suite is a module of lakeivm.bench with ``main(argv, settings) -> int`` parsing its own options.
-BENCH_SUITES = {"first-order": "first_order", "planner": "planner", "triangle": "triangle", "fivm": "fivm"}
+BENCH_SUITES = {"first-order": "first_order", "planner": "planner", "triangle": "triangle", "fivm": "fivm", "nested": "nested"}
 
 
 def _bench(args, settings: Settings) -> int:

@@ -87,3 +87,22 @@ class OrderBookGenerator:
 
     def _price(self, ticks: int) -> Number:
         return ticks if self.tick is None else ticks * self.tick
+
+
+BOOK_DDL = "broker_id int, price decimal(12,2), volume bigint"
+
+
+def write_orderbook(lake, rows: int, seed: int = 1, mode: str = "error") -> dict[str, int]:
+    """Write an initial book of ``rows`` rows as Delta tables ``bids`` and ``asks`` (CDF on).
+
+    Prices are cents (DECIMAL(12,2)), volumes BIGINT, as the order-book views expect
+    (``schemas/views-orderbook``). Returns the row count per table.
+    """
+    gen = OrderBookGenerator(seed=seed, tick=Decimal("0.01"))
+    gen.initial_book(rows)
+    counts = {}
+    for table in BOOK_TABLES:
+        data = [(r.broker_id, r.price, r.volume) for r in gen.rows(table)]
+        lake.create_table(table, lake.spark.createDataFrame(data, BOOK_DDL), mode=mode)
+        counts[table] = len(data)
+    return counts

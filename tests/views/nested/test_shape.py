@@ -86,3 +86,13 @@ def test_recompute_reads_inner_tables_from_the_outer_sources():
     text = recompute_sql(query, {"l": "snap_l", "p": "snap_p"})
     assert "FROM snap_l AS l2" in text and "snap_l AS l" in text and "snap_p AS p" in text
     assert "lineitem" not in text
+
+
+def test_shipped_view_specs_classify_as_nested():
+    from lakeivm.config import REPO_ROOT
+    from lakeivm.registry import load_specs
+
+    specs = {**load_specs(REPO_ROOT / "schemas" / "views-orderbook"), "tpch_q17": load_specs(REPO_ROOT / "schemas" / "views")["tpch_q17"]}
+    shapes = {name: nested_shape(classify(spec, SCHEMAS)[1]).name for name, spec in specs.items()}
+    assert shapes == {"nested_example_2_1": "example_2_1", "nested_vwap": "vwap", "nested_mst": "mst",
+                      "nested_psp": "psp", "tpch_q17": "q17"}
