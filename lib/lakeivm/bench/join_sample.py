@@ -1,0 +1,265 @@
+"""``lakeivm bench join-sample``: insertions per second of RSJoin vs two baselines, and their memory.
+
+Workload (as the paper's graph experiments, §6): line-3 R1(a,b) ⋈ R2(b,c) ⋈ R3(c,d) and star-3
+S1(x,a) ⋈ S2(x,b) ⋈ S3(x,c) where every relation holds all edges of one R-MAT power-law graph
+(``datagen.graph.rmat_edges``), each relation's edges shuffled separately and the three streams
+interleaved round-robin (3·E inserts). Methods, all pure Python, each in a forked child:
+
+- ``rsjoin``: ``JoinSampler`` (dynamic index + reservoir with a predicate, Alg. 6);
+- ``shj``: symmetric hash join enumerating each insert's new results into Algorithm R;
+- ``resample``: the join materialized by the same enumeration, and a fresh uniform k-sample of it
+  drawn every ``--resample-every`` inserts (one maintenance run).
+
+Baselines enumerate every join result, so they get a time budget (``--budget``) and, for
+``resample``, a cap on materialized results; the report gives how far each got and RSJoin's time
+over the same prefix. Memory: peak RSS growth of the child (``ru_maxrss`` minus the RSS at start).
+Results: JSON + PNG under ``--out``.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import random
+import resource
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from lakeivm.config import Settings
+
+QUERIES = {
+    "line3": {"R1": ("a", "b"), "R2": ("b", "c"), "R3": ("c", "d")},
+    "star3": {"S1": ("x", "a"), "S2": ("x", "b"), "S3": ("x", "c")},
+}
+CHECKPOINTS = 100  # elapsed time is recorded after every 1% of the stream
+PAPER_US_PER_INSERT = 13.0  # RSJoin, line-4 over Epinions, C++ (paper Fig. 6, mean update time)
+
+
+def main(argv: list[str], settings: Settings) -> int:
+    """``lakeivm bench join-sample [--edges 100000] [--ks 1000,100000] [--queries line3,star3] [--budget 120] [--out DIR]``."""
+    import argparse
+
+    from lakeivm.bench.first_order import _machine
+
+    parser = argparse.ArgumentParser(prog="lakeivm bench join-sample", description=__doc__.splitlines()[0])
+    parser.add_argument("--edges", default="100000", help="graph sizes (edges), comma-separated")
+    parser.add_argument("--ks", default="1000,100000", help="sample sizes, comma-separated")
+    parser.add_argument("--queries", default="line3,star3")
+    parser.add_argument("--methods", default="rsjoin,shj,resample")
+    parser.add_argument("--budget", type=float, default=120.0, help="seconds per baseline run")
+    parser.add_argument("--max-results", type=int, default=5_000_000, help="resample: cap on materialized results")
+    parser.add_argument("--resample-every", type=int, default=1000, help="resample: inserts per re-draw")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default="bench-results")
+    args = parser.parse_args(argv)
+    results = {"machine": _machine(), "paper_us_per_insert_line4_cpp": PAPER_US_PER_INSERT, "budget_s": args.budget,
+               "resample_every": args.resample_every, "max_results": args.max_results, "runs": []}
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    for edges in [int(e) for e in args.edges.split(",")]:
+        graph = _graph(edges, args.seed)
+        for query in args.queries.split(","):
+            stream = _stream(query, graph, args.seed)
+            for k in [int(k) for k in args.ks.split(",")]:
+                for method in args.methods.split(","):
+                    run = _measure(method, query, stream, k, args)
+                    run.update(edges=edges, query=query, k=k, method=method, inserts=len(stream))
+                    results["runs"].append(run)
+                    print(_line(run), flush=True)
+                    (Path(args.out) / "join_sample.json").write_text(json.dumps(results, indent=2))
+    _plot(results, Path(args.out) / "join_sample.png")
+    print(f"wrote {args.out}/join_sample.json and {args.out}/join_sample.png")
+    return 0
+
+
+def run_rsjoin(query: str, stream: list, k: int, deadline: float, args) -> dict:
+    from lakeivm.views.join_sample import JoinSampler
+
+    sampler = JoinSampler(QUERIES[query], k, seed=args.seed)
+    done = _timed(stream, lambda rel, rid, row: sampler.insert(rel, rid, row), deadline)
+    r = sampler.reservoir
+    return {**done, "sample": len(r.items), "batch_positions": r.counters["seen"], "stops": r.counters["stops"],
+            "dummy_stops": r.counters["dummy_stops"]}
+
+
+def run_shj(query: str, stream: list, k: int, deadline: float, args) -> dict:
+    join, rng = SymmetricHashJoin(QUERIES[query]), random.Random(args.seed)
+    sample: list = []
+    seen = 0
+
+    def insert(rel, rid, row):
+        nonlocal seen
+        for result in join.insert(rel, rid, row):  # Algorithm R: one draw per result
+            seen += 1
+            if len(sample) < k:
+                sample.append(result)
+            else:
+                j = rng.randrange(seen)
+                if j < k:
+                    sample[j] = result
+            if not seen & 0xFFFF and time.perf_counter() > deadline:
+                raise _Stop
+
+    return {**_timed(stream, insert, deadline), "results": seen, "sample": len(sample)}
+
+
+def run_resample(query: str, stream: list, k: int, deadline: float, args) -> dict:
+    join, rng = SymmetricHashJoin(QUERIES[query]), random.Random(args.seed)
+    materialized: list = []
+    state = {"sample": [], "capped": False, "count": 0}
+
+    def insert(rel, rid, row):
+        for result in join.insert(rel, rid, row):
+            materialized.append(result)
+            if not len(materialized) & 0xFFFF and (len(materialized) > args.max_results or time.perf_counter() > deadline):
+                state["capped"] = len(materialized) > args.max_results
+                raise _Stop
+        state["count"] += 1
+        if state["count"] % args.resample_every == 0:
+            state["sample"] = [materialized[i] for i in rng.sample(range(len(materialized)), min(k, len(materialized)))]
+
+    done = _timed(stream, insert, deadline)
+    return {**done, "results": len(materialized), "sample": len(state["sample"]), "capped": state["capped"]}
+
+
+class SymmetricHashJoin:
+    """Each insert's new results ΔQ(R, t), enumerated by hash probes along the join tree (a baseline, §1.3)."""
+
+    def __init__(self, spec) -> None:
+        from lakeivm.views.join_sample.spec import JoinSpec
+
+        self.spec = JoinSpec.from_mapping(spec)
+        self.edges = self.spec.directed_edges()
+        self.tables: list[dict] = [{} for _ in self.edges]  # edge i: key(child) -> [(rid, row)] of the child
+        self.slot = {name: i for i, name in enumerate(self.spec.names)}
+        self.into = {name: [i for i, e in enumerate(self.edges) if e.parent == name] for name in self.spec.names}
+        self.out = {name: [i for i, e in enumerate(self.edges) if e.child == name] for name in self.spec.names}
+
+    def insert(self, relation: str, rid, row) -> Iterator[tuple]:
+        """Store the row, then yield its new join results as row-id tuples (slot order), lazily."""
+        for i in self.out[relation]:
+            key = tuple(row[p] for p in self.edges[i].child_key)
+            self.tables[i].setdefault(key, []).append((rid, row))
+        ids = [None] * len(self.slot)
+        ids[self.slot[relation]] = rid
+        return self._product([(i, row) for i in self.into[relation]], ids)
+
+    def _product(self, pending: list[tuple[int, tuple]], ids: list) -> Iterator[tuple]:
+        """Every way to bind the subtrees below the (edge, parent row) pairs in ``pending``."""
+        if not pending:
+            yield tuple(ids)
+            return
+        (i, parent_row), rest = pending[0], pending[1:]
+        edge = self.edges[i]
+        for rid, row in self.tables[i].get(tuple(parent_row[p] for p in edge.parent_key), ()):
+            ids[self.slot[edge.child]] = rid
+            yield from self._product([(c, row) for c in edge.children] + rest, ids)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _timed(stream: list, insert: Callable, deadline: float) -> dict:
+    """Insert the stream until done or ``deadline``; elapsed seconds after every 1% (checkpoints)."""
+    step = max(1, len(stream) // CHECKPOINTS)
+    marks, start, done = [], time.perf_counter(), 0
+    try:
+        for i, (rel, rid, row) in enumerate(stream):
+            insert(rel, rid, row)
+            done = i + 1
+            if done % step == 0:
+                marks.append((done, time.perf_counter() - start))
+            if time.perf_counter() > deadline:
+                break
+    except _Stop:
+        pass
+    seconds = time.perf_counter() - start
+    return {"done": done, "seconds": seconds, "complete": done == len(stream), "marks": marks,
+            "us_per_insert": 1e6 * seconds / max(done, 1)}
+
+
+def _measure(method: str, query: str, stream: list, k: int, args) -> dict:
+    """Run one method in a forked child (so memory is its own); returns its report."""
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    budget = float("inf") if method == "rsjoin" else args.budget
+    proc = ctx.Process(target=_child, args=(child, method, query, stream, k, budget, args))
+    proc.start()
+    report = parent.recv()
+    proc.join()
+    return report
+
+
+def _child(conn, method: str, query: str, stream: list, k: int, budget: float, args) -> None:
+    start_rss = _rss_kib()
+    run = {"rsjoin": run_rsjoin, "shj": run_shj, "resample": run_resample}[method]
+    try:
+        report = run(query, stream, k, time.perf_counter() + budget, args)
+    except BaseException as err:  # report it rather than leave the parent waiting
+        conn.send({"error": repr(err), "done": 0, "seconds": 0.0, "complete": False, "marks": [], "us_per_insert": 0.0,
+                   "memory_mib": 0.0})
+        raise
+    report["memory_mib"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start_rss) / 1024
+    conn.send(report)
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() // 1024
+
+
+def _graph(edges: int, seed: int) -> list[tuple[int, int]]:
+    from lakeivm.datagen.graph import rmat_edges
+
+    scale = max(10, (edges * 8).bit_length() // 2 + 2)  # 2^scale vertices: average degree ~ 4-16
+    return [(int(a), int(b)) for a, b in rmat_edges(scale, edges, seed=seed)]
+
+
+def _stream(query: str, graph: list[tuple[int, int]], seed: int) -> list:
+    """Every relation holds all edges, each in its own shuffled order; the streams interleave round-robin."""
+    rng = random.Random(seed)
+    orders = []
+    for _ in QUERIES[query]:
+        order = list(range(len(graph)))
+        rng.shuffle(order)
+        orders.append(order)
+    return [(rel, i, graph[i]) for position in range(len(graph)) for rel, order in zip(QUERIES[query], orders)
+            for i in (order[position],)]
+
+
+def _line(run: dict) -> str:
+    status = "complete" if run["complete"] else f"stopped at {run['done']}/{run['inserts']} inserts"
+    extra = f", {run['results']:,} results enumerated" if "results" in run else ""
+    return (f"{run['query']} E={run['edges']:,} k={run['k']:,} {run['method']:>8}: {run['us_per_insert']:.1f} µs/insert "
+            f"({1e6 / run['us_per_insert']:,.0f}/s), {run['memory_mib']:.0f} MiB, {status}{extra}")
+
+
+def _plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    configs = sorted({(r["query"], r["edges"], r["k"]) for r in results["runs"]})
+    methods = ["rsjoin", "shj", "resample"]
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(13, 4.5))
+    width = 0.8 / len(methods)
+    for j, method in enumerate(methods):
+        runs = [next((r for r in results["runs"] if (r["query"], r["edges"], r["k"]) == c and r["method"] == method), None)
+                for c in configs]
+        xs = [i + j * width for i in range(len(configs))]
+        ax_t.bar(xs, [r["us_per_insert"] if r else 0 for r in runs], width, label=method)
+        ax_m.bar(xs, [r["memory_mib"] if r else 0 for r in runs], width, label=method)
+        for x, r in zip(xs, runs):
+            if r and not r["complete"]:
+                ax_t.annotate(f"{100 * r['done'] / r['inserts']:.0f}%", (x, r["us_per_insert"]), ha="center", fontsize=7)
+    labels = [f"{q}\nE={e:,}\nk={k:,}" for q, e, k in configs]
+    for ax, title in ((ax_t, "µs per insert (log; % = share of stream done in budget)"), (ax_m, "peak RSS growth, MiB")):
+        ax.set_xticks([i + width for i in range(len(configs))], labels, fontsize=7)
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=8)
+    ax_t.set_yscale("log")
+    ax_t.axhline(PAPER_US_PER_INSERT, color="grey", linestyle=":", linewidth=1)
+    fig.suptitle(f"join-sample: RSJoin vs symmetric hash join vs re-sampling (pure Python, {results['machine']['cpus']} cores)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
