@@ -18,6 +18,7 @@ Results: JSON + PNG under ``--out``.
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import random
 import resource
@@ -57,6 +58,7 @@ def main(argv: list[str], settings: Settings) -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     for edges in [int(e) for e in args.edges.split(",")]:
         graph = _graph(edges, args.seed)
+        results.setdefault("graphs", {})[str(edges)] = _degrees(graph)
         for query in args.queries.split(","):
             stream = _stream(query, graph, args.seed)
             for k in [int(k) for k in args.ks.split(",")]:
@@ -209,10 +211,18 @@ def _rss_kib() -> int:
 
 
 def _graph(edges: int, seed: int) -> list[tuple[int, int]]:
+    """R-MAT edges over 2^scale vertices with scale = ⌈log2(edges/8)⌉: average out-degree 4-8, like Epinions (~7)."""
     from lakeivm.datagen.graph import rmat_edges
 
-    scale = max(10, (edges * 8).bit_length() // 2 + 2)  # 2^scale vertices: average degree ~ 4-16
+    scale = max(10, math.ceil(math.log2(edges / 8)))
     return [(int(a), int(b)) for a, b in rmat_edges(scale, edges, seed=seed)]
+
+
+def _degrees(graph: list[tuple[int, int]]) -> dict:
+    from collections import Counter
+
+    out, into = Counter(a for a, _ in graph), Counter(b for _, b in graph)
+    return {"vertices": len(set(out) | set(into)), "max_out_degree": max(out.values()), "max_in_degree": max(into.values())}
 
 
 def _stream(query: str, graph: list[tuple[int, int]], seed: int) -> list:

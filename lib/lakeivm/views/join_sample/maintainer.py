@@ -116,7 +116,8 @@ class JoinSampleMaintainer:
         if self._view is None:
             stored = _stored_state(ctx)
             if stored is None or stored.get("fingerprint") != plan.fingerprint():
-                self._rebootstrap.append("the stored sample was drawn for another query or sample_size")
+                self._rebootstrap.append("no stored sampler state" if stored is None else
+                                         "the stored sample was drawn for another query or sample_size")
                 return None
             self._view = SampleView.resume(plan, stored, _snapshot(ctx, plan, ctx.watermarks))
         return self._view

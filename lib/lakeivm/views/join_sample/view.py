@@ -32,8 +32,8 @@ class SampleView:
         self.values: dict[str, dict[str, tuple]] = {t: {} for t in plan.columns}
         self._snapshot = {s.alias: [] for s in plan.slots}
         for table, rows in tables.items():
-            for values, ids, passes in self._admit(table, rows):
-                for slot, keys in passes:
+            for _, ids, joined in self._admit(table, rows):
+                for slot, keys in joined:
                     self._snapshot[slot.alias] += [(rid, keys) for rid in ids]
 
     @classmethod
@@ -62,13 +62,12 @@ class SampleView:
 
     def insert(self, table: str, rows: Rows) -> None:
         """Insert a batch of ``table``'s rows (multiplicities > 0) into each of its slots in turn (Alg. 6)."""
-        admitted = list(self._admit(table, rows))
+        admitted = [(ids, {s.alias: keys for s, keys in joined}) for _, ids, joined in self._admit(table, rows)]
         for slot in self.plan.slots_of(table):
-            for _, ids, passes in admitted:
-                keys = dict((s.alias, k) for s, k in passes).get(slot.alias)
-                if keys is not None:
+            for ids, keys_by_slot in admitted:
+                if slot.alias in keys_by_slot:
                     for rid in ids:
-                        self.sampler.insert(slot.alias, rid, keys)
+                        self.sampler.insert(slot.alias, rid, keys_by_slot[slot.alias])
 
     def records(self) -> list[tuple]:
         """The sample rows: (reservoir slot, *SELECT outputs, *source row ids), min(k, |join|) of them."""
