@@ -62,7 +62,10 @@ def test_durations():
 def test_classify_first_order_and_rejections():
     schemas = {"s": {"g": "string", "b": "int"}}
     kind, query = classify(spec_from_dict({"name": "v", "sql": "SELECT g, SUM(b) AS sb FROM s GROUP BY g", "deadline": 5}), schemas)
-    assert kind == "first_order" and query.tables == ("s",)
+    assert kind == "fivm" and query.tables == ("s",)  # acyclic join + SUM/COUNT/AVG: F-IVM by default
+    kind, _ = classify(spec_from_dict({"name": "v", "sql": "SELECT g, SUM(b) AS sb FROM s GROUP BY g", "deadline": 5,
+                                       "kind": "first_order"}), schemas)
+    assert kind == "first_order"
     with pytest.raises(UnsupportedQuery, match="needs aggregates"):
         classify(spec_from_dict({"name": "v", "sql": "SELECT g FROM s", "deadline": 5}), schemas)
     kind, query = classify(spec_from_dict({"name": "v", "sql": "SELECT g, MIN(b) AS m FROM s GROUP BY g", "deadline": 5,

@@ -19,12 +19,13 @@ from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
 from lakeivm.sql import Query, parse_query
 from lakeivm.views.join_sample.plan import plan_sample
 from lakeivm.views.nested.shape import diagnose, nested_shape
+from lakeivm.views.fivm.plan import build_plan, fit_query
 from lakeivm.views.triangle.shape import triangle_shape
 
 SCHEMA_PATH = REPO_ROOT / "schemas" / "view.schema.json"
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 KINDS = ("first_order", "fivm", "triangle", "nested", "join_sample")
-AVAILABLE_KINDS = ("first_order", "triangle", "join_sample", "nested")
+AVAILABLE_KINDS = ("first_order", "triangle", "join_sample", "nested", "fivm")
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,10 @@ def classify(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[
         )
     if kind == "first_order":
         _check_first_order(spec, query)
+    if kind == "fivm":
+        query = _check_fivm(spec, query, schemas)
+    elif "features" in spec.options or "label" in spec.options:
+        raise UnsupportedQuery(f"{spec.source}: features/label (a regression) need kind fivm, not {kind}; remove `kind:`.")
     if kind == "triangle" and triangle_shape(query) is None:
         raise UnsupportedQuery(
             f"{spec.source}: kind triangle needs a triangle count: SELECT COUNT(*) over three relations joined "
@@ -139,7 +144,27 @@ def _default_kind(spec: ViewSpec, query: Query) -> str:
         return "nested"
     if triangle_shape(query) is not None:
         return "triangle"
+    if "features" in spec.options or "label" in spec.options or why_not_fivm(spec, query) is None:
+        return "fivm"
     return "first_order"
+
+
+def why_not_fivm(spec: ViewSpec, query: Query) -> str | None:
+    """Why F-IVM cannot maintain the view (it then defaults to first_order), or None if it can."""
+    try:
+        build_plan(query, spec.options)
+    except UnsupportedQuery as err:
+        return str(err)
+    return None
+
+
+def _check_fivm(spec: ViewSpec, query: Query, schemas: Mapping[str, Mapping[str, str]]) -> Query:
+    try:
+        query = fit_query(query, spec.options, schemas)
+        build_plan(query, spec.options)
+    except UnsupportedQuery as err:
+        raise UnsupportedQuery(f"{spec.source}: kind fivm: {err}") from err
+    return query
 
 
 def _check_first_order(spec: ViewSpec, query: Query) -> None:

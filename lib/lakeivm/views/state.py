@@ -21,9 +21,10 @@ if TYPE_CHECKING:
 class AdditiveTable:
     """One Delta table of ``keys`` + additive ``payloads`` with buffered deltas (see module doc)."""
 
-    def __init__(self, lake: Lake, path: str, keys: Sequence[str], payloads: Sequence[str]) -> None:
+    def __init__(self, lake: Lake, path: str, keys: Sequence[str], payloads: Sequence[str], alive: str | None = None) -> None:
         self.lake, self.path = lake, path
         self.keys, self.payloads = tuple(keys), tuple(payloads)
+        self.alive = alive  # the payload whose zero means the key is gone (default: all payloads zero)
         self._deltas: list[DataFrame] = []
         self._replacement: DataFrame | None = None
 
@@ -37,7 +38,7 @@ class AdditiveTable:
 
     def consolidated(self) -> DataFrame:
         """``current()`` summed per key, zero payloads dropped (a shuffle: use on small slices)."""
-        return consolidate(self.current(), self.keys, self.payloads)
+        return consolidate(self.current(), self.keys, self.payloads, self.alive)
 
     def add(self, delta: DataFrame) -> None:
         """Buffer a delta (its columns: keys + payloads)."""
@@ -45,46 +46,48 @@ class AdditiveTable:
 
     def replace(self, rows: DataFrame) -> None:
         """Replace the whole content (a rebuild); earlier buffered deltas are dropped."""
-        self._replacement = consolidate(rows, self.keys, self.payloads).localCheckpoint(eager=True)
+        self._replacement = consolidate(rows, self.keys, self.payloads, self.alive).localCheckpoint(eager=True)
         self._deltas = []
 
     def create(self, rows: DataFrame) -> None:
         """Write the table from scratch (bootstrap)."""
-        write_overwrite(consolidate(rows, self.keys, self.payloads), self.path)
+        write_overwrite(consolidate(rows, self.keys, self.payloads, self.alive), self.path)
 
     def flush(self) -> None:
         """Write the buffered change: an overwrite after ``replace``, else one MERGE of the summed delta."""
         if self._replacement is not None:
             write_overwrite(self._replacement, self.path)
         if self._deltas:
-            merge_add(self.lake, self.path, self._deltas, self.keys, self.payloads)
+            merge_add(self.lake, self.path, self._deltas, self.keys, self.payloads, self.alive)
         self._deltas, self._replacement = [], None
 
 
-def consolidate(rows: DataFrame, keys: Sequence[str], payloads: Sequence[str]) -> DataFrame:
-    """Sum payloads per key and drop keys whose payloads are all zero."""
+def consolidate(rows: DataFrame, keys: Sequence[str], payloads: Sequence[str], alive: str | None = None) -> DataFrame:
+    """Sum payloads per key and drop keys whose payloads are all zero (or whose ``alive`` is zero)."""
     from pyspark.sql import functions as F
 
     summed = rows.groupBy(*keys).agg(*[F.sum(p).alias(p) for p in payloads])
-    return summed.where(" OR ".join(f"`{p}` != 0" for p in payloads))
+    return summed.where(f"`{alive}` != 0" if alive else " OR ".join(f"`{p}` != 0" for p in payloads))
 
 
 def write_overwrite(rows: DataFrame, path: str) -> None:
     rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
 
 
-def merge_add(lake: Lake, path: str, deltas: Sequence[DataFrame], keys: Sequence[str], payloads: Sequence[str]) -> None:
-    """MERGE the sum of ``deltas`` into the table: payloads added, all-zero keys deleted."""
+def merge_add(lake: Lake, path: str, deltas: Sequence[DataFrame], keys: Sequence[str], payloads: Sequence[str],
+              alive: str | None = None) -> None:
+    """MERGE the sum of ``deltas`` into the table: payloads added, all-zero keys (or zero ``alive``) deleted."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     change = deltas[0]
     for delta in deltas[1:]:
         change = change.unionByName(delta)
-    change = change.groupBy(*keys).agg(*[F.sum(p).alias(p) for p in payloads]).localCheckpoint(eager=True)
-    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-    zero_after = " AND ".join(f"t.`{p}` + s.`{p}` = 0" for p in payloads)
-    nonzero = " OR ".join(f"s.`{p}` != 0" for p in payloads)
+    change = change.groupBy(*keys).agg(*[F.sum(p).alias(p) for p in payloads])
+    change = change.where(f"`{payloads[0]}` IS NOT NULL").localCheckpoint(eager=True)  # no keys, no rows: one NULL row
+    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true"
+    zero_after = f"t.`{alive}` + s.`{alive}` = 0" if alive else " AND ".join(f"t.`{p}` + s.`{p}` = 0" for p in payloads)
+    nonzero = f"s.`{alive}` != 0" if alive else " OR ".join(f"s.`{p}` != 0" for p in payloads)
     (
         DeltaTable.forPath(lake.spark, path).alias("t")
         .merge(change.alias("s"), on)

@@ -1,0 +1,268 @@
+"""F-IVM on Spark: the stored views of a view tree as additive Delta tables (F-IVM §3-4, digest §7).
+
+State: ``views/<view>/aux/<view id>`` for every view of μ(τ, U) with U = all relations (Fig. 5):
+keys (the view's variables) + flat payload columns (``payload.PayloadRing``), zero-count keys
+deleted. ``result`` is the root view rendered as the SQL's columns, with the state (and, for a
+regression, the cofactor triple) in hidden ``_lakeivm_`` columns.
+
+- ``bootstrap`` evaluates the tree bottom-up from the snapshots at the pins (Fig. 3): a leaf
+  groups its relation by its keys, summing ``multiplicity × lifts``; an inner view joins its
+  children on their shared keys, multiplies payloads (⊗) and sums by its keys (⊕).
+- ``apply`` lifts a table's netted delta at its leaf and pushes it up ``path_to_root`` (Fig. 4):
+  at each step δV = ⊕ (δV_child ⊗ siblings), the siblings read as stored plus this run's buffered
+  deltas, i.e. as of their watermarks, since the engine applies table by table (§4, digest §3.4).
+  A table joined with itself is applied one occurrence after the other. Cost per step: one
+  broadcast join of the (small) delta with the sibling views and a group-by.
+- ``flush`` MERGEs each view's summed delta once, then rewrites the result rows of the touched
+  groups.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from lakeivm.lake import CDF
+from lakeivm.sql import COUNT, MULTIPLICITY, recompute_sql
+from lakeivm.views.base import Context
+from lakeivm.views.fivm.payload import ALIVE
+from lakeivm.views.fivm.plan import FivmPlan, build_plan, leaf_weights
+from lakeivm.views.fivm.tree import View
+from lakeivm.views.state import AdditiveTable, consolidate
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+HIDDEN = "_lakeivm_"
+COFACTOR = "_lakeivm_cof_"
+
+
+class FivmMaintainer:
+    """Keeps an F-IVM view (see module doc); plan from the SQL and the spec's options."""
+
+    def __init__(self) -> None:
+        self._plan: FivmPlan | None = None
+        self._tables: dict[str, AdditiveTable] | None = None
+        self._root_deltas: list[DataFrame] = []
+
+    # -- protocol ------------------------------------------------------------------------------
+    def state_tables(self, ctx: Context) -> Mapping[str, str]:
+        return {"result": ctx.lake.view_path(ctx.view), **{vid: t.path for vid, t in self._state(ctx).items()}}
+
+    def bootstrap(self, ctx: Context) -> None:
+        plan, tables = self.plan(ctx), self._state(ctx)
+        sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
+        self._evaluate(ctx, plan.tree.root, sources, tables)
+        rows = _render(plan, tables[plan.tree.root.id].current(), _output_types(ctx, plan))
+        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(CDF, "true").save(
+            ctx.lake.view_path(ctx.view))
+        ctx.checkpoint("bootstrap:result")
+
+    def apply(self, ctx: Context, table: str, delta: DataFrame) -> None:
+        plan, tables = self.plan(ctx), self._state(ctx)
+        name = f"lakeivm_{ctx.view}_{table}_delta"
+        delta.createOrReplaceTempView(name)
+        for alias in plan.query.aliases_of(table):  # a self-join: one occurrence after the other (§4)
+            leaf = plan.tree.leaf(alias)
+            change = _leaf(ctx, plan, leaf, name, f"{alias}.{MULTIPLICITY}").localCheckpoint(eager=True)
+            if leaf.id in tables:
+                tables[leaf.id].add(change)
+            for step in plan.tree.path_to_root(alias):
+                inputs = [(step.child, change, True)] + [(s, tables[s.id].current(), False) for s in step.siblings]
+                change = _join_sum(plan, step.view, inputs).localCheckpoint(eager=True)
+                if step.view.id in tables:
+                    tables[step.view.id].add(change)
+            self._root_deltas.append(change.select(*plan.tree.root.keys))
+        ctx.checkpoint(f"apply:{table}")
+
+    def flush(self, ctx: Context) -> None:
+        if not self._root_deltas:
+            return
+        from pyspark.sql import functions as F
+
+        plan, tables = self.plan(ctx), self._state(ctx)
+        keys = plan.tree.root.keys
+        touched = self._root_deltas[0]
+        for more in self._root_deltas[1:]:
+            touched = touched.unionByName(more)
+        touched = touched.distinct().localCheckpoint(eager=True) if keys else None
+        for vid, table in tables.items():
+            table.flush()
+            ctx.checkpoint(f"flush:{vid}")
+        root = ctx.lake.read(tables[plan.tree.root.id].path)
+        types = {f.name: f.dataType.simpleString() for f in ctx.lake.read(ctx.lake.view_path(ctx.view)).schema.fields}
+        if not keys:
+            rows = _render(plan, root, types)
+            rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(ctx.lake.view_path(ctx.view))
+        else:
+            on = F.expr(" AND ".join(f"t.`{k}` <=> r.`{k}`" for k in keys))
+            fresh = touched.alias("t").join(root.alias("r"), on, "left").select(
+                *[F.col(f"t.`{k}`").alias(k) for k in keys],
+                *[F.col(f"r.`{c}`").alias(c) for c in plan.payload_columns(plan.tree.root)])
+            _merge_result(ctx, plan, _render(plan, fresh, types).localCheckpoint(eager=True))
+        self._root_deltas = []
+        ctx.checkpoint("flush:result")
+
+    def result(self, ctx: Context, version: int | None = None) -> DataFrame:
+        df = ctx.lake.read(ctx.lake.view_path(ctx.view), version)
+        return df.select(*[c for c in df.columns if not c.startswith(HIDDEN)])
+
+    # -- helpers ------------------------------------------------------------------------------
+    def plan(self, ctx: Context) -> FivmPlan:
+        if self._plan is None:
+            self._plan = build_plan(ctx.query, ctx.spec.options)
+        return self._plan
+
+    def _state(self, ctx: Context) -> dict[str, AdditiveTable]:
+        if self._tables is None:
+            plan = self.plan(ctx)
+            self._tables = {
+                vid: AdditiveTable(ctx.lake, ctx.lake.view_path(ctx.view, f"aux/{vid}"), view.keys,
+                                   plan.payload_columns(view), alive=ALIVE)
+                for vid, view in plan.tree.views.items() if vid in plan.tree.stored
+            }
+        return self._tables
+
+    def definitions(self, ctx: Context, versions: Mapping[str, int]) -> dict[str, DataFrame]:
+        """Every stored view recomputed from the snapshots at ``versions`` (nothing written): what
+        the maintained tables must equal (the recompute oracle, digest §8.2)."""
+        plan, out = self.plan(ctx), {}
+        sources = {r.alias: ctx.snapshot(r.table, versions[r.table]) for r in plan.query.relations}
+        self._evaluate(ctx, plan.tree.root, sources, None, out)
+        return out
+
+    def _evaluate(self, ctx: Context, view: View, sources: Mapping[str, str], tables: dict[str, AdditiveTable] | None,
+                  out: dict[str, DataFrame] | None = None) -> DataFrame:
+        """V (Fig. 3) from the snapshots; each stored view is written as it is computed (or, with
+        ``tables`` None, consolidated into ``out``)."""
+        plan = self.plan(ctx)
+        if view.relation is not None:
+            rows = _leaf(ctx, plan, view, sources[view.relation], "CAST(1 AS BIGINT)")
+        else:
+            inputs = [(c, self._evaluate(ctx, c, sources, tables, out), False) for c in view.children]
+            rows = _join_sum(plan, view, inputs)
+        if view.id in plan.tree.stored and tables is not None:
+            tables[view.id].create(rows)
+            ctx.checkpoint(f"bootstrap:{view.id}")
+            return tables[view.id].current()
+        rows = rows.localCheckpoint(eager=True)
+        if view.id in plan.tree.stored and out is not None:
+            out[view.id] = consolidate(rows, view.keys, plan.payload_columns(view), ALIVE)
+        return rows
+
+
+def _leaf(ctx: Context, plan: FivmPlan, leaf: View, source: str, multiplicity: str) -> DataFrame:
+    """⊕ over a relation's private variables: group by the leaf's keys, sum multiplicity × lifts.
+    Rows with a NULL join value are dropped (an SQL inner join drops them too)."""
+    alias = leaf.relation
+    keys = [f"{alias}.`{plan.column_of(alias, v)}` AS `{v}`" for v in leaf.keys]
+    sums = [f"SUM({multiplicity} * {weight}) AS `{column}`" for column, weight in leaf_weights(plan, alias)]
+    where = [*plan.query.filters.get(alias, ()),
+             *[f"{alias}.`{plan.column_of(alias, v)}` IS NOT NULL" for v in leaf.keys if plan.is_join_variable(v)]]
+    group = f" GROUP BY {', '.join(f'`{v}`' for v in leaf.keys)}" if leaf.keys else ""
+    text = (f"SELECT {', '.join([*keys, *sums])} FROM {source} AS {alias}"
+            + (f" WHERE {' AND '.join(f'({w})' for w in where)}" if where else "") + group)
+    return ctx.spark.sql(text).where(f"`{ALIVE}` IS NOT NULL")
+
+
+def _join_sum(plan: FivmPlan, view: View, inputs: list[tuple[View, DataFrame, bool]]) -> DataFrame:
+    """⊕_X (V_1 ⊗ … ⊗ V_k) by ``view.keys``: join on shared keys (a delta input is broadcast),
+    multiply payloads (``PayloadRing.multiply`` on Columns), group-by-sum. Shared keys are join
+    variables, never NULL, so plain equality matches SQL."""
+    from pyspark.sql import functions as F
+
+    joined, have, factors = None, set(), []
+    for i, (child, rows, small) in enumerate(inputs):
+        columns = plan.payload_columns(child)
+        renamed = rows.select(*child.keys, *[F.col(c).alias(f"_f{i}_{c}") for c in columns])
+        if small:
+            renamed = F.broadcast(renamed)
+        shared = [k for k in child.keys if k in have]
+        if joined is None:
+            joined = renamed
+        elif shared:
+            joined = joined.join(renamed, shared)
+        else:
+            joined = joined.crossJoin(renamed)
+        have |= set(child.keys)
+        factors.append((plan.lifted(child), {c: F.col(f"_f{i}_{c}") for c in columns}))
+    product = plan.ring.multiply(factors)
+    summed = joined.groupBy(*view.keys).agg(*[F.sum(e).alias(c) for c, e in product.items()])
+    return summed.where(F.col(ALIVE).isNotNull())
+
+
+def _output_types(ctx: Context, plan: FivmPlan) -> dict[str, str]:
+    """The SQL's output column types (analysis only), so the result has the view's own types."""
+    sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
+    schema = ctx.spark.sql(recompute_sql(plan.query, sources)).schema
+    return {f.name: f.dataType.simpleString() for f in schema.fields}
+
+
+def _render(plan: FivmPlan, root: DataFrame, types: Mapping[str, str]) -> DataFrame:
+    """Root view rows -> result rows: the SQL's outputs, hidden keys, state and cofactor columns.
+    With no GROUP BY the result is one row even over an empty join (COUNT 0, SUM NULL)."""
+    from pyspark.sql import functions as F
+
+    columns = plan.payload_columns(plan.tree.root)
+    if not plan.tree.root.keys:
+        root = root.agg(*[F.coalesce(F.sum(c), F.lit(0)).cast(root.schema[c].dataType).alias(c) for c in columns])
+    keys = plan.group_key_variables()
+    state = root.select(
+        *[F.col(v).alias(name) for name, v in keys],
+        *[F.col(f"p_{k}").alias(comp.state) for k, comp in enumerate(plan.components)],
+        *[F.col(c).alias(COFACTOR + c) for c in columns if not c.startswith("p_")])
+    shown = {o.name for o in plan.query.outputs}
+    visible = [f"CAST(({o.finalize_sql}) AS {types[o.name]}) AS `{o.name}`" for o in plan.query.outputs]
+    hidden = [f"`{name}`" for name, _ in keys if name not in shown] + [f"`{c}`" for c in state.columns if c.startswith(HIDDEN)]
+    return state.selectExpr(*visible, *dict.fromkeys(hidden))
+
+
+def _merge_result(ctx: Context, plan: FivmPlan, rows: DataFrame) -> None:
+    """Touched groups into the result: updated, inserted, or deleted when their count is gone."""
+    from delta.tables import DeltaTable
+
+    on = " AND ".join(f"t.`{name}` <=> s.`{name}`" for name, _ in plan.group_key_variables())
+    gone = f"s.`{COUNT}` IS NULL"
+    (DeltaTable.forPath(ctx.spark, ctx.lake.view_path(ctx.view)).alias("t").merge(rows.alias("s"), on)
+     .whenMatchedDelete(gone).whenMatchedUpdateAll().whenNotMatchedInsertAll(f"NOT ({gone})").execute())
+
+
+def coefficients(lake, spec, latest: bool = False) -> list[tuple[dict[str, object], dict[str, float] | None]]:
+    """The least-squares fit of a regression view (§7.2), per group, at the view's last consistent
+    (or, ``latest``, newest) run: [(group key values, {"intercept": b0, feature: b, ...})], read
+    from the root's cofactor triple in O(m³) per group (None for a group with no complete tuple)."""
+    from lakeivm import commit
+    from lakeivm.engine import prepare
+    from lakeivm.errors import StateError, UnsupportedQuery
+    from lakeivm.views.fivm.rings import ols_coefficients
+
+    ctx, maintainer = prepare(lake, spec)
+    if not isinstance(maintainer, FivmMaintainer) or not maintainer.plan(ctx).features:
+        raise UnsupportedQuery(f"view {spec.name!r} is not a regression view; give it `features:` and `label:`.")
+    row = commit.last_committed(lake, spec.name, consistent=not latest)
+    if row is None:
+        raise StateError(f"view {spec.name!r} has no committed run yet; run `lakeivm refresh {spec.name}`.")
+    plan = maintainer.plan(ctx)
+    ring = plan.ring.cofactor
+    keys = [name for name, _ in plan.group_key_variables()]
+    out = []
+    for stored in lake.read(lake.view_path(spec.name), row.state_versions["result"]).collect():
+        flat = {c: stored[COFACTOR + c] for c in ring.flat_columns()}
+        payload = ring.from_flat(flat)
+        fit = ols_coefficients(ring, payload, plan.label) if payload.c > 0 else None
+        out.append(({k: stored[k] for k in keys}, fit))
+    return out
+
+
+def describe_fit(lake, spec, latest: bool = False) -> str:
+    """The fitted model of a regression view as text, one line per group (``lakeivm read``)."""
+    plan_label = spec.options.get("label")
+    lines = []
+    for group, fit in coefficients(lake, spec, latest):
+        where = ", ".join(f"{k}={v}" for k, v in group.items())
+        head = f"least squares of {plan_label}" + (f" [{where}]" if where else "")
+        if fit is None:
+            lines.append(f"{head}: no complete join tuple")
+            continue
+        terms = " ".join(f"{b:+.6g}*{name}" for name, b in fit.items() if name != "intercept")
+        lines.append(f"{head} = {fit['intercept']:.6g} {terms}")
+    return "\n".join(lines)

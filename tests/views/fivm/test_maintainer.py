@@ -1,0 +1,205 @@
+"""The F-IVM Spark maintainer against the view's SQL after random insert/update/delete streams.
+
+After every run (including asymmetric plans that leave tables pending): the result equals the
+view's SQL on the snapshots at the run's watermarks (``audit``), and every stored view equals its
+definition recomputed from those snapshots. The regression view's root payload equals
+(Σ1, Xᵀ1, XᵀX) of the flat join computed by numpy, and its coefficients ``numpy.linalg.lstsq``.
+"""
+from __future__ import annotations
+
+import random
+from decimal import Decimal
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import sqlglot
+
+from lakeivm import commit
+from lakeivm.config import REPO_ROOT
+from lakeivm.engine import InjectedFailure, audit, prepare, run_view
+from lakeivm.errors import UnsupportedQuery
+from lakeivm.registry import classify, load_spec, spec_from_dict
+from lakeivm.sql import recompute_sql
+from lakeivm.views.fivm.maintainer import COFACTOR, coefficients
+from tests.helpers import sql
+
+CHAIN = spec_from_dict({
+    "name": "chain", "deadline": 60,
+    "sql": "SELECT g, SUM(x * z) AS sxz, COUNT(*) AS c, AVG(z) AS az, COUNT(x) AS nx "
+           "FROM r JOIN s ON r.a = s.a JOIN t ON s.b = t.b WHERE t.z <> 9 GROUP BY g",
+})
+CHAIN_TABLES = {
+    "r": ("a int, x int", lambda rng: (rng.randrange(4), rng.choice([None, rng.randrange(10)]))),
+    "s": ("a int, g int, b int", lambda rng: (rng.randrange(4), rng.choice([None, 0, 1, 2]), rng.randrange(3))),
+    "t": ("b int, z int", lambda rng: (rng.randrange(3), rng.choice([None, 9, rng.randrange(10)]))),
+}
+TPCH = {
+    "nation": ("n_nationkey int, n_name string",
+               lambda rng: (rng.randrange(4), rng.choice(["FRANCE", "GERMANY", "PERU", "CHINA"]))),
+    "customer": ("c_custkey bigint, c_nationkey int", lambda rng: (rng.randrange(6), rng.randrange(4))),
+    "orders": ("o_orderkey bigint, o_custkey bigint, o_orderpriority string",
+               lambda rng: (rng.randrange(8), rng.randrange(6), rng.choice(["1-URGENT", "2-HIGH", "3-MEDIUM", "5-LOW"]))),
+    "lineitem": ("l_orderkey bigint, l_partkey bigint, l_suppkey bigint, l_quantity decimal(15,2), "
+                 "l_extendedprice decimal(15,2), l_discount decimal(15,2), l_tax decimal(15,2)",
+                 lambda rng: (rng.randrange(8), rng.randrange(3), rng.randrange(2), Decimal(rng.randint(1, 50)),
+                              Decimal(rng.randrange(90000, 900000)) / 100, Decimal(rng.randrange(11)) / 100,
+                              Decimal(rng.randrange(9)) / 100)),
+    "partsupp": ("ps_partkey bigint, ps_suppkey bigint, ps_supplycost decimal(15,2)",
+                 lambda rng: (rng.randrange(3), rng.randrange(2), Decimal(rng.randrange(100, 100000)) / 100)),
+}
+REGRESSION = spec_from_dict({
+    "name": "price_model", "deadline": 60,
+    "sql": "SELECT COUNT(*) AS lines, AVG(l_extendedprice) AS avg_price FROM lineitem "
+           "JOIN orders ON l_orderkey = o_orderkey JOIN partsupp ON l_partkey = ps_partkey AND l_suppkey = ps_suppkey",
+    "features": ["l_quantity", "l_discount", "l_tax", "ps_supplycost",
+                 "CAST(SUBSTR(o_orderpriority, 1, 1) AS INT) AS priority"],
+    "label": "l_extendedprice",
+})
+
+
+def create(lake, spark, rng, tables, rows=12):
+    for name, (ddl, make) in tables.items():
+        lake.create_table(name, spark.createDataFrame([make(rng) for _ in range(rows)], ddl))
+
+
+def change(lake, rng, name, tables):
+    """One batch of commits on ``name``: inserts, a delete and an update of random rows."""
+    ddl, make = tables[name]
+    columns = [c.split()[0] for c in ddl.split(", ")]
+    literal = lambda v: "NULL" if v is None else (f"'{v}'" if isinstance(v, str) else str(v))  # noqa: E731
+    rows = ", ".join("(" + ", ".join(literal(v) for v in make(rng)) + ")" for _ in range(rng.randint(1, 4)))
+    sql(lake, f"INSERT INTO {{t}} VALUES {rows}", name)
+    victim = make(rng)
+    if rng.random() < 0.7:
+        sql(lake, f"DELETE FROM {{t}} WHERE {columns[0]} = {literal(victim[0])}", name)
+    if rng.random() < 0.7:
+        column = rng.choice(columns)
+        sql(lake, f"UPDATE {{t}} SET {column} = {literal(make(rng)[columns.index(column)])} "
+                  f"WHERE {columns[0]} = {literal(victim[0])}", name)
+
+
+def stored_views_match_definitions(lake, spec):
+    """Every aux view equals its definition over the snapshots at the last run's watermarks."""
+    row = commit.last_committed(lake, spec.name, consistent=False)
+    ctx, maintainer = prepare(lake, spec)
+    definitions = maintainer.definitions(ctx, row.watermarks)
+    plan = maintainer.plan(ctx)
+    assert set(definitions) == set(plan.tree.stored)
+    for vid, expected in definitions.items():
+        stored = lake.read(lake.view_path(spec.name, f"aux/{vid}"), row.state_versions[vid])
+        keys, payloads = plan.tree.views[vid].keys, plan.payload_columns(plan.tree.views[vid])
+        got = {tuple(r[k] for k in keys): [r[p] for p in payloads] for r in stored.collect()}
+        want = {tuple(r[k] for k in keys): [r[p] for p in payloads] for r in expected.collect()}
+        assert got.keys() == want.keys(), f"{vid}: keys differ: {set(got) ^ set(want)}"
+        for key in got:
+            assert np.allclose(got[key], want[key], rtol=1e-9, atol=1e-6), (vid, key, got[key], want[key])
+
+
+def assert_exact(lake, spec, definitions=True):
+    report = audit(lake, spec)
+    assert report.ok, f"{report} missing={report.missing} unexpected={report.unexpected}"
+    if definitions:
+        stored_views_match_definitions(lake, spec)
+
+
+def test_chain_random_streams_with_asymmetric_plans(lake, spark):
+    rng = random.Random(5)
+    create(lake, spark, rng, CHAIN_TABLES)
+    assert run_view(lake, CHAIN).kind == "fivm"
+    assert_exact(lake, CHAIN, definitions=False)
+    for step, tables in enumerate((("r",), ("s", "t"), None)):
+        for name in ("r", "s", "t"):
+            change(lake, rng, name, CHAIN_TABLES)
+        run_view(lake, CHAIN, tables=tables)
+        assert_exact(lake, CHAIN, definitions=step > 0)  # step 1 leaves r pending
+    sql(lake, "DELETE FROM {t}", "s")  # every group disappears
+    run_view(lake, CHAIN)
+    assert_exact(lake, CHAIN, definitions=False)
+    assert lake.read(lake.view_path("chain")).count() == 0
+
+
+def test_q5_like_revenue_by_nation(lake, spark):
+    rng = random.Random(11)
+    spec = load_spec(REPO_ROOT / "schemas" / "views" / "revenue_by_nation.yaml")
+    tables = {t: TPCH[t] for t in ("nation", "customer", "orders", "lineitem")}
+    create(lake, spark, rng, tables)
+    assert run_view(lake, spec).kind == "fivm"
+    for plan in (("lineitem", "nation"), None):
+        for name in ("lineitem", "orders", "customer", "nation"):
+            change(lake, rng, name, tables)
+        run_view(lake, spec, tables=plan)
+        assert_exact(lake, spec, definitions=plan is None)
+
+
+def flat_join(lake, spec, versions):
+    """The regression's design matrix (features in ring order) over the flat join, by Spark SQL."""
+    ctx, maintainer = prepare(lake, spec)
+    plan = maintainer.plan(ctx)
+    sources = {r.alias: ctx.snapshot(r.table, versions[r.table]) for r in plan.query.relations}
+    tree = plan.query.tree.copy()
+    tree.set("expressions", [sqlglot.parse_one(f.sql, dialect="spark") for f in plan.features])
+    text = recompute_sql(replace(plan.query, tree=tree), sources)
+    rows = [r for r in lake.spark.sql(text).collect() if None not in tuple(r)]
+    return plan, np.array([[float(v) for v in r] for r in rows]).reshape(len(rows), len(plan.features))
+
+
+def test_regression_cofactor_and_coefficients_match_numpy(lake, spark):
+    rng = random.Random(2)
+    tables = {t: TPCH[t] for t in ("orders", "lineitem", "partsupp")}
+    create(lake, spark, rng, tables, rows=20)
+    kind, _ = classify(REGRESSION, lake.table_schemas())
+    assert kind == "fivm"
+    run_view(lake, REGRESSION)
+    for step, plan in enumerate((None, ("lineitem", "orders"), None)):
+        if step:
+            for name in ("lineitem", "lineitem", "orders", "partsupp"):
+                change(lake, rng, name, tables)
+            run_view(lake, REGRESSION, tables=plan)
+        assert_exact(lake, REGRESSION, definitions=step == 2)
+        row = commit.last_committed(lake, REGRESSION.name, consistent=False)
+        plan_, x = flat_join(lake, REGRESSION, row.watermarks)
+        (stored,) = lake.read(lake.view_path(REGRESSION.name), row.state_versions["result"]).collect()
+        ring = plan_.ring.cofactor
+        payload = ring.from_flat({c: stored[COFACTOR + c] for c in ring.flat_columns()})
+        assert payload.c == len(x)
+        assert np.allclose(payload.s, x.sum(axis=0), rtol=1e-9) and np.allclose(payload.q, x.T @ x, rtol=1e-9)
+        ((group, fit),) = coefficients(lake, REGRESSION, latest=True)
+        label = plan_.ring.features.index("l_extendedprice")
+        design = np.column_stack([np.ones(len(x)), np.delete(x, label, axis=1)])
+        expected = np.linalg.lstsq(design, x[:, label], rcond=None)[0]
+        assert group == {} and list(fit) == ["intercept", "l_quantity", "l_discount", "l_tax", "ps_supplycost", "priority"]
+        assert np.allclose(list(fit.values()), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_crashes_then_rerun_equal_crash_free_run(lake, spark):
+    """Crashes mid-apply, between two view MERGEs and after them; each rerun first restores the
+    state the last commit names, and the final run equals the SQL (the crash-free result)."""
+    rng = random.Random(8)
+    create(lake, spark, rng, CHAIN_TABLES)
+    run_view(lake, CHAIN)
+    for name in ("r", "s", "t"):
+        change(lake, rng, name, CHAIN_TABLES)
+    for point in ("apply:s", "flush:at_b", "flush:result"):
+        with pytest.raises(InjectedFailure):
+            run_view(lake, CHAIN, fail_at=point)
+    assert len(commit.log_rows(lake, "chain")) == 1
+    row = run_view(lake, CHAIN)
+    assert row.applied == ("r", "s", "t") and row.consistent and row.seq == 2
+    assert_exact(lake, CHAIN)
+
+
+def test_classifier_defaults_and_fallbacks():
+    schemas = {"r": {"a": "int", "x": "int"}, "s": {"a": "int", "g": "int", "b": "int"}, "t": {"b": "int", "z": "int"}}
+    kind = lambda text, **extra: classify(spec_from_dict({"name": "v", "sql": text, "deadline": 5, **extra}), schemas)[0]  # noqa: E731
+    assert kind(CHAIN.sql) == "fivm"
+    assert kind(CHAIN.sql, kind="first_order") == "first_order"
+    # a SUM whose factor mixes two tables, and a non-equi join condition: first_order keeps them
+    assert kind("SELECT g, SUM(x + z) AS v FROM r JOIN s ON r.a = s.a JOIN t ON s.b = t.b GROUP BY g") == "first_order"
+    assert kind("SELECT g, COUNT(*) AS c FROM r JOIN s ON r.a = s.a AND r.x < s.b GROUP BY g") == "first_order"
+    with pytest.raises(UnsupportedQuery, match="mixes columns"):
+        kind("SELECT g, SUM(x + z) AS v FROM r JOIN s ON r.a = s.a JOIN t ON s.b = t.b GROUP BY g", kind="fivm")
+    with pytest.raises(UnsupportedQuery, match="needs both"):
+        kind(CHAIN.sql, features=["x"])
+    with pytest.raises(UnsupportedQuery, match="ambiguous"):
+        kind("SELECT COUNT(*) AS c FROM r JOIN s ON r.a = s.a", features=["x"], label="a")
