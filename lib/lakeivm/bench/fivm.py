@@ -1,0 +1,188 @@
+"""``lakeivm bench fivm``: per-batch seconds of F-IVM vs first-order IVM vs recomputation.
+
+Workloads over TPC-H at each scale factor: the revenue-by-nation view (customer ⋈ orders ⋈
+lineitem ⋈ nation, ``schemas/views/revenue_by_nation.yaml``) and a regression of
+``l_extendedprice`` over lineitem ⋈ orders ⋈ partsupp with 5 and with 10 features. For the
+regression, first-order IVM and recomputation maintain the same aggregates as plain SQL: COUNT(*),
+SUM(x_i) and SUM(x_i * x_j) for i ≤ j (1 + m + m(m+1)/2 aggregates, §7.2). Each batch changes
+lineitem only: half inserts (copies of random lines under fresh line numbers) and half deletes of
+random lines. Per batch, in one run on the same snapshots: ``run_view`` of the fivm view, of the
+first_order view, and recomputation (the SQL over the snapshots, written as a Delta table).
+Also reported: rows stored per approach. Results: JSON + PNG under ``--out``.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+from lakeivm.config import REPO_ROOT, Settings
+
+JOIN = ("FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
+        "JOIN partsupp ON l_partkey = ps_partkey AND l_suppkey = ps_suppkey")
+FEATURES = {  # name -> SQL over one table; the label is l_extendedprice
+    "l_quantity": "l_quantity", "l_discount": "l_discount", "l_tax": "l_tax", "ps_supplycost": "ps_supplycost",
+    "priority": "CAST(SUBSTR(o_orderpriority, 1, 1) AS INT)", "ps_availqty": "ps_availqty",
+    "o_totalprice": "o_totalprice", "l_linenumber": "l_linenumber",
+    "transit_days": "DATEDIFF(l_receiptdate, l_shipdate)", "order_month": "MONTH(o_orderdate)",
+}
+LABEL = "l_extendedprice"
+TABLES = ("nation", "customer", "orders", "lineitem", "partsupp")
+
+
+def main(argv: list[str], settings: Settings) -> int:
+    """``lakeivm bench fivm [--scales 0.1] [--batches 1000,10000] [--repeats 2] [--views ...] [--out DIR]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="lakeivm bench fivm", description=__doc__.splitlines()[0])
+    parser.add_argument("--scales", default="0.1", help="TPC-H scale factors, comma-separated (e.g. 0.1,1)")
+    parser.add_argument("--batches", default="1000,10000", help="lineitem changes per batch, comma-separated")
+    parser.add_argument("--repeats", type=int, default=2, help="batches per size (median reported)")
+    parser.add_argument("--views", default="revenue,regression5,regression10", help="workloads, comma-separated")
+    parser.add_argument("--no-audit", action="store_true", help="skip auditing the views after each size")
+    parser.add_argument("--out", default="bench-results")
+    args = parser.parse_args(argv)
+    run_fivm_bench(settings, [float(s) for s in args.scales.split(",")], [int(b) for b in args.batches.split(",")],
+                   args.views.split(","), args.repeats, args.out, audit_views=not args.no_audit)
+    return 0
+
+
+def workload_specs(name: str) -> dict:
+    """{approach: ViewSpec} of one workload: ``fivm`` and ``first_order`` views and the SQL recomputed."""
+    from lakeivm.registry import load_spec, spec_from_dict
+
+    if name == "revenue":
+        spec = load_spec(REPO_ROOT / "schemas" / "views" / "revenue_by_nation.yaml")
+        raw = {"sql": spec.sql, "deadline": spec.deadline_s}
+        return {"fivm": spec_from_dict({**raw, "name": "bench_revenue_fivm", "kind": "fivm"}),
+                "first_order": spec_from_dict({**raw, "name": "bench_revenue_first_order", "kind": "first_order"})}
+    m = int(name.removeprefix("regression"))
+    names = list(FEATURES)[:m]
+    fivm = spec_from_dict({
+        "name": f"bench_reg{m}_fivm", "deadline": 60, "kind": "fivm",
+        "sql": f"SELECT COUNT(*) AS lines, AVG({LABEL}) AS avg_price {JOIN}",
+        "features": [f"{FEATURES[n]} AS {n}" for n in names], "label": LABEL,
+    })
+    exprs = {n: f"CAST({FEATURES.get(n, n)} AS DOUBLE)" for n in [*names, LABEL]}
+    order = list(exprs)
+    sums = [f"SUM({exprs[n]}) AS s__{n}" for n in order]
+    products = [f"SUM({exprs[u]} * {exprs[v]}) AS q__{u}__{v}" for i, u in enumerate(order) for v in order[i:]]
+    cofactor_sql = f"SELECT COUNT(*) AS c, {', '.join(sums + products)} {JOIN}"
+    return {"fivm": fivm,
+            "first_order": spec_from_dict({"name": f"bench_reg{m}_first_order", "deadline": 60, "kind": "first_order",
+                                           "sql": cofactor_sql})}
+
+
+def change_lineitem(lake, rows: int, seed: int) -> None:
+    """``rows`` lineitem changes in two commits: rows/2 copies of random lines under fresh line
+    numbers (their orders and partsupp rows exist), then deletes of rows/2 other random lines."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    path = lake.table_path("lineitem")
+    current = lake.read(path)
+    total = current.count()
+    fraction = min(1.0, 3.0 * rows / max(total, 1))
+    picked = current.sample(fraction=fraction, seed=seed).limit(rows).localCheckpoint(eager=True)
+    top = current.agg(F.max("l_linenumber")).first()[0]
+    inserted = picked.limit(rows // 2).withColumn("l_linenumber", F.col("l_linenumber") + F.lit(top + 1))
+    inserted.write.format("delta").mode("append").save(path)
+    doomed = picked.exceptAll(picked.limit(rows // 2)).select("l_orderkey", "l_linenumber")
+    (DeltaTable.forPath(lake.spark, path).alias("t")
+     .merge(doomed.alias("d"), "t.l_orderkey = d.l_orderkey AND t.l_linenumber = d.l_linenumber")
+     .whenMatchedDelete().execute())
+
+
+def stored_rows(lake, spec) -> int:
+    """Rows of every state table of the view (result and auxiliary views)."""
+    from lakeivm.engine import prepare
+
+    ctx, maintainer = prepare(lake, spec)
+    return sum(lake.read(path).count() for path in maintainer.state_tables(ctx).values() if lake.is_delta(path))
+
+
+def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], views: list[str], repeats: int,
+                   out: str, audit_views: bool = True) -> dict:
+    """Run the benchmark; returns (and writes) the results."""
+    from lakeivm.datagen.tpch import generate_tpch
+    from lakeivm.engine import audit, open_lake, recompute, run_view
+    from lakeivm.lake import Lake
+    from lakeivm.spark import get_spark
+
+    spark = get_spark(settings)
+    results = {"machine": _machine(), "repeats": repeats, "runs": []}
+    for scale in scales:
+        root = f"{out}/lake-fivm-sf{scale}"
+        Lake(spark, root).delete(Lake(spark, root).root)
+        lake = open_lake(spark, settings.with_(lake=root))
+        counts = generate_tpch(lake, scale, tables=TABLES)
+        workloads = {name: workload_specs(name) for name in views}
+        for name, specs in workloads.items():
+            for approach, spec in specs.items():
+                t0 = time.perf_counter()
+                run_view(lake, spec)
+                print(f"SF {scale} {name}: {approach} bootstrap {time.perf_counter() - t0:.1f}s", flush=True)
+        seed = 0
+        for size in batches:
+            timings = {name: {"fivm": [], "first_order": [], "recompute": []} for name in workloads}
+            for _ in range(repeats):
+                seed += 1
+                change_lineitem(lake, size, seed)
+                for name, specs in workloads.items():
+                    for approach, spec in specs.items():
+                        row = run_view(lake, spec, mode="refresh")
+                        timings[name][approach].append(row.seconds)
+                    t0 = time.perf_counter()
+                    recompute(lake, specs["first_order"], row.pins).write.format("delta").mode("overwrite").save(
+                        f"{root}/recomputed_{name}")
+                    timings[name]["recompute"].append(time.perf_counter() - t0)
+            for name, specs in workloads.items():
+                medians = {a: statistics.median(t) for a, t in timings[name].items()}
+                entry = {
+                    "scale": scale, "batch_rows": size, "workload": name, "lineitem_rows": counts["lineitem"],
+                    "seconds": timings[name], "median_s": medians,
+                    "fivm_vs_recompute": medians["recompute"] / medians["fivm"],
+                    "fivm_vs_first_order": medians["first_order"] / medians["fivm"],
+                    "stored_rows": {**{a: stored_rows(lake, s) for a, s in specs.items()},
+                                    "recompute": lake.read(f"{root}/recomputed_{name}").count()},
+                    "audit_ok": {a: audit(lake, s).ok for a, s in specs.items()} if audit_views else None,
+                }
+                results["runs"].append(entry)
+                print(f"SF {scale} {name} batch {size}: fivm {medians['fivm']:.2f}s, first-order {medians['first_order']:.2f}s, "
+                      f"recompute {medians['recompute']:.2f}s -> {entry['fivm_vs_recompute']:.2f}x vs recompute, "
+                      f"{entry['fivm_vs_first_order']:.2f}x vs first-order; stored rows {entry['stored_rows']}; "
+                      f"audit {entry['audit_ok']}", flush=True)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "fivm.json").write_text(json.dumps(results, indent=2))
+    _plot(results, Path(out) / "fivm.png")
+    print(f"wrote {out}/fivm.json and {out}/fivm.png")
+    return results
+
+
+def _plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = results["runs"]
+    labels = [f"{r['workload']}\nSF {r['scale']}, {r['batch_rows']}" for r in runs]
+    x = range(len(runs))
+    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(runs)), 4.5))
+    for offset, approach, label in ((-0.27, "fivm", "F-IVM"), (0.0, "first_order", "first-order IVM"),
+                                    (0.27, "recompute", "recomputation")):
+        ax.bar([i + offset for i in x], [r["median_s"][approach] for r in runs], 0.27, label=label)
+    ax.set_xticks(list(x), labels, fontsize=8)
+    ax.set_ylabel("seconds per batch (median)")
+    ax.set_title(f"F-IVM vs first-order IVM vs recomputation ({results['machine']['cpus']} cores)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _machine() -> dict:
+    import os
+
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()}
