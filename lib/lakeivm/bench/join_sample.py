@@ -12,7 +12,8 @@ interleaved round-robin (3·E inserts). Methods, all pure Python, each in a fork
 
 Baselines enumerate every join result, so they get a time budget (``--budget``) and, for
 ``resample``, a cap on materialized results; the report gives how far each got and RSJoin's time
-over the same prefix. Memory: peak RSS growth of the child (``ru_maxrss`` minus the RSS at start).
+over the same prefix. Memory: RSS growth of the child from its start to the end of the run (every
+method only accumulates state, so this is its peak).
 Results: JSON + PNG under ``--out``.
 """
 from __future__ import annotations
@@ -201,7 +202,7 @@ def _child(conn, method: str, query: str, stream: list, k: int, budget: float, a
         conn.send({"error": repr(err), "done": 0, "seconds": 0.0, "complete": False, "marks": [], "us_per_insert": 0.0,
                    "memory_mib": 0.0})
         raise
-    report["memory_mib"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start_rss) / 1024
+    report["memory_mib"] = (_rss_kib() - start_rss) / 1024  # what the run keeps (ru_maxrss would start at the parent's peak)
     conn.send(report)
 
 
@@ -264,7 +265,7 @@ def _plot(results: dict, path: Path) -> None:
             if r and not r["complete"]:
                 ax_t.annotate(f"{100 * r['done'] / r['inserts']:.0f}%", (x, r["us_per_insert"]), ha="center", fontsize=7)
     labels = [f"{q}\nE={e:,}\nk={k:,}" for q, e, k in configs]
-    for ax, title in ((ax_t, "µs per insert (log; % = share of stream done in budget)"), (ax_m, "peak RSS growth, MiB")):
+    for ax, title in ((ax_t, "µs per insert (log; % = share of stream done in budget)"), (ax_m, "RSS growth, MiB")):
         ax.set_xticks([i + width for i in range(len(configs))], labels, fontsize=7)
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=8)
