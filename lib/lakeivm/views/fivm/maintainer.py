@@ -52,6 +52,8 @@ class FivmMaintainer:
         plan, tables = self.plan(ctx), self._state(ctx)
         sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
         self._evaluate(ctx, plan.tree.root, sources, tables)
+        for table in tables.values():  # a MERGE then marks changed rows instead of rewriting whole files
+            ctx.spark.sql(f"ALTER TABLE delta.`{table.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
         rows = _render(plan, tables[plan.tree.root.id].current(), _output_types(ctx, plan))
         rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(CDF, "true").save(
             ctx.lake.view_path(ctx.view))
