@@ -1,4 +1,4 @@
-"""The ``lakeivm`` command: demo, status, refresh, read, audit, datagen, bench.
+"""The ``lakeivm`` command: demo, status, refresh, read, explain, audit, datagen, bench.
 
 Settings come from LAKEIVM_LAKE / LAKEIVM_SPARK_MASTER / LAKEIVM_VIEWS or ``lakeivm.toml``
 (see lakeivm.config); ``--lake`` and ``--views`` override them.
@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--latest", action="store_true", help="newest state, possibly asymmetric")
     p.add_argument("--limit", type=int, default=20)
     p.set_defaults(func=_read)
+
+    p = sub.add_parser("explain", help="how a view is maintained: its kind; for fivm the view tree")
+    p.add_argument("view")
+    p.set_defaults(func=_explain)
 
     p = sub.add_parser("audit", help="recompute the view's SQL at its watermarks and diff")
     p.add_argument("view")
@@ -162,6 +166,21 @@ def _read(args, settings: Settings) -> int:
         from lakeivm.views.fivm.maintainer import describe_fit
 
         print(describe_fit(lake, spec, latest=args.latest))
+    return 0
+
+
+def _explain(args, settings: Settings) -> int:
+    from lakeivm.registry import classify, find_spec, why_not_fivm
+
+    spec = find_spec(_specs(settings), args.view)
+    kind, query = classify(spec, _lake(settings).table_schemas())
+    print(f"{spec.name}: kind {kind}")
+    if kind == "fivm":  # the view tree: each view's keys, what it sums out, stored or not
+        from lakeivm.views.fivm.plan import build_plan, describe
+
+        print(describe(build_plan(query, spec.options)))
+    elif kind == "first_order" and (reason := why_not_fivm(spec, query)):
+        print(f"not fivm: {reason}")
     return 0
 
 
