@@ -50,6 +50,9 @@ def get_spark(settings: Settings | None = None, app_name: str = "lakeivm"):
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        # Constraint propagation over the deep unions of buffered deltas (views/state.py) trips a
+        # Spark 4.2 analyzer bug ("key not found" in Union.rewriteConstraints); it only prunes filters.
+        .config("spark.sql.constraintPropagation.enabled", "false")
     )
     if settings.in_process:
         for key, value in _LOCAL_CONF.items():

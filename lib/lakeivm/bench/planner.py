@@ -6,7 +6,8 @@
 (b) Real Spark runs: two copies of the paper-style TPC-H view (cheapest EUROPE supply cost per
     part) in one lake, one planned by LGM ONLINE and one by NAIVE, fed the *same* recorded change
     stream (re-costed parts, moved suppliers) tick by tick, with an on-demand refresh every few
-    ticks. Cost models are fitted from the runs themselves. Reported: total maintenance seconds
+    ticks. Cost models are calibrated first (``lakeivm calibrate``), then refitted from the runs. The
+    deadline defaults to what ~3 ticks of arrivals cost, so ticks must act. Reported: total maintenance seconds
     per policy, and the share of refreshes that met the deadline. JSON + PNG under ``--out``.
 """
 from __future__ import annotations
@@ -26,8 +27,10 @@ def main(argv: list[str], settings: Settings) -> int:
     parser.add_argument("--horizon", type=int, default=1000, help="simulated ticks (default 1000)")
     parser.add_argument("--scale", type=float, default=0.1, help="TPC-H scale factor of the Spark part (default 0.1)")
     parser.add_argument("--ticks", type=int, default=12, help="Spark ticks (default 12)")
-    parser.add_argument("--refresh-every", type=int, default=4, help="an on-demand refresh every N ticks (default 4)")
-    parser.add_argument("--deadline", type=float, default=30.0, help="the views' deadline in seconds (default 30)")
+    parser.add_argument("--refresh-every", type=int, default=6, help="an on-demand refresh every N ticks (default 6)")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="the views' deadline in seconds (default: what ~3 ticks of arrivals cost, from the calibration)")
+    parser.add_argument("--calibrate-max-exp", type=int, default=9, help="calibrate with batches up to 2^N changes")
     parser.add_argument("--parts", type=int, default=50, help="parts re-costed per tick (default 50)")
     parser.add_argument("--suppliers", type=int, default=2, help="suppliers moved per tick (default 2)")
     parser.add_argument("--skip-spark", action="store_true", help="only the simulation")
@@ -71,6 +74,7 @@ def simulate(horizon: int) -> dict:
 def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     """Part (b): LGM and NAIVE copies of one view, same stream, measured side by side."""
     from lakeivm import commit
+    from lakeivm.calibrate import calibrate
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
     from lakeivm.engine import audit, open_lake, run_view
     from lakeivm.lake import Lake
@@ -83,10 +87,22 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     lake = open_lake(spark, settings.with_(lake=root))
     generate_tpch(lake, args.scale, tables=("partsupp", "supplier", "nation", "region"))
     base = load_spec(REPO_ROOT / "schemas" / "views" / "cheapest_supplier_cost.yaml")
-    specs = {policy: spec_from_dict({"name": f"cheapest_{policy}", "sql": base.sql, "deadline": args.deadline,
+    specs = {policy: spec_from_dict({"name": f"cheapest_{policy}", "sql": base.sql, "deadline": args.deadline or 3600,
                                      "kind": "first_order", "planner": policy}) for policy in ("lgm", "naive")}
     for spec in specs.values():
         run_view(lake, spec)
+    print("calibrating the cost models (2^j-change batches per table on a scratch copy)", flush=True)
+    models = calibrate(lake, specs["lgm"], args.calibrate_max_exp, tables=("partsupp", "supplier"),
+                       progress=lambda m: print(f"  {m}", flush=True))
+    commit.record_costs(lake, specs["naive"].name, models)  # same SQL, same costs
+    deadline = args.deadline
+    if deadline is None:  # the backlog of ~3 ticks of arrivals fills it: ticks must act between refreshes
+        arrivals = {"partsupp": 8 * args.parts, "supplier": 2 * args.suppliers}  # CDF rows: pre+post images
+        deadline = round(sum(a * 3 * arrivals[t] + b for t, (a, b, _) in models.items()) * 1.2, 1)
+        specs = {p: spec_from_dict({"name": s.name, "sql": s.sql, "deadline": deadline, "kind": "first_order",
+                                    "planner": p}) for p, s in specs.items()}
+    print(f"deadline {deadline}s; models " + ", ".join(f"{t}: {a * 1000:.3f} ms/row + {b:.2f} s" for t, (a, b, _) in models.items()),
+          flush=True)
     stream = TpchChangeStream(lake, seed=5)
     for tick in range(1, args.ticks + 1):
         stream.update_supplycost(args.parts)
@@ -97,7 +113,8 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
             row = run_view(lake, spec, mode="refresh" if refresh else "tick")
             print(f"tick {tick:>3} {spec.name:<16} {'refresh' if refresh else 'tick   '} applied {list(row.applied) if row else []} "
                   f"{row.seconds if row else 0:.1f}s" + (f" deadline met: {row.deadline_met}" if refresh else ""), flush=True)
-    report = {"scale": args.scale, "deadline_s": args.deadline, "ticks": args.ticks, "refresh_every": args.refresh_every}
+    report = {"scale": args.scale, "deadline_s": deadline, "ticks": args.ticks, "refresh_every": args.refresh_every,
+              "cost_models": {t: {"per_row_s": a, "fixed_s": b, "batches": n} for t, (a, b, n) in models.items()}}
     for policy, spec in specs.items():
         rows = [r for r in commit.log_rows(lake, spec.name) if r.mode in ("tick", "refresh")]
         refreshes = [r for r in rows if r.mode == "refresh"]

@@ -1,8 +1,9 @@
 """IVM^ε triangle counts on Spark: heavy/light parts, auxiliary views, batch delta rule.
 
-State (IVM^ε §2.3, digest §7.6), all additive ℤ-relations under ``views/<view>/aux/``:
-``rel_R|S|T`` (x, y, part, m) -- each relation once, its rows tagged heavy/light by the degree
-of x -- and the views ``w_R`` = V_RS(a,c) = Σ_b R_h·S_l, ``w_S`` = V_ST(b,a), ``w_T`` = V_TR(c,b).
+State (IVM^ε §2.3, digest §7.6), two additive ℤ-relations under ``views/<view>/aux/`` (one
+MERGE each per run), keyed by a ``role`` column: ``rel`` (role, x, y, part, m) -- each relation
+once, its rows tagged heavy/light by the degree of x -- and ``w`` (role, x, z, cnt) -- the views
+W[R] = V_RS(a,c) = Σ_b R_h·S_l, W[S] = V_ST(b,a), W[T] = V_TR(c,b).
 ``result`` holds the count Q with the threshold base N, |D| and ε.
 
 A batch is applied relation by relation (telescoped rule, digest §7.2): ΔK joined with the current
@@ -33,14 +34,16 @@ class TriangleMaintainer:
     """Keeps a triangle count with IVM^ε (see module doc); ε from the spec (default 0.5)."""
 
     def __init__(self) -> None:
-        self._tables: dict[str, AdditiveTable] | None = None
+        self._tables: dict[str, RoleSlice] | None = None
+        self._shared: dict[str, AdditiveTable] = {}
         self._count_delta = 0
         self._size_delta = 0
         self._touched: dict[str, list[DataFrame]] = {role: [] for role in ROLES}
 
     # -- protocol ------------------------------------------------------------------------------
     def state_tables(self, ctx: Context) -> Mapping[str, str]:
-        return {"result": ctx.lake.view_path(ctx.view), **{n: t.path for n, t in self._state(ctx).items()}}
+        self._state(ctx)
+        return {"result": ctx.lake.view_path(ctx.view), **{n: t.path for n, t in self._shared.items()}}
 
     def bootstrap(self, ctx: Context) -> None:
         shape, tables = _shape(ctx), self._state(ctx)
@@ -52,9 +55,8 @@ class TriangleMaintainer:
         size = sum(r.count() for r in relations.values())
         base, epsilon = 2 * size + 1, _epsilon(ctx)
         parts, views = _partition(relations, base ** epsilon)
-        for role in ROLES:
-            tables[f"rel_{role}"].create(parts[role])
-            tables[f"w_{role}"].create(views[role])
+        self._shared["rel"].create(_by_role(parts))
+        self._shared["w"].create(_by_role(views))
         count = _scalar(_delta_count(parts["R"], parts["T"], parts["S"], views["S"]))
         _write_result(ctx, shape, count, base, size, epsilon)
         ctx.checkpoint("bootstrap:result")
@@ -73,17 +75,16 @@ class TriangleMaintainer:
         base, size, epsilon = stored["_lakeivm_base"], stored["_lakeivm_size"] + self._size_delta, _epsilon(ctx)
         if epsilon != stored["_lakeivm_epsilon"] or not base // 4 <= size < base:
             base = 2 * size + 1
-            relations = {r: tables[f"rel_{r}"].consolidated().groupBy("x", "y").sum(MULTIPLICITY)
+            relations = {r: tables[f"rel_{r}"].current().groupBy("x", "y").sum(MULTIPLICITY)
                          .withColumnRenamed(f"sum({MULTIPLICITY})", MULTIPLICITY).where(f"{MULTIPLICITY} != 0")
                          for r in ROLES}
             parts, views = _partition(relations, base ** epsilon)
-            for role in ROLES:
-                tables[f"rel_{role}"].replace(parts[role])
-                tables[f"w_{role}"].replace(views[role])
+            self._shared["rel"].replace(_by_role(parts))
+            self._shared["w"].replace(_by_role(views))
         else:
             for role in ROLES:
                 self._rebalance_minor(tables, role, base ** epsilon)
-        for name, table in tables.items():
+        for name, table in self._shared.items():
             table.flush()
             ctx.checkpoint(f"flush:{name}")
         _write_result(ctx, shape, stored[shape.output] + self._count_delta, base, size, epsilon)
@@ -116,10 +117,12 @@ class TriangleMaintainer:
         relation.add(delta)
         self._touched[role].append(touched)
 
-    def _rebalance_minor(self, tables: dict[str, AdditiveTable], role: str, theta: float) -> None:
+    def _rebalance_minor(self, tables: dict[str, RoleSlice], role: str, theta: float) -> None:
         """Move the batch's values of ``role`` whose degree left the band (IVM^ε §4.1, digest §7.4)."""
         from pyspark.sql import functions as F
 
+        if not self._touched[role]:
+            return
         touched = self._touched[role][0]
         for more in self._touched[role][1:]:
             touched = touched.unionByName(more)
@@ -138,14 +141,38 @@ class TriangleMaintainer:
         tables[f"rel_{role}"].add(moved.withColumn(MULTIPLICITY, -F.col(MULTIPLICITY)))
         tables[f"rel_{role}"].add(moved.withColumn("part", flipped))
 
-    def _state(self, ctx: Context) -> dict[str, AdditiveTable]:
+    def _state(self, ctx: Context) -> dict[str, RoleSlice]:
+        """{"rel_R": .., "w_T": ..}: each role's slice of the two shared state tables."""
         if self._tables is None:
             aux = lambda name: ctx.lake.view_path(ctx.view, f"aux/{name}")  # noqa: E731
-            self._tables = {
-                **{f"rel_{r}": AdditiveTable(ctx.lake, aux(f"rel_{r}"), REL_KEYS, (MULTIPLICITY,)) for r in ROLES},
-                **{f"w_{r}": AdditiveTable(ctx.lake, aux(f"w_{r}"), VIEW_KEYS, ("cnt",)) for r in ROLES},
-            }
+            self._shared = {"rel": AdditiveTable(ctx.lake, aux("rel"), ("role", *REL_KEYS), (MULTIPLICITY,)),
+                            "w": AdditiveTable(ctx.lake, aux("w"), ("role", *VIEW_KEYS), ("cnt",))}
+            self._tables = {f"{name}_{r}": RoleSlice(table, r) for name, table in self._shared.items() for r in ROLES}
         return self._tables
+
+
+class RoleSlice:
+    """The rows of one role (R, S or T) of a shared additive table with a ``role`` key column."""
+
+    def __init__(self, table: AdditiveTable, role: str) -> None:
+        self.table, self.role = table, role
+
+    def current(self) -> DataFrame:
+        frame = self.table.current()
+        return frame.where(frame["role"] == self.role).drop("role")
+
+    def add(self, delta: DataFrame) -> None:
+        from pyspark.sql import functions as F
+
+        self.table.add(delta.withColumn("role", F.lit(self.role)))
+
+
+def _by_role(frames: Mapping[str, DataFrame]) -> DataFrame:
+    """One frame of all roles' rows, tagged with their role."""
+    from pyspark.sql import functions as F
+
+    tagged = [frames[r].withColumn("role", F.lit(r)) for r in ROLES]
+    return tagged[0].unionByName(tagged[1]).unionByName(tagged[2])
 
 
 def _delta_count(delta: DataFrame, prev: DataFrame, nxt: DataFrame, view_next: DataFrame) -> DataFrame:
@@ -188,7 +215,7 @@ def _partition(relations: Mapping[str, DataFrame], theta: float) -> tuple[dict[s
     return parts, views
 
 
-def _slice(table: AdditiveTable, values: DataFrame) -> DataFrame:
+def _slice(table: RoleSlice, values: DataFrame) -> DataFrame:
     """The table's live rows whose x is among ``values`` (consolidated)."""
     from pyspark.sql import functions as F
 
