@@ -26,7 +26,7 @@ def test_refresh_status_read_audit(lake, spark, views, capsys):
     sql(lake, "INSERT INTO {t} VALUES (1, 40)", "r")
     assert main([*common, "status"]) == 0
     out = capsys.readouterr().out
-    assert "by_g  [first_order]  deadline 60s" in out and "r            watermark    0  head    1  pending rows 1" in out
+    assert "by_g  [fivm]  deadline 60s" in out and "r            watermark    0  head    1  pending rows 1" in out
     assert "refresh now: predicted" in out and "within the deadline 60s" in out and "deadline record: 0/0" in out
     assert main([*common, "refresh", "by_g"]) == 0
     assert "applied ['r']" in capsys.readouterr().out

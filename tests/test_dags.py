@@ -50,13 +50,14 @@ def test_dag_shape_local_and_cluster(tmp_path):
     assert local.dag_id == "lakeivm__v" and set(local.task_ids) == {"plan", "apply", "validate"}
     assert local.max_active_runs == 1 and local.catchup is False and "refresh" in local.params
     assert [a.uri for a in local.get_task("validate").outlets] == [f"file://{tmp_path}/views/v/result"]
-    (alert,) = local.deadline if isinstance(local.deadline, list) else [local.deadline]
-    assert alert.interval.total_seconds() == 10 and "deadline_missed" in str(alert.callback.path)
+    assert not local.deadline  # dag.test() in Airflow 3.3.2 cannot run DAGs with deadline alerts
     cluster = build_dag(spec, Settings(lake="s3a://bucket/lake", spark_master="spark://master:7077"))
     submit = cluster.get_task("apply_and_validate")
     assert type(submit).__name__ == "SparkSubmitOperator" and submit.application.endswith("jobs/refresh.py")
     assert "--validate" in submit.application_args
     assert [a.uri for a in cluster.get_task("publish").outlets] == ["s3a://bucket/lake/views/v/result"]
+    (alert,) = cluster.deadline if isinstance(cluster.deadline, list) else [cluster.deadline]
+    assert alert.interval.total_seconds() == 10 and "deadline_missed" in str(alert.callback.path)
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,7 @@ def run_demo(settings: Settings, scale: float = 0.01, batches: int = 3) -> int:
     specs = load_specs(settings.views)
     print(f"== DAGs: {', '.join(dags)}")
     _run_all(dags, refresh=False, label="bootstrap")
+    _print_fits(lake, specs, latest=True)
     stream = TpchChangeStream(lake)
     edges = {(r["src"], r["dst"]) for r in lake.read(lake.table_path("edges")).collect()}
     graph = edge_stream(sorted(edges), GRAPH_SCALE, batches, GRAPH_BATCH, seed=2)
@@ -77,6 +78,7 @@ def run_demo(settings: Settings, scale: float = 0.01, batches: int = 3) -> int:
         apply_edge_batch(lake, changes)
         print(f"== batch {batch}: {stream.batch()}; edges +{len(changes.inserts)} -{len(changes.deletes)}")
         _run_all(dags, refresh=batch == batches, label="on-demand refresh" if batch == batches else "tick")
+        _print_fits(lake, specs, latest=True)
     failures = 0
     for entry in status(lake, specs):
         spec = specs[entry["view"]]
@@ -87,6 +89,15 @@ def run_demo(settings: Settings, scale: float = 0.01, batches: int = 3) -> int:
         failures += not report.ok
     print(f"== demo finished in {time.perf_counter() - started:.0f}s; audits: {'all match the SQL' if not failures else f'{failures} differ'}")
     return 1 if failures else 0
+
+
+def _print_fits(lake, specs: dict, latest: bool) -> None:
+    """The least-squares coefficients of every F-IVM regression view (features/label)."""
+    from lakeivm.views.fivm.maintainer import describe_fit
+
+    for spec in specs.values():
+        if "features" in spec.options:
+            print(f"   {spec.name}: {describe_fit(lake, spec, latest=latest)}")
 
 
 def _run_all(dags: dict, refresh: bool, label: str) -> None:
