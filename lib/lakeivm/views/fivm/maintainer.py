@@ -103,6 +103,7 @@ class FivmMaintainer:
             _merge_result(ctx, plan, _render(plan, fresh, types).localCheckpoint(eager=True))
         self._root_deltas = []
         ctx.checkpoint("flush:result")
+        ctx.checkpoint("flush")  # every write of the run done (the crash point all kinds share)
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         df = ctx.lake.read(ctx.lake.view_path(ctx.view), version)
