@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from lakeivm.config import REPO_ROOT
+from lakeivm.datagen.graph import apply_edge_batch, edge_stream, rmat_edges, write_graph
 from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
 from lakeivm.engine import audit, run_view
 from lakeivm.registry import load_specs
@@ -10,12 +11,15 @@ from lakeivm.registry import load_specs
 def test_shipped_views_follow_the_tpch_change_stream(lake):
     counts = generate_tpch(lake, 0.002, progress=lambda m: None)
     assert counts["nation"] == 25 and counts["lineitem"] > 1000
+    edges = rmat_edges(7, 300, seed=1)  # the shipped graph_triangles view reads an edges table
+    write_graph(lake, edges)
     specs = load_specs(REPO_ROOT / "schemas" / "views")
     for spec in specs.values():
         run_view(lake, spec)
     stream = TpchChangeStream(lake, seed=3)
     before = lake.head_version(lake.table_path("orders"))
     stream.batch(orders=5, parts=3, suppliers=2)
+    apply_edge_batch(lake, next(edge_stream(edges, 7, 1, 40, seed=2)))
     assert lake.head_version(lake.table_path("orders")) == before + 2  # RF1 append, RF2 delete
     for spec in specs.values():
         row = run_view(lake, spec, mode="refresh")
