@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -315,7 +315,8 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]
         except LakeIVMError as err:
             report.append({**entry, "error": str(err)})
             continue
-        last = commit.last_committed(lake, spec.name)
+        history = commit.log_rows(lake, spec.name)  # committed runs, oldest first: one read of the log
+        last = history[-1] if history else None
         heads = changes.pin(lake, ctx.query.tables)
         entry["kind"] = _kind(maintainer)
         entry["heads"] = heads
@@ -324,7 +325,6 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]
         else:
             from lakeivm.planning.tick import plan_refresh
 
-            history = commit.log_rows(lake, spec.name)
             pending = {t: changes.pending_rows(lake, t, last.watermarks.get(t, -1), h) for t, h in heads.items()}
             predicted = plan_refresh(history, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name))
             refreshes = [r for r in history if r.mode == "refresh" and r.deadline_met is not None]

@@ -8,12 +8,11 @@ snapshots, written as a Delta table). Results: JSON + PNG under ``--out``.
 """
 from __future__ import annotations
 
-import json
-import platform
 import statistics
 import time
 from pathlib import Path
 
+from lakeivm.bench import machine, save, use_agg
 from lakeivm.config import REPO_ROOT, Settings
 
 REPEATS = 3
@@ -43,7 +42,7 @@ def run_first_order_bench(settings: Settings, scales: list[float], fractions: li
 
     spark = get_spark(settings)
     spec = load_spec(REPO_ROOT / "schemas" / "views" / "revenue_by_nation.yaml")
-    results = {"machine": _machine(), "view": spec.name, "repeats": REPEATS, "runs": []}
+    results = {"machine": machine(), "view": spec.name, "repeats": REPEATS, "runs": []}
     for scale in scales:
         root = f"{out}/lake-sf{scale}"
         Lake(spark, root).delete(Lake(spark, root).root)
@@ -72,17 +71,13 @@ def run_first_order_bench(settings: Settings, scales: list[float], fractions: li
             print(f"SF {scale} batch {fraction:.1%} (~{statistics.median(rows):.0f} netted rows): incremental "
                   f"{statistics.median(incremental):.2f}s vs recompute {statistics.median(full):.2f}s "
                   f"-> {entry['speedup_median']:.2f}x; audit {'ok' if report.ok else 'DIFFERS'}")
-    Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / "first_order.json").write_text(json.dumps(results, indent=2))
-    _plot(results, Path(out) / "first_order.png")
+    save(out, "first_order", results, _plot)
     print(f"wrote {out}/first_order.json and {out}/first_order.png")
     return results
 
 
 def _plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    use_agg()
     import matplotlib.pyplot as plt
 
     runs = results["runs"]
@@ -98,8 +93,3 @@ def _plot(results: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
-
-def _machine() -> dict:
-    import os
-
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()}

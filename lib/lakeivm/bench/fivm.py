@@ -12,12 +12,11 @@ Also reported: rows stored per approach. Results: JSON + PNG under ``--out``.
 """
 from __future__ import annotations
 
-import json
-import platform
 import statistics
 import time
 from pathlib import Path
 
+from lakeivm.bench import machine, save, use_agg
 from lakeivm.config import REPO_ROOT, Settings
 
 JOIN = ("FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
@@ -112,7 +111,7 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
     from lakeivm.spark import get_spark
 
     spark = get_spark(settings)
-    results = {"machine": _machine(), "repeats": repeats, "runs": []}
+    results = {"machine": machine(), "repeats": repeats, "runs": []}
     for scale in scales:
         root = f"{out}/lake-fivm-sf{scale}"
         Lake(spark, root).delete(Lake(spark, root).root)
@@ -154,17 +153,13 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
                       f"recompute {medians['recompute']:.2f}s -> {entry['fivm_vs_recompute']:.2f}x vs recompute, "
                       f"{entry['fivm_vs_first_order']:.2f}x vs first-order; stored rows {entry['stored_rows']}; "
                       f"audit {entry['audit_ok']}", flush=True)
-    Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / "fivm.json").write_text(json.dumps(results, indent=2))
-    _plot(results, Path(out) / "fivm.png")
+    save(out, "fivm", results, _plot)
     print(f"wrote {out}/fivm.json and {out}/fivm.png")
     return results
 
 
 def _plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    use_agg()
     import matplotlib.pyplot as plt
 
     runs = results["runs"]
@@ -181,8 +176,3 @@ def _plot(results: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
-
-def _machine() -> dict:
-    import os
-
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()}

@@ -18,7 +18,6 @@ Results: JSON + PNG under ``--out``.
 """
 from __future__ import annotations
 
-import json
 import math
 import multiprocessing
 import random
@@ -27,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from lakeivm.bench import machine, save, use_agg
 from lakeivm.config import Settings
 
 QUERIES = {
@@ -41,7 +41,6 @@ def main(argv: list[str], settings: Settings) -> int:
     """``lakeivm bench join-sample [--edges 100000] [--ks 1000,100000] [--queries line3,star3] [--budget 120] [--out DIR]``."""
     import argparse
 
-    from lakeivm.bench.first_order import _machine
 
     parser = argparse.ArgumentParser(prog="lakeivm bench join-sample", description=__doc__.splitlines()[0])
     parser.add_argument("--edges", default="100000", help="graph sizes (edges), comma-separated")
@@ -54,9 +53,8 @@ def main(argv: list[str], settings: Settings) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="bench-results")
     args = parser.parse_args(argv)
-    results = {"machine": _machine(), "paper_us_per_insert_line4_cpp": PAPER_US_PER_INSERT, "budget_s": args.budget,
+    results = {"machine": machine(), "paper_us_per_insert_line4_cpp": PAPER_US_PER_INSERT, "budget_s": args.budget,
                "resample_every": args.resample_every, "max_results": args.max_results, "runs": []}
-    Path(args.out).mkdir(parents=True, exist_ok=True)
     for edges in [int(e) for e in args.edges.split(",")]:
         graph = _graph(edges, args.seed)
         results.setdefault("graphs", {})[str(edges)] = _degrees(graph)
@@ -68,8 +66,8 @@ def main(argv: list[str], settings: Settings) -> int:
                     run.update(edges=edges, query=query, k=k, method=method, inserts=len(stream))
                     results["runs"].append(run)
                     print(_line(run), flush=True)
-                    (Path(args.out) / "join_sample.json").write_text(json.dumps(results, indent=2))
-    _plot(results, Path(args.out) / "join_sample.png")
+                    save(args.out, "join_sample", results)  # kept current: a long run can be cut
+    save(args.out, "join_sample", results, _plot)
     print(f"wrote {args.out}/join_sample.json and {args.out}/join_sample.png")
     return 0
 
@@ -246,9 +244,7 @@ def _line(run: dict) -> str:
 
 
 def _plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    use_agg()
     import matplotlib.pyplot as plt
 
     configs = sorted({(r["query"], r["edges"], r["k"]) for r in results["runs"]})

@@ -19,11 +19,10 @@ those versions. JSON + PNG under ``--out``.
 """
 from __future__ import annotations
 
-import json
-import platform
 import time
 from pathlib import Path
 
+from lakeivm.bench import machine, save, use_agg
 from lakeivm.config import Settings
 
 
@@ -48,13 +47,11 @@ def main(argv: list[str], settings: Settings) -> int:
 
 def run_nested_bench(sizes: list[int], events: int, sample: int, seed: int, out: str) -> dict:
     """Run the benchmark; returns (and writes) the results."""
-    results = {"machine": {"python": platform.python_version(), "platform": platform.platform()},
+    results = {"machine": machine(),
                "query": "vwap", "events_per_batch": events, "baseline_sample_versions": sample, "runs": []}
     for size in sizes:
         results["runs"].append(_one_size(size, events, min(sample, events), seed))
-    Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / "nested.json").write_text(json.dumps(results, indent=2))
-    _plot(results, Path(out) / "nested.png")
+    save(out, "nested", results, _plot)
     return results
 
 
@@ -140,9 +137,7 @@ def _recompute(book: list, stream: list) -> tuple[float, list]:
 
 
 def _plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    use_agg()
     import matplotlib.pyplot as plt
 
     runs = results["runs"]

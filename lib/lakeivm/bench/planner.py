@@ -13,10 +13,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
+from lakeivm.bench import machine, save, use_agg
 from lakeivm.config import REPO_ROOT, Settings
 
 STREAMS = {"constant": None, "SS": (0.5, 1.0), "SU": (0.5, 5.0), "FS": (0.9, 1.0), "FU": (0.9, 5.0)}
@@ -38,11 +38,10 @@ def main(argv: list[str], settings: Settings) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = {"simulation": simulate(args.horizon)}
+    results = {"machine": machine(), "simulation": simulate(args.horizon)}
     if not args.skip_spark:
         results["spark"] = spark_runs(settings, args, out)
-    (out / "planner.json").write_text(json.dumps(results, indent=2, default=str))
-    _plot(results, out / "planner.png")
+    save(out, "planner", results, _plot)
     print(f"wrote {out / 'planner.json'} and {out / 'planner.png'}")
     return 0
 
@@ -134,9 +133,7 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
 
 
 def _plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    use_agg()
     import matplotlib.pyplot as plt
 
     from lakeivm.planning.paper_example import PAPER_DEADLINE

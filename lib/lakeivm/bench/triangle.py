@@ -12,13 +12,13 @@ and reported as such. JSON + PNG under ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import threading
 import time
 from pathlib import Path
 
+from lakeivm.bench import machine, save, use_agg
 from lakeivm.config import Settings
 
 SQL = ("SELECT COUNT(*) AS triangles FROM edges e1 JOIN edges e2 ON e1.dst = e2.src "
@@ -41,8 +41,8 @@ def main(argv: list[str], settings: Settings) -> int:
     batch_sizes = [int(float(x)) for x in args.batches.split(",")]
     epsilons = [float(x) for x in args.epsilons.split(",")]
     results = run(settings, sizes, batch_sizes, epsilons, args.repeats, args.edge_factor, args.timeout, out)
-    (out / "triangle.json").write_text(json.dumps(results, indent=2))
-    _plot(results, out / "triangle.png")
+    results["machine"] = machine()
+    save(out, "triangle", results, _plot)
     print(f"wrote {out / 'triangle.json'} and {out / 'triangle.png'}")
     return 0
 
@@ -153,9 +153,7 @@ def _fmt(seconds) -> str:
 
 
 def _plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    use_agg()
     import matplotlib.pyplot as plt
 
     table = results["summary"]["median_seconds"]

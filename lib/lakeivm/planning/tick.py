@@ -54,12 +54,13 @@ def planner_inputs(
     priors = {t: _prior(t, options, calibrated or {}) for t in pending}
     fit = bool(options.get("fit_costs", True))
     costs = {t: fit_cost_model(_observations(history, t) if fit else [], priors[t]) for t in pending}
+    epoch = _epoch(history)
     return PlannerInputs(
         costs=costs,
         expected_arrivals={t: _expected_arrivals(history, t, pending[t]) for t in pending},
         headroom_seconds=_overhead(history) + float(options.get("headroom", 0.0)),
-        spent_seconds=sum(r.seconds for r in _epoch(history)),
-        ticks_since_refresh=len(_epoch(history)),
+        spent_seconds=sum(r.seconds for r in epoch),
+        ticks_since_refresh=len(epoch),
     )
 
 
@@ -82,9 +83,9 @@ def plan_tick(
         return lgm
     everything = frozenset(t for t, k in pending.items() if k > 0)
     if policy == "eager" or (lgm.apply - max_age_exceeded):  # naive: the constraint would break -> flush all
-        flush = refresh_decision(pending, inputs.costs, deadline_seconds, inputs.headroom_seconds)
+        seconds = sum(inputs.costs[t](pending[t]) for t in everything)
         reason = "eager: apply every pending table" if policy == "eager" else f"naive: symmetric flush ({lgm.reason})"
-        return Decision(everything, flush.predicted_seconds - inputs.headroom_seconds, inputs.headroom_seconds, reason)
+        return Decision(everything, seconds, inputs.headroom_seconds, reason)
     return lgm
 
 

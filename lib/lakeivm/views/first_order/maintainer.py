@@ -155,7 +155,10 @@ def _with_extremum(groups: DataFrame, multiset: DataFrame, agg: Aggregate, keys:
     live = multiset.where("_lakeivm_cnt > 0")
     if not keys:
         return groups.crossJoin(live.agg(pick("_lakeivm_v").alias(value)))
-    extrema = live.groupBy(*keys).agg(pick("_lakeivm_v").alias(value))
-    extrema = extrema.select(*[F.col(k).alias(f"_x_{k}") for k in keys], value)
+    # Only the touched groups' values: the (small) groups are broadcast into the multiset scan.
+    touched = groups.select(*[F.col(k).alias(f"_x_{k}") for k in keys])
+    on = reduce(lambda a, b: a & b, [live[k].eqNullSafe(touched[f"_x_{k}"]) for k in keys])
+    extrema = (live.join(F.broadcast(touched), on, "left_semi").groupBy(*keys).agg(pick("_lakeivm_v").alias(value))
+               .select(*[F.col(k).alias(f"_x_{k}") for k in keys], value))
     on = reduce(lambda a, b: a & b, [groups[k].eqNullSafe(extrema[f"_x_{k}"]) for k in keys])
     return groups.join(extrema, on, "left").drop(*[f"_x_{k}" for k in keys])

@@ -42,11 +42,10 @@ class TriangleMaintainer:
 
     # -- protocol ------------------------------------------------------------------------------
     def state_tables(self, ctx: Context) -> Mapping[str, str]:
-        self._state(ctx)
-        return {"result": ctx.lake.view_path(ctx.view), **{n: t.path for n, t in self._shared.items()}}
+        return {"result": ctx.lake.view_path(ctx.view), **{n: t.path for n, t in self._shared_tables(ctx).items()}}
 
     def bootstrap(self, ctx: Context) -> None:
-        shape, tables = _shape(ctx), self._state(ctx)
+        shape, shared = _shape(ctx), self._shared_tables(ctx)
         relations = {}
         for side in shape.sides:
             rows = ctx.spark.read.table(ctx.snapshot(side.table, ctx.pins[side.table])).selectExpr(
@@ -55,8 +54,8 @@ class TriangleMaintainer:
         size = sum(r.count() for r in relations.values())
         base, epsilon = 2 * size + 1, _epsilon(ctx)
         parts, views = _partition(relations, base ** epsilon)
-        self._shared["rel"].create(_by_role(parts))
-        self._shared["w"].create(_by_role(views))
+        shared["rel"].create(_by_role(parts))
+        shared["w"].create(_by_role(views))
         count = _scalar(_delta_count(parts["R"], parts["T"], parts["S"], views["S"]))
         _write_result(ctx, shape, count, base, size, epsilon)
         ctx.checkpoint("bootstrap:result")
@@ -70,21 +69,19 @@ class TriangleMaintainer:
     def flush(self, ctx: Context) -> None:
         if not any(self._touched.values()):
             return
-        shape, tables = _shape(ctx), self._state(ctx)
+        shape, tables, shared = _shape(ctx), self._state(ctx), self._shared_tables(ctx)
         stored = ctx.lake.read(ctx.lake.view_path(ctx.view)).first()
         base, size, epsilon = stored["_lakeivm_base"], stored["_lakeivm_size"] + self._size_delta, _epsilon(ctx)
         if epsilon != stored["_lakeivm_epsilon"] or not base // 4 <= size < base:
             base = 2 * size + 1
-            relations = {r: tables[f"rel_{r}"].current().groupBy("x", "y").sum(MULTIPLICITY)
-                         .withColumnRenamed(f"sum({MULTIPLICITY})", MULTIPLICITY).where(f"{MULTIPLICITY} != 0")
-                         for r in ROLES}
+            relations = {r: consolidate(tables[f"rel_{r}"].current(), ("x", "y"), (MULTIPLICITY,)) for r in ROLES}
             parts, views = _partition(relations, base ** epsilon)
-            self._shared["rel"].replace(_by_role(parts))
-            self._shared["w"].replace(_by_role(views))
+            shared["rel"].replace(_by_role(parts))
+            shared["w"].replace(_by_role(views))
         else:
             for role in ROLES:
                 self._rebalance_minor(tables, role, base ** epsilon)
-        for name, table in self._shared.items():
+        for name, table in shared.items():
             table.flush()
             ctx.checkpoint(f"flush:{name}")
         _write_result(ctx, shape, stored[shape.output] + self._count_delta, base, size, epsilon)
@@ -109,9 +106,11 @@ class TriangleMaintainer:
         new_class = HEAVY if _epsilon(ctx) == 0 else LIGHT
         delta = (rows.join(F.broadcast(classes), "x", "left")
                  .withColumn("part", F.coalesce("part", F.lit(new_class))).localCheckpoint(eager=True))
-        self._size_delta += _size_change(live, delta)
         other_prev, other_next = tables[f"rel_{prev}"].current(), tables[f"rel_{nxt}"].current()
-        self._count_delta += _scalar(_delta_count(delta, other_prev, other_next, tables[f"w_{nxt}"].current()))
+        count = _delta_count(delta, other_prev, other_next, tables[f"w_{nxt}"].current())
+        size, triangles = _size_change(live, delta).crossJoin(count).first()  # one Spark job for both
+        self._size_delta += int(size or 0)
+        self._count_delta += int(triangles)
         tables[f"w_{role}"].add(_view_rows(_part(delta, HEAVY), _part(other_next, LIGHT)))
         tables[f"w_{prev}"].add(_view_rows(_part(other_prev, HEAVY), _part(delta, LIGHT)))
         relation.add(delta)
@@ -141,13 +140,18 @@ class TriangleMaintainer:
         tables[f"rel_{role}"].add(moved.withColumn(MULTIPLICITY, -F.col(MULTIPLICITY)))
         tables[f"rel_{role}"].add(moved.withColumn("part", flipped))
 
-    def _state(self, ctx: Context) -> dict[str, RoleSlice]:
-        """{"rel_R": .., "w_T": ..}: each role's slice of the two shared state tables."""
-        if self._tables is None:
+    def _shared_tables(self, ctx: Context) -> dict[str, AdditiveTable]:
+        """The two state tables: ``rel`` (role, x, y, part, m) and ``w`` (role, x, z, cnt)."""
+        if not self._shared:
             aux = lambda name: ctx.lake.view_path(ctx.view, f"aux/{name}")  # noqa: E731
             self._shared = {"rel": AdditiveTable(ctx.lake, aux("rel"), ("role", *REL_KEYS), (MULTIPLICITY,)),
                             "w": AdditiveTable(ctx.lake, aux("w"), ("role", *VIEW_KEYS), ("cnt",))}
-            self._tables = {f"{name}_{r}": RoleSlice(table, r) for name, table in self._shared.items() for r in ROLES}
+        return self._shared
+
+    def _state(self, ctx: Context) -> dict[str, RoleSlice]:
+        """{"rel_R": .., "w_T": ..}: each role's slice of the two shared state tables."""
+        if self._tables is None:
+            self._tables = {f"{name}_{r}": RoleSlice(table, r) for name, table in self._shared_tables(ctx).items() for r in ROLES}
         return self._tables
 
 
@@ -222,15 +226,14 @@ def _slice(table: RoleSlice, values: DataFrame) -> DataFrame:
     return consolidate(table.current().join(F.broadcast(values), "x"), REL_KEYS, (MULTIPLICITY,))
 
 
-def _size_change(live: DataFrame, delta: DataFrame) -> int:
-    """How many (x, y) keys appear minus disappear when ``delta`` is added to ``live``."""
+def _size_change(live: DataFrame, delta: DataFrame) -> DataFrame:
+    """One value: how many (x, y) keys appear minus disappear when ``delta`` is added to ``live``."""
     from pyspark.sql import functions as F
 
     before = live.groupBy("x", "y").agg(F.sum(MULTIPLICITY).alias("b"))
     change = delta.groupBy("x", "y").agg(F.sum(MULTIPLICITY).alias("d"))
     joined = change.join(before, ["x", "y"], "left").select(F.coalesce("b", F.lit(0)).alias("b"), "d")
-    counted = joined.agg(F.sum(F.expr("CASE WHEN b = 0 AND b + d != 0 THEN 1 WHEN b != 0 AND b + d = 0 THEN -1 ELSE 0 END")))
-    return int(counted.first()[0] or 0)
+    return joined.agg(F.sum(F.expr("CASE WHEN b = 0 AND b + d != 0 THEN 1 WHEN b != 0 AND b + d = 0 THEN -1 ELSE 0 END")))
 
 
 def _part(rows: DataFrame, part: str) -> DataFrame:
