@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from lakeivm.config import REPO_ROOT
+from lakeivm.errors import StateError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -67,10 +68,15 @@ class Lake:
         return DeltaTable.isDeltaTable(self.spark, path)
 
     def head_version(self, path: str) -> int:
-        """The newest committed version of the Delta table at ``path``."""
-        from delta.tables import DeltaTable
-
-        return int(DeltaTable.forPath(self.spark, path).history(1).select("version").first()[0])
+        """The newest committed version of the Delta table at ``path``: the highest commit file
+        ``_delta_log/<version>.json`` (Delta writes each atomically, so a listed one is committed).
+        One directory listing instead of a Spark job over the table's history."""
+        fs, log = self.fs(f"{path}/_delta_log")
+        names = [s.getPath().getName() for s in fs.listStatus(log)] if fs.exists(log) else []
+        versions = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
+        if not versions:
+            raise StateError(f"{path} is not a Delta table (no commit in {path}/_delta_log); create it first.")
+        return max(versions)
 
     def read(self, path: str, version: int | None = None) -> DataFrame:
         reader = self.spark.read.format("delta")

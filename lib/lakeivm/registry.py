@@ -109,6 +109,9 @@ def find_spec(specs: Mapping[str, ViewSpec], name: str) -> ViewSpec:
     return specs[name]
 
 
+FIVM_OPTIONS = frozenset({"features", "label", "updatable"})  # spec options only the fivm kind reads
+
+
 def classify(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[str, Query]:
     """Parse the view's SQL and pick its maintainer kind, or raise UnsupportedQuery saying why."""
     query = parse_query(spec.sql, schemas, source=spec.source)
@@ -122,8 +125,9 @@ def classify(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[
         _check_first_order(spec, query)
     if kind == "fivm":
         query = _check_fivm(spec, query, schemas)
-    elif "features" in spec.options or "label" in spec.options:
-        raise UnsupportedQuery(f"{spec.source}: features/label (a regression) need kind fivm, not {kind}; remove `kind:`.")
+    elif FIVM_OPTIONS & set(spec.options):
+        raise UnsupportedQuery(f"{spec.source}: {'/'.join(sorted(FIVM_OPTIONS & set(spec.options)))} need kind fivm, "
+                               f"not {kind}; remove `kind:` (or the option).")
     if kind == "triangle" and triangle_shape(query) is None:
         raise UnsupportedQuery(
             f"{spec.source}: kind triangle needs a triangle count: SELECT COUNT(*) over three relations joined "
@@ -144,7 +148,7 @@ def _default_kind(spec: ViewSpec, query: Query) -> str:
         return "nested"
     if triangle_shape(query) is not None:
         return "triangle"
-    if "features" in spec.options or "label" in spec.options or why_not_fivm(spec, query) is None:
+    if FIVM_OPTIONS & set(spec.options) or why_not_fivm(spec, query) is None:
         return "fivm"
     return "first_order"
 

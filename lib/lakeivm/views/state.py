@@ -40,9 +40,10 @@ class AdditiveTable:
         """``current()`` summed per key, zero payloads dropped (a shuffle: use on small slices)."""
         return consolidate(self.current(), self.keys, self.payloads, self.alive)
 
-    def add(self, delta: DataFrame) -> None:
-        """Buffer a delta (its columns: keys + payloads)."""
+    def add(self, delta: DataFrame) -> DataFrame:
+        """Buffer a delta (its columns: keys + payloads); returns it computed (checkpointed)."""
         self._deltas.append(delta.select(*self.keys, *self.payloads).localCheckpoint(eager=True))
+        return self._deltas[-1]
 
     def replace(self, rows: DataFrame) -> None:
         """Replace the whole content (a rebuild); earlier buffered deltas are dropped."""

@@ -87,7 +87,7 @@ def stored_views_match_definitions(lake, spec):
     plan = maintainer.plan(ctx)
     assert set(definitions) == set(plan.tree.stored)
     for vid, expected in definitions.items():
-        stored = lake.read(lake.view_path(spec.name, f"aux/{vid}"), row.state_versions[vid])
+        stored = maintainer.stored_view(ctx, vid, row.state_versions)
         keys, payloads = plan.tree.views[vid].keys, plan.payload_columns(plan.tree.views[vid])
         got = {tuple(r[k] for k in keys): [r[p] for p in payloads] for r in stored.collect()}
         want = {tuple(r[k] for k in keys): [r[p] for p in payloads] for r in expected.collect()}
@@ -128,6 +128,30 @@ def test_q5_like_revenue_by_nation(lake, spark):
     for plan in (("lineitem", "nation"), None):
         for name in ("lineitem", "orders", "customer", "nation"):
             change(lake, rng, name, tables)
+        run_view(lake, spec, tables=plan)
+        assert_exact(lake, spec, definitions=plan is None)
+
+
+def test_updatable_fact_table_only(lake, spark):
+    """``updatable: [lineitem]`` (Fig. 5's μ with U = {lineitem}): the lineitem leaf is not stored,
+    lineitem batches are applied incrementally, other tables' changes rebuild the state; mixed
+    runs, rebuild-then-delta and delta-then-rebuild, and a crash mid-rebuild stay exact."""
+    rng = random.Random(12)
+    base = load_spec(REPO_ROOT / "schemas" / "views" / "revenue_by_nation.yaml")
+    spec = replace(base, name="revenue_u", options={**base.options, "updatable": ["lineitem"]})
+    tables = {t: TPCH[t] for t in ("nation", "customer", "orders", "lineitem")}
+    create(lake, spark, rng, tables)
+    assert run_view(lake, spec).kind == "fivm"
+    ctx, maintainer = prepare(lake, spec)
+    stored = maintainer.plan(ctx).tree.stored
+    base_ctx, base_maintainer = prepare(lake, base)
+    assert "leaf_lineitem" not in stored and stored < base_maintainer.plan(base_ctx).tree.stored
+    for plan in (("lineitem",), ("orders", "lineitem"), ("lineitem", "nation"), None):
+        for name in ("lineitem", "orders", "customer", "nation"):
+            change(lake, rng, name, tables)
+        if plan is None:
+            with pytest.raises(InjectedFailure):
+                run_view(lake, spec, fail_at="apply:customer")
         run_view(lake, spec, tables=plan)
         assert_exact(lake, spec, definitions=plan is None)
 
@@ -203,3 +227,8 @@ def test_classifier_defaults_and_fallbacks():
         kind(CHAIN.sql, features=["x"])
     with pytest.raises(UnsupportedQuery, match="ambiguous"):
         kind("SELECT COUNT(*) AS c FROM r JOIN s ON r.a = s.a", features=["x"], label="a")
+    with pytest.raises(UnsupportedQuery, match="updatable: 'u' is not a table"):
+        kind(CHAIN.sql, updatable=["u"])
+    with pytest.raises(UnsupportedQuery, match="updatable need kind fivm"):
+        kind(CHAIN.sql, kind="first_order", updatable=["r"])
+    assert kind(CHAIN.sql, updatable="r") == "fivm"

@@ -1,9 +1,10 @@
 """F-IVM on Spark: the stored views of a view tree as additive Delta tables (F-IVM §3-4, digest §7).
 
-State: ``views/<view>/aux/<view id>`` for every view of μ(τ, U) with U = all relations (Fig. 5):
-keys (the view's variables) + flat payload columns (``payload.PayloadRing``), zero-count keys
-deleted. ``result`` is the root view rendered as the SQL's columns, with the state (and, for a
-regression, the cofactor triple) in hidden ``_lakeivm_`` columns.
+State: ``views/<view>/aux/<view id>`` for every view of μ(τ, U) (Fig. 5), U the spec's
+``updatable`` tables (all by default): keys (the view's variables) + flat payload columns
+(``payload.PayloadRing``), zero-count keys deleted. ``result`` stores the root view: its rows are rendered as the SQL's columns, with the root's
+payload (the SQL's state and, for a regression, the cofactor triple) in hidden ``_lakeivm_``
+columns, so the root needs no table of its own and a run MERGEs it once.
 
 - ``bootstrap`` evaluates the tree bottom-up from the snapshots at the pins (Fig. 3): a leaf
   groups its relation by its keys, summing ``multiplicity × lifts``; an inner view joins its
@@ -12,13 +13,15 @@ regression, the cofactor triple) in hidden ``_lakeivm_`` columns.
   at each step δV = ⊕ (δV_child ⊗ siblings), the siblings read as stored plus this run's buffered
   deltas, i.e. as of their watermarks, since the engine applies table by table (§4, digest §3.4).
   A table joined with itself is applied one occurrence after the other. Cost per step: one
-  broadcast join of the (small) delta with the sibling views and a group-by.
+  broadcast join of the (small) delta with the sibling views and a group-by. A table outside U
+  has no stored siblings on its path: its changes re-evaluate the tree from the snapshots at the
+  watermarks (a rebuild of the state, logged as that table's cost, so the planner batches it).
 - ``flush`` MERGEs each view's summed delta once, then rewrites the result rows of the touched
   groups.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from lakeivm.lake import CDF
@@ -43,6 +46,7 @@ class FivmMaintainer:
         self._plan: FivmPlan | None = None
         self._tables: dict[str, AdditiveTable] | None = None
         self._root_deltas: list[DataFrame] = []
+        self._rebuilt = False  # this run re-evaluated the tree: flush rewrites the whole result
 
     # -- protocol ------------------------------------------------------------------------------
     def state_tables(self, ctx: Context) -> Mapping[str, str]:
@@ -51,29 +55,50 @@ class FivmMaintainer:
     def bootstrap(self, ctx: Context) -> None:
         plan, tables = self.plan(ctx), self._state(ctx)
         sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
-        self._evaluate(ctx, plan.tree.root, sources, tables)
+        root = self._evaluate(ctx, plan.tree.root, sources, lambda view, rows: _create(ctx, tables, view, rows))
         for table in tables.values():  # a MERGE then marks changed rows instead of rewriting whole files
             ctx.spark.sql(f"ALTER TABLE delta.`{table.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
-        rows = _render(plan, tables[plan.tree.root.id].current(), _output_types(ctx, plan))
+        rows = _render(plan, root, _output_types(ctx, plan))
         rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(CDF, "true").save(
             ctx.lake.view_path(ctx.view))
         ctx.checkpoint("bootstrap:result")
 
     def apply(self, ctx: Context, table: str, delta: DataFrame) -> None:
         plan, tables = self.plan(ctx), self._state(ctx)
+        aliases = plan.query.aliases_of(table)
+        if not set(aliases) <= plan.tree.updatable:
+            self._rebuild(ctx, table)
+            return
         name = f"lakeivm_{ctx.view}_{table}_delta"
         delta.createOrReplaceTempView(name)
-        for alias in plan.query.aliases_of(table):  # a self-join: one occurrence after the other (§4)
+        for alias in aliases:  # a self-join: one occurrence after the other (§4)
             leaf = plan.tree.leaf(alias)
-            change = _leaf(ctx, plan, leaf, name, f"{alias}.{MULTIPLICITY}").localCheckpoint(eager=True)
+            change = _leaf(ctx, plan, leaf, name, f"{alias}.{MULTIPLICITY}")
             if leaf.id in tables:
-                tables[leaf.id].add(change)
-            for step in plan.tree.path_to_root(alias):
+                change = tables[leaf.id].add(change)
+            for step in plan.tree.path_to_root(alias):  # a view not stored stays a lazy plan
                 inputs = [(step.child, change, True)] + [(s, tables[s.id].current(), False) for s in step.siblings]
-                change = _join_sum(plan, step.view, inputs).localCheckpoint(eager=True)
+                change = _join_sum(plan, step.view, inputs)
                 if step.view.id in tables:
-                    tables[step.view.id].add(change)
-            self._root_deltas.append(change.select(*plan.tree.root.keys))
+                    change = tables[step.view.id].add(change)
+            self._root_deltas.append(change.localCheckpoint(eager=True))
+        ctx.checkpoint(f"apply:{table}")
+
+    def _rebuild(self, ctx: Context, table: str) -> None:
+        """Apply a change of ``table`` (outside U) by re-evaluating every stored view from the
+        snapshots at the watermarks, ``table`` at its pin; later tables of the run apply on top."""
+        plan, tables = self.plan(ctx), self._state(ctx)
+        versions = {**ctx.watermarks, table: ctx.pins[table]}
+        sources = {r.alias: ctx.snapshot(r.table, versions[r.table]) for r in plan.query.relations}
+
+        def store(view: View, rows: DataFrame) -> DataFrame:
+            if view.id not in tables:  # the root: flush renders it
+                return rows.localCheckpoint(eager=True)
+            tables[view.id].replace(rows)
+            return tables[view.id].current()
+
+        self._root_deltas = [self._evaluate(ctx, plan.tree.root, sources, store)]
+        self._rebuilt = True
         ctx.checkpoint(f"apply:{table}")
 
     def flush(self, ctx: Context) -> None:
@@ -82,28 +107,37 @@ class FivmMaintainer:
         from pyspark.sql import functions as F
 
         plan, tables = self.plan(ctx), self._state(ctx)
-        keys = plan.tree.root.keys
-        touched = self._root_deltas[0]
-        for more in self._root_deltas[1:]:
-            touched = touched.unionByName(more)
-        touched = touched.distinct().localCheckpoint(eager=True) if keys else None
         for vid, table in tables.items():
             table.flush()
             ctx.checkpoint(f"flush:{vid}")
-        root = ctx.lake.read(tables[plan.tree.root.id].path)
-        types = {f.name: f.dataType.simpleString() for f in ctx.lake.read(ctx.lake.view_path(ctx.view)).schema.fields}
-        if not keys:
-            rows = _render(plan, root, types)
-            rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(ctx.lake.view_path(ctx.view))
-        else:
-            on = F.expr(" AND ".join(f"t.`{k}` <=> r.`{k}`" for k in keys))
-            fresh = touched.alias("t").join(root.alias("r"), on, "left").select(
-                *[F.col(f"t.`{k}`").alias(k) for k in keys],
-                *[F.col(f"r.`{c}`").alias(c) for c in plan.payload_columns(plan.tree.root)])
+        path = ctx.lake.view_path(ctx.view)
+        stored = ctx.lake.read(path)
+        types = {f.name: f.dataType.simpleString() for f in stored.schema.fields}
+        keys, columns = plan.tree.root.keys, plan.payload_columns(plan.tree.root)
+        change = self._root_deltas[0]
+        for more in self._root_deltas[1:]:
+            change = change.unionByName(more)
+        if not keys or self._rebuilt:  # the whole result: a rebuilt root (+ later deltas), or one row
+            root = change if self._rebuilt else root_rows(plan, stored).unionByName(change)
+            if keys:
+                root = root.groupBy(*keys).agg(*[F.sum(c).alias(c) for c in columns]).where(F.col(ALIVE) != 0)
+            _render(plan, root, types).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+        else:  # the touched groups: stored state + delta, MERGEd (a group whose count reaches 0 is deleted)
+            touched = change.select(*keys).distinct()
+            on = F.expr(" AND ".join(f"o.`{k}` <=> t.`{k}`" for k in keys))
+            old = root_rows(plan, stored).alias("o").join(touched.alias("t"), on, "left_semi")
+            fresh = old.unionByName(change).groupBy(*keys).agg(*[F.sum(c).alias(c) for c in columns])
             _merge_result(ctx, plan, _render(plan, fresh, types).localCheckpoint(eager=True))
-        self._root_deltas = []
+        self._root_deltas, self._rebuilt = [], False
         ctx.checkpoint("flush:result")
         ctx.checkpoint("flush")  # every write of the run done (the crash point all kinds share)
+
+    def stored_view(self, ctx: Context, vid: str, state_versions: Mapping[str, int]) -> DataFrame:
+        """The rows of stored view ``vid`` at a run's state versions (the root from the result)."""
+        plan = self.plan(ctx)
+        if vid == plan.tree.root.id:
+            return root_rows(plan, ctx.lake.read(ctx.lake.view_path(ctx.view), state_versions["result"]))
+        return ctx.lake.read(self._state(ctx)[vid].path, state_versions[vid])
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         df = ctx.lake.read(ctx.lake.view_path(ctx.view), version)
@@ -121,7 +155,7 @@ class FivmMaintainer:
             self._tables = {
                 vid: AdditiveTable(ctx.lake, ctx.lake.view_path(ctx.view, f"aux/{vid}"), view.keys,
                                    plan.payload_columns(view), alive=ALIVE)
-                for vid, view in plan.tree.views.items() if vid in plan.tree.stored
+                for vid, view in plan.tree.views.items() if vid in plan.tree.stored and vid != plan.tree.root.id
             }
         return self._tables
 
@@ -130,27 +164,51 @@ class FivmMaintainer:
         the maintained tables must equal (the recompute oracle, digest §8.2)."""
         plan, out = self.plan(ctx), {}
         sources = {r.alias: ctx.snapshot(r.table, versions[r.table]) for r in plan.query.relations}
-        self._evaluate(ctx, plan.tree.root, sources, None, out)
+
+        def store(view: View, rows: DataFrame) -> DataFrame:
+            rows = rows.localCheckpoint(eager=True)
+            out[view.id] = consolidate(rows, view.keys, plan.payload_columns(view), ALIVE)
+            return rows
+
+        self._evaluate(ctx, plan.tree.root, sources, store)
         return out
 
-    def _evaluate(self, ctx: Context, view: View, sources: Mapping[str, str], tables: dict[str, AdditiveTable] | None,
-                  out: dict[str, DataFrame] | None = None) -> DataFrame:
-        """V (Fig. 3) from the snapshots; each stored view is written as it is computed (or, with
-        ``tables`` None, consolidated into ``out``)."""
+    def _evaluate(self, ctx: Context, view: View, sources: Mapping[str, str],
+                  store: Callable[[View, DataFrame], DataFrame]) -> DataFrame:
+        """V (Fig. 3) from the snapshots, bottom-up; each stored view goes through ``store``
+        (which returns the rows its parent reads), the others are computed once and cached."""
         plan = self.plan(ctx)
         if view.relation is not None:
             rows = _leaf(ctx, plan, view, sources[view.relation], "CAST(1 AS BIGINT)")
         else:
-            inputs = [(c, self._evaluate(ctx, c, sources, tables, out), False) for c in view.children]
+            inputs = [(c, self._evaluate(ctx, c, sources, store), False) for c in view.children]
             rows = _join_sum(plan, view, inputs)
-        if view.id in plan.tree.stored and tables is not None:
-            tables[view.id].create(rows)
-            ctx.checkpoint(f"bootstrap:{view.id}")
-            return tables[view.id].current()
-        rows = rows.localCheckpoint(eager=True)
-        if view.id in plan.tree.stored and out is not None:
-            out[view.id] = consolidate(rows, view.keys, plan.payload_columns(view), ALIVE)
-        return rows
+        if view.id in plan.tree.stored:
+            return store(view, rows)
+        return rows.localCheckpoint(eager=True)
+
+
+def _create(ctx: Context, tables: Mapping[str, AdditiveTable], view: View, rows: DataFrame) -> DataFrame:
+    """Bootstrap: write a stored view from scratch; its parent reads it back (the root is returned
+    for the result)."""
+    if view.id not in tables:
+        return rows.localCheckpoint(eager=True)
+    tables[view.id].create(rows)
+    ctx.checkpoint(f"bootstrap:{view.id}")
+    return tables[view.id].current()
+
+
+def root_rows(plan: FivmPlan, result: DataFrame) -> DataFrame:
+    """The root view as the result table stores it: keys as variables, payload columns (the
+    inverse of ``_render`` on the hidden state)."""
+    from pyspark.sql import functions as F
+
+    first = {}
+    for name, variable in plan.group_key_variables():
+        first.setdefault(variable, name)
+    payload = [F.col(comp.state).alias(f"p_{k}") for k, comp in enumerate(plan.components)]
+    payload += [F.col(COFACTOR + c).alias(c) for c in plan.payload_columns(plan.tree.root) if not c.startswith("p_")]
+    return result.select(*[F.col(first[v]).alias(v) for v in plan.tree.root.keys], *payload)
 
 
 def _leaf(ctx: Context, plan: FivmPlan, leaf: View, source: str, multiplicity: str) -> DataFrame:
@@ -224,7 +282,7 @@ def _merge_result(ctx: Context, plan: FivmPlan, rows: DataFrame) -> None:
     from delta.tables import DeltaTable
 
     on = " AND ".join(f"t.`{name}` <=> s.`{name}`" for name, _ in plan.group_key_variables())
-    gone = f"s.`{COUNT}` IS NULL"
+    gone = f"s.`{COUNT}` = 0"
     (DeltaTable.forPath(ctx.spark, ctx.lake.view_path(ctx.view)).alias("t").merge(rows.alias("s"), on)
      .whenMatchedDelete(gone).whenMatchedUpdateAll().whenNotMatchedInsertAll(f"NOT ({gone})").execute())
 

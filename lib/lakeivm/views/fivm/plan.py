@@ -2,8 +2,9 @@
 
 ``build_plan`` turns an acyclic equi-join + GROUP BY + SUM/COUNT/AVG query into a ``FivmPlan``:
 
-- the variable order (derived, or ``variable_order`` from the spec) and its view tree with every
-  relation updatable (F-IVM §3, Fig. 3 and Fig. 5);
+- the variable order (derived, or ``variable_order`` from the spec) and its view tree with the
+  stored views μ(τ, U) for the spec's ``updatable`` tables U, all of them by default (F-IVM §3,
+  Fig. 3 and Fig. 5);
 - the payload ring (``payload.PayloadRing``): ``p_0`` = COUNT(*), and per aggregated expression a
   sum of its non-null values and a count of them (the state ``lakeivm.sql`` finalizes into SQL's
   SUM/COUNT/AVG), plus the cofactor triple of a regression view's features;
@@ -100,10 +101,34 @@ def build_plan(query: Query, options: Mapping[str, Any]) -> FivmPlan:
             "F-IVM pushes only single-table filters to the leaves."
         )
     order = parse_order(query, options["variable_order"]) if options.get("variable_order") else derive_order(query)
-    tree = build_view_tree(order, order.relations)
+    tree = build_view_tree(order, updatable_aliases(query, options.get("updatable")))
     components = _components(query)
     ring = PayloadRing(len(components), tuple(f.name for f in features))
     return FivmPlan(query, order, tree, ring, components, features, label)
+
+
+def updatable_aliases(query: Query, updatable: Any) -> tuple[str, ...]:
+    """The aliases of the spec's ``updatable`` tables (all relations when it is absent): U of Fig. 5.
+
+    Changes to a table outside U are applied by re-evaluating the view tree (a rebuild), so a view
+    whose dimension tables rarely change stores only the views an update to its fact table needs.
+    """
+    aliases = tuple(r.alias for r in query.relations)
+    if updatable is None:
+        return aliases
+    names = [updatable] if isinstance(updatable, str) else list(updatable)
+    known = {*aliases, *query.tables}
+    out: list[str] = []
+    for name in names:
+        if not isinstance(name, str) or name not in known:
+            raise UnsupportedQuery(
+                f"updatable: {name!r} is not a table of the query; name some of {sorted(query.tables)} "
+                "(or remove `updatable:` to make every table updatable)."
+            )
+        out += [r.alias for r in query.relations if name in (r.alias, r.table)]
+    if not out:
+        raise UnsupportedQuery("updatable: is empty; name the tables whose changes are applied incrementally.")
+    return tuple(dict.fromkeys(out))
 
 
 def fit_query(query: Query, options: Mapping[str, Any], schemas: Mapping[str, Mapping[str, str]]) -> Query:
