@@ -6,7 +6,8 @@
 (b) Real Spark runs: two copies of the paper-style TPC-H view (cheapest EUROPE supply cost per
     part) in one lake, one planned by LGM ONLINE and one by NAIVE, fed the *same* recorded change
     stream (re-costed parts, moved suppliers) tick by tick, with an on-demand refresh every few
-    ticks. Cost models are calibrated first (``lakeivm calibrate``), then refitted from the runs. The
+    ticks (``--view supply_value``: an F-IVM view with ``updatable: [partsupp]`` instead, where a
+    supplier change rebuilds the view tree). Cost models are calibrated first (``lakeivm calibrate``), then refitted from the runs. The
     deadline defaults to what ~3 ticks of arrivals cost, so ticks must act. Reported: total maintenance seconds
     per policy, and the share of refreshes that met the deadline. JSON + PNG under ``--out``.
 """
@@ -33,6 +34,8 @@ def main(argv: list[str], settings: Settings) -> int:
     parser.add_argument("--calibrate-max-exp", type=int, default=9, help="calibrate with batches up to 2^N changes")
     parser.add_argument("--parts", type=int, default=50, help="parts re-costed per tick (default 50)")
     parser.add_argument("--suppliers", type=int, default=2, help="suppliers moved per tick (default 2)")
+    parser.add_argument("--view", choices=("cheapest", "supply_value"), default="cheapest",
+                        help="Spark part's view: cheapest (first-order MIN, default) or supply_value (F-IVM, updatable: partsupp)")
     parser.add_argument("--skip-spark", action="store_true", help="only the simulation")
     parser.add_argument("--out", default="bench-results")
     args = parser.parse_args(argv)
@@ -70,6 +73,15 @@ def simulate(horizon: int) -> dict:
     return report
 
 
+# The Spark part's views: (spec file, spec overrides). ``cheapest``: the paper's MIN view (first-order
+# with per-part multisets). ``supply_value``: an F-IVM view with ``updatable: [partsupp]``, so a
+# partsupp change is a cheap delta and a supplier change rebuilds the view tree (a large fixed cost).
+SPARK_VIEWS = {
+    "cheapest": ("cheapest_supplier_cost.yaml", {"kind": "first_order"}),
+    "supply_value": ("supply_value_by_nation.yaml", {"kind": "fivm", "updatable": ["partsupp"]}),
+}
+
+
 def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     """Part (b): LGM and NAIVE copies of one view, same stream, measured side by side."""
     from lakeivm import commit
@@ -85,9 +97,10 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     Lake(spark, root).delete(root)
     lake = open_lake(spark, settings.with_(lake=root))
     generate_tpch(lake, args.scale, tables=("partsupp", "supplier", "nation", "region"))
-    base = load_spec(REPO_ROOT / "schemas" / "views" / "cheapest_supplier_cost.yaml")
-    specs = {policy: spec_from_dict({"name": f"cheapest_{policy}", "sql": base.sql, "deadline": args.deadline or 3600,
-                                     "kind": "first_order", "planner": policy}) for policy in ("lgm", "naive")}
+    file, extra = SPARK_VIEWS[args.view]
+    base = load_spec(REPO_ROOT / "schemas" / "views" / file)
+    specs = {policy: spec_from_dict({"name": f"{args.view}_{policy}", "sql": base.sql, "deadline": args.deadline or 3600,
+                                     "planner": policy, **extra}) for policy in ("lgm", "naive")}
     for spec in specs.values():
         run_view(lake, spec)
     print("calibrating the cost models (2^j-change batches per table on a scratch copy)", flush=True)
@@ -98,8 +111,8 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     if deadline is None:  # the backlog of ~3 ticks of arrivals fills it: ticks must act between refreshes
         arrivals = {"partsupp": 8 * args.parts, "supplier": 2 * args.suppliers}  # CDF rows: pre+post images
         deadline = round(sum(a * 3 * arrivals[t] + b for t, (a, b, _) in models.items()) * 1.2, 1)
-        specs = {p: spec_from_dict({"name": s.name, "sql": s.sql, "deadline": deadline, "kind": "first_order",
-                                    "planner": p}) for p, s in specs.items()}
+        specs = {p: spec_from_dict({"name": s.name, "sql": s.sql, "deadline": deadline, "planner": p, **extra})
+                 for p, s in specs.items()}
     print(f"deadline {deadline}s; models " + ", ".join(f"{t}: {a * 1000:.3f} ms/row + {b:.2f} s" for t, (a, b, _) in models.items()),
           flush=True)
     stream = TpchChangeStream(lake, seed=5)
@@ -112,7 +125,7 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
             row = run_view(lake, spec, mode="refresh" if refresh else "tick")
             print(f"tick {tick:>3} {spec.name:<16} {'refresh' if refresh else 'tick   '} applied {list(row.applied) if row else []} "
                   f"{row.seconds if row else 0:.1f}s" + (f" deadline met: {row.deadline_met}" if refresh else ""), flush=True)
-    report = {"scale": args.scale, "deadline_s": deadline, "ticks": args.ticks, "refresh_every": args.refresh_every,
+    report = {"view": args.view, "scale": args.scale, "deadline_s": deadline, "ticks": args.ticks, "refresh_every": args.refresh_every,
               "cost_models": {t: {"per_row_s": a, "fixed_s": b, "batches": n} for t, (a, b, n) in models.items()}}
     for policy, spec in specs.items():
         rows = [r for r in commit.log_rows(lake, spec.name) if r.mode in ("tick", "refresh")]
