@@ -156,6 +156,23 @@ def test_updatable_fact_table_only(lake, spark):
         assert_exact(lake, spec, definitions=plan is None)
 
 
+def test_avg_of_decimals_rounds_like_sql(lake, spark):
+    """AVG over DECIMAL from double payloads: (0.01 + 0.06) / 32 = 0.0021875 exactly, which SQL rounds
+    (HALF_UP, scale 6) to 0.002188; in doubles 0.01 + 0.06 = 0.06999999999999999 and the quotient
+    rounds to 0.002187. The sum is cast back to its SQL type before dividing."""
+    lake.create_table("r", spark.sql("SELECT 1 AS a, CAST(CASE id WHEN 0 THEN 0.01 WHEN 1 THEN 0.06 ELSE 0 END "
+                                     "AS DECIMAL(15,2)) AS v FROM range(31)"))
+    lake.create_table("s", spark.sql("SELECT 1 AS a, 7 AS g"))
+    spec = spec_from_dict({"name": "avg_tie", "deadline": 60,
+                           "sql": "SELECT g, AVG(v) AS av, SUM(v) AS sv FROM r JOIN s ON r.a = s.a GROUP BY g"})
+    assert run_view(lake, spec).kind == "fivm"
+    assert_exact(lake, spec, definitions=False)
+    sql(lake, "INSERT INTO {t} VALUES (1, 0.00)", "r")
+    run_view(lake, spec)
+    assert_exact(lake, spec, definitions=False)
+    assert str(lake.read(lake.view_path("avg_tie")).first()["av"]) == "0.002188"
+
+
 def flat_join(lake, spec, versions):
     """The regression's design matrix (features in ring order) over the flat join, by Spark SQL."""
     ctx, maintainer = prepare(lake, spec)

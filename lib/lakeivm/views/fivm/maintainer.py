@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from lakeivm.lake import CDF
-from lakeivm.sql import COUNT, MULTIPLICITY, recompute_sql
+from lakeivm.sql import COUNT, MULTIPLICITY, recompute_sql, state_sql
 from lakeivm.views.base import Context
 from lakeivm.views.fivm.payload import ALIVE
 from lakeivm.views.fivm.plan import FivmPlan, build_plan, leaf_weights
@@ -47,6 +47,7 @@ class FivmMaintainer:
         self._tables: dict[str, AdditiveTable] | None = None
         self._root_deltas: list[DataFrame] = []
         self._rebuilt = False  # this run re-evaluated the tree: flush rewrites the whole result
+        self._exact: dict[str, str] | None = None
 
     # -- protocol ------------------------------------------------------------------------------
     def state_tables(self, ctx: Context) -> Mapping[str, str]:
@@ -58,7 +59,7 @@ class FivmMaintainer:
         root = self._evaluate(ctx, plan.tree.root, sources, lambda view, rows: _create(ctx, tables, view, rows))
         for table in tables.values():  # a MERGE then marks changed rows instead of rewriting whole files
             ctx.spark.sql(f"ALTER TABLE delta.`{table.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
-        rows = _render(plan, root, _output_types(ctx, plan))
+        rows = _render(plan, root, _output_types(ctx, plan), self._exact_sums(ctx))
         rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(CDF, "true").save(
             ctx.lake.view_path(ctx.view))
         ctx.checkpoint("bootstrap:result")
@@ -121,16 +122,31 @@ class FivmMaintainer:
             root = change if self._rebuilt else root_rows(plan, stored).unionByName(change)
             if keys:
                 root = root.groupBy(*keys).agg(*[F.sum(c).alias(c) for c in columns]).where(F.col(ALIVE) != 0)
-            _render(plan, root, types).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+            rows = _render(plan, root, types, self._exact_sums(ctx)).localCheckpoint(eager=True)  # computed before the table is replaced
+            rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
         else:  # the touched groups: stored state + delta, MERGEd (a group whose count reaches 0 is deleted)
             touched = change.select(*keys).distinct()
             on = F.expr(" AND ".join(f"o.`{k}` <=> t.`{k}`" for k in keys))
             old = root_rows(plan, stored).alias("o").join(touched.alias("t"), on, "left_semi")
             fresh = old.unionByName(change).groupBy(*keys).agg(*[F.sum(c).alias(c) for c in columns])
-            _merge_result(ctx, plan, _render(plan, fresh, types).localCheckpoint(eager=True))
+            _merge_result(ctx, plan, _render(plan, fresh, types, self._exact_sums(ctx)).localCheckpoint(eager=True))
         self._root_deltas, self._rebuilt = [], False
         ctx.checkpoint("flush:result")
         ctx.checkpoint("flush")  # every write of the run done (the crash point all kinds share)
+
+    def _exact_sums(self, ctx: Context) -> dict[str, str]:
+        """{SUM state: SQL type} of the sums SQL keeps exact (DECIMAL, integers), from analysing the
+        SQL's state query. The payload sums are doubles; ``_render`` casts them back to these types
+        before finalizing, so e.g. AVG over DECIMAL divides exactly and rounds as SQL does."""
+        if self._exact is None:
+            from pyspark.sql.types import DecimalType, IntegralType
+
+            plan = self.plan(ctx)
+            sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
+            schema = ctx.spark.sql(state_sql(plan.query, sources)).schema
+            self._exact = {f.name: f.dataType.simpleString() for f in schema.fields
+                           if f.name.startswith("_lakeivm_s") and isinstance(f.dataType, (DecimalType, IntegralType))}
+        return self._exact
 
     def stored_view(self, ctx: Context, vid: str, state_versions: Mapping[str, int]) -> DataFrame:
         """The rows of stored view ``vid`` at a run's state versions (the root from the result)."""
@@ -258,9 +274,11 @@ def _output_types(ctx: Context, plan: FivmPlan) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in schema.fields}
 
 
-def _render(plan: FivmPlan, root: DataFrame, types: Mapping[str, str]) -> DataFrame:
+def _render(plan: FivmPlan, root: DataFrame, types: Mapping[str, str], exact: Mapping[str, str]) -> DataFrame:
     """Root view rows -> result rows: the SQL's outputs, hidden keys, state and cofactor columns.
-    With no GROUP BY the result is one row even over an empty join (COUNT 0, SUM NULL)."""
+    With no GROUP BY the result is one row even over an empty join (COUNT 0, SUM NULL). The
+    outputs are finalized from the sums cast to their ``exact`` SQL types; the hidden state keeps
+    the double payloads."""
     from pyspark.sql import functions as F
 
     columns = plan.payload_columns(plan.tree.root)
@@ -272,8 +290,11 @@ def _render(plan: FivmPlan, root: DataFrame, types: Mapping[str, str]) -> DataFr
         *[F.col(f"p_{k}").alias(comp.state) for k, comp in enumerate(plan.components)],
         *[F.col(c).alias(COFACTOR + c) for c in columns if not c.startswith("p_")])
     shown = {o.name for o in plan.query.outputs}
+    hidden = [f"`{name}`" for name, _ in keys if name not in shown]
+    hidden += [f"`_raw{c}` AS `{c}`" if c in exact else f"`{c}`" for c in state.columns if c.startswith(HIDDEN)]
+    state = state.select("*", *[F.col(c).alias(f"_raw{c}") for c in exact]).withColumns(
+        {c: F.col(c).cast(t) for c, t in exact.items()})
     visible = [f"CAST(({o.finalize_sql}) AS {types[o.name]}) AS `{o.name}`" for o in plan.query.outputs]
-    hidden = [f"`{name}`" for name, _ in keys if name not in shown] + [f"`{c}`" for c in state.columns if c.startswith(HIDDEN)]
     return state.selectExpr(*visible, *dict.fromkeys(hidden))
 
 
