@@ -342,29 +342,26 @@ def q17_index(shape, state: dict[str, list], events: list) -> tuple[float, float
     """Load the view's evaluator from the per-key sums, then one result per event: (load s, events s, results)."""
     from lakeivm.views.nested.maintainer import make_evaluator
 
-    with _no_gc():
-        t0 = time.perf_counter()
-        index = make_evaluator(shape)
-        for table in ("lineitem", "part"):
-            index.load(table, state[table])
-        load = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        out = [index.apply_all([e]) for e in events]
-        return load, time.perf_counter() - t0, out
+    return _load_and_run(lambda: make_evaluator(shape), state, events)
 
 
 def q17_delta_rule(shape, state: dict[str, list], events: list) -> tuple[float, float, list]:
     """:class:`DeltaRuleQ17` loaded from the same per-key sums, then one result per event."""
     from lakeivm.views.nested.naive import DeltaRuleQ17
 
+    return _load_and_run(lambda: DeltaRuleQ17(**dict(shape.params)), state, events)
+
+
+def _load_and_run(make, state: dict[str, list], events: list) -> tuple[float, float, list]:
+    """Time loading ``make()`` from the per-key sums, then one result per event (GC off, as timeit)."""
     with _no_gc():
         t0 = time.perf_counter()
-        rule = DeltaRuleQ17(**dict(shape.params))
+        evaluator = make()
         for table in ("lineitem", "part"):
-            rule.load(table, state[table])
+            evaluator.load(table, state[table])
         load = time.perf_counter() - t0
         t0 = time.perf_counter()
-        out = [rule.apply_all([e]) for e in events]
+        out = [evaluator.apply_all([e]) for e in events]
         return load, time.perf_counter() - t0, out
 
 
