@@ -58,16 +58,60 @@ def append_log(lake: Lake, row: LogRow) -> None:
     columns = Lake.system_schema("log.json")
     values = {**row.__dict__, "applied": list(row.applied)}
     ddl = ", ".join(f"`{c}` {t}" for c, t in columns.items())
+    key = ("log", row.view)
+    if key in lake.cache:
+        _view_log(lake, row.view)  # bring the cached rows up to the log's head first
     df = lake.spark.createDataFrame([tuple(values[c] for c in columns)], ddl)
     df.write.format("delta").mode("append").save(lake.log_path)
+    cached, head = lake.cache.get(key), lake.head_version(lake.log_path)
+    if cached and head == cached[0] + 1:  # ours is the only commit since: extend the cached rows
+        lake.cache[key] = (head, [*cached[1], _as_read(row)])
 
 
 def log_rows(lake: Lake, view: str, status: str | None = "committed") -> list[LogRow]:
     """The view's log rows in run order (only committed ones by default)."""
-    df = lake.read(lake.log_path).where(f"view = '{view}'")
-    if status:
-        df = df.where(f"status = '{status}'")
-    return [_to_row(r.asDict()) for r in df.orderBy("seq").collect()]
+    return [r for r in _view_log(lake, view) if not status or r.status == status]
+
+
+def _view_log(lake: Lake, view: str) -> list[LogRow]:
+    """All of ``view``'s log rows, oldest first: read once per Lake, then kept current.
+
+    The cached rows stay valid at a newer log version when every commit in between only appended
+    rows of other views (read off the commit files' column statistics); a run's own append extends
+    them (``append_log``). Anything else -- a missing file, no statistics, an OPTIMIZE -- re-reads.
+    """
+    key, head = ("log", view), lake.head_version(lake.log_path)
+    cached = lake.cache.get(key)
+    if cached and cached[0] < head and _only_other_views(lake, view, cached[0], head):
+        cached = lake.cache[key] = (head, cached[1])
+    if not cached or cached[0] != head:
+        df = lake.read(lake.log_path, version=head).where(f"view = '{view}'").orderBy("seq")
+        cached = lake.cache[key] = (head, [_to_row(r.asDict()) for r in df.collect()])
+    return cached[1]
+
+
+def _only_other_views(lake: Lake, view: str, after: int, upto: int) -> bool:
+    """Whether log commits ``after``+1..``upto`` are blind appends of files holding no row of ``view``."""
+    fs, log = lake.fs(f"{lake.log_path}/_delta_log")
+    for version in range(after + 1, upto + 1):
+        text = _read_text(fs, log.suffix(f"/{version:020d}.json"))
+        if text is None:
+            return False
+        for line in filter(None, text.splitlines()):
+            action = json.loads(line)
+            if "commitInfo" in action:
+                continue
+            stats = json.loads(action["add"].get("stats") or "{}") if set(action) == {"add"} else {}
+            low, high = stats.get("minValues", {}).get("view"), stats.get("maxValues", {}).get("view")
+            if low is None or high is None or low <= view <= high:
+                return False
+    return True
+
+
+def _as_read(row: LogRow) -> LogRow:
+    """``row`` as reading it back from the log gives it (timestamps naive, in local time)."""
+    naive = {k: datetime.fromtimestamp(getattr(row, k).timestamp()) for k in ("started_at", "finished_at")}
+    return _to_row({**row.__dict__, **naive})
 
 
 def record_costs(lake: Lake, view: str, models: Mapping[str, tuple[float, float, int]]) -> None:
@@ -174,15 +218,23 @@ def _create(fs, path, content: dict[str, Any]) -> bool:
 
 
 def _read(fs, path) -> dict[str, Any] | None:
-    try:
-        stream = fs.open(path)
-    except Exception:  # FileNotFoundException: released meanwhile
+    text = _read_text(fs, path)
+    if text is None:
         return None
     try:
-        text = _utf8(stream)
         return json.loads(text or "{}")
     except ValueError:
         return {}
+
+
+def _read_text(fs, path) -> str | None:
+    """The file's UTF-8 text; None if it does not exist (e.g. a lease released meanwhile)."""
+    try:
+        stream = fs.open(path)
+    except Exception:  # FileNotFoundException
+        return None
+    try:
+        return _utf8(stream)
     finally:
         stream.close()
 

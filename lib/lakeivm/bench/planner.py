@@ -8,7 +8,7 @@
     stream (re-costed parts, moved suppliers) tick by tick, with an on-demand refresh every few
     ticks (``--view supply_value``: an F-IVM view with ``updatable: [partsupp]`` instead, where a
     supplier change rebuilds the view tree). Cost models are calibrated first (``lakeivm calibrate``), then refitted from the runs. The
-    deadline defaults to what ~3 ticks of arrivals cost, so ticks must act. Reported: total maintenance seconds
+    deadline defaults to what ~3 ticks (``--deadline-ticks``) of arrivals cost, so ticks must act. Reported: total maintenance seconds
     per policy, and the share of refreshes that met the deadline. JSON + PNG under ``--out``.
 """
 from __future__ import annotations
@@ -30,7 +30,9 @@ def main(argv: list[str], settings: Settings) -> int:
     parser.add_argument("--ticks", type=int, default=12, help="Spark ticks (default 12)")
     parser.add_argument("--refresh-every", type=int, default=6, help="an on-demand refresh every N ticks (default 6)")
     parser.add_argument("--deadline", type=float, default=None,
-                        help="the views' deadline in seconds (default: what ~3 ticks of arrivals cost, from the calibration)")
+                        help="the views' deadline in seconds (default: what --deadline-ticks ticks of arrivals cost, from the calibration)")
+    parser.add_argument("--deadline-ticks", type=float, default=3.0,
+                        help="without --deadline: the deadline is 1.2× the calibrated cost of this many ticks of arrivals (default 3)")
     parser.add_argument("--calibrate-max-exp", type=int, default=9, help="calibrate with batches up to 2^N changes")
     parser.add_argument("--parts", type=int, default=50, help="parts re-costed per tick (default 50)")
     parser.add_argument("--suppliers", type=int, default=2, help="suppliers moved per tick (default 2)")
@@ -108,9 +110,9 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
                        progress=lambda m: print(f"  {m}", flush=True))
     commit.record_costs(lake, specs["naive"].name, models)  # same SQL, same costs
     deadline = args.deadline
-    if deadline is None:  # the backlog of ~3 ticks of arrivals fills it: ticks must act between refreshes
+    if deadline is None:  # the backlog of a few ticks of arrivals fills it: ticks must act between refreshes
         arrivals = {"partsupp": 8 * args.parts, "supplier": 2 * args.suppliers}  # CDF rows: pre+post images
-        deadline = round(sum(a * 3 * arrivals[t] + b for t, (a, b, _) in models.items()) * 1.2, 1)
+        deadline = round(sum(a * args.deadline_ticks * arrivals[t] + b for t, (a, b, _) in models.items()) * 1.2, 1)
         specs = {p: spec_from_dict({"name": s.name, "sql": s.sql, "deadline": deadline, "planner": p, **extra})
                  for p, s in specs.items()}
     print(f"deadline {deadline}s; models " + ", ".join(f"{t}: {a * 1000:.3f} ms/row + {b:.2f} s" for t, (a, b, _) in models.items()),
@@ -126,6 +128,7 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
             print(f"tick {tick:>3} {spec.name:<16} {'refresh' if refresh else 'tick   '} applied {list(row.applied) if row else []} "
                   f"{row.seconds if row else 0:.1f}s" + (f" deadline met: {row.deadline_met}" if refresh else ""), flush=True)
     report = {"view": args.view, "scale": args.scale, "deadline_s": deadline, "ticks": args.ticks, "refresh_every": args.refresh_every,
+              "parts_per_tick": args.parts, "suppliers_per_tick": args.suppliers,
               "cost_models": {t: {"per_row_s": a, "fixed_s": b, "batches": n} for t, (a, b, n) in models.items()}}
     for policy, spec in specs.items():
         rows = [r for r in commit.log_rows(lake, spec.name) if r.mode in ("tick", "refresh")]
@@ -136,6 +139,7 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
             "refresh_seconds": [round(r.seconds, 2) for r in refreshes],
             "refreshes_met": sum(bool(r.deadline_met) for r in refreshes), "refreshes": len(refreshes),
             "actions": [list(r.applied) for r in rows],
+            "run_seconds": [round(r.seconds, 3) for r in rows],
             "audit_ok": audit(lake, spec).ok,
         }
     report["lgm_over_naive"] = round(report["lgm"]["total_seconds"] / report["naive"]["total_seconds"], 3)
@@ -151,7 +155,8 @@ def _plot(results: dict, path: Path) -> None:
 
     from lakeivm.planning.paper_example import PAPER_DEADLINE
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    spark = results.get("spark")
+    fig, axes = plt.subplots(1, 3 if spark else 2, figsize=(18 if spark else 12, 4))
     backlog = results["simulation"]["constant"]["backlog_first_100"]
     for name, series in backlog.items():
         axes[0].plot(series, label=name)
@@ -165,5 +170,14 @@ def _plot(results: dict, path: Path) -> None:
     axes[1].set_xticks([j + 0.3 for j in range(len(names))], names)
     axes[1].set(title="simulation: ms per change", ylabel="ms")
     axes[1].legend()
+    if spark:  # every tick/refresh run in order; a refresh must stay under the deadline
+        for policy in ("naive", "lgm"):
+            seconds = spark[policy]["run_seconds"]
+            axes[2].plot(range(1, len(seconds) + 1), seconds, marker="o",
+                         label=f"{policy.upper()} (total {spark[policy]['total_seconds']:.0f} s)")
+        axes[2].axhline(spark["deadline_s"], color="red", linestyle="--", label="deadline C")
+        axes[2].set(title=f"Spark, TPC-H SF {spark['scale']} ({spark['view']}): seconds per run",
+                    xlabel=f"run (a refresh every {spark['refresh_every']} ticks)", ylabel="seconds")
+        axes[2].legend()
     fig.tight_layout()
     fig.savefig(path)
