@@ -98,3 +98,18 @@ def test_bad_observations_are_rejected(run: tuple[float, float]) -> None:
 def test_negative_coefficients_are_rejected() -> None:
     with pytest.raises(InvalidInput, match="a >= 0"):
         LinearCost(-1.0, 0.0)
+
+
+def test_theil_sen_equals_scipy() -> None:
+    import numpy as np
+    from scipy import stats
+
+    from lakeivm.planning.costs import _theil_sen
+
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 5, 17, 50):
+        x = rng.integers(1, 20, n).astype(float)
+        x[0], x[-1] = 1.0, 30.0  # at least two distinct sizes, as fit_cost_model guarantees
+        y = rng.random(n) * 10
+        slope, intercept, _, _ = stats.theilslopes(y, x)
+        assert np.allclose(_theil_sen(x, y), (slope, intercept))

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from lakeivm.errors import InvalidInput
 
@@ -128,9 +127,18 @@ def _robust_line(x: np.ndarray, y: np.ndarray, prior_slope: float) -> tuple[floa
     """Theil-Sen line clamped to a >= 0, b >= 0 (see fit_cost_model)."""
     if len(np.unique(x)) < 2:
         return prior_slope, max(0.0, float(np.median(y - prior_slope * x)))
-    slope, intercept, _, _ = stats.theilslopes(y, x)
+    slope, intercept = _theil_sen(x, y)
     if slope < 0:
         return 0.0, float(np.median(y))
     if intercept < 0:
         return float(np.median(y / x)), 0.0
     return float(slope), float(intercept)
+
+
+def _theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """The Theil-Sen line: the median of the pairwise slopes, intercept median(y) - slope·median(x)
+    (as ``scipy.stats.theilslopes``; written out because importing scipy.stats costs seconds per run)."""
+    i, j = np.triu_indices(len(x), k=1)
+    distinct = x[i] != x[j]
+    slope = float(np.median((y[j] - y[i])[distinct] / (x[j] - x[i])[distinct]))
+    return slope, float(np.median(y) - slope * np.median(x))

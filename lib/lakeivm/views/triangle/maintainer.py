@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 REL_KEYS, VIEW_KEYS = ("x", "y", "part"), ("x", "z")
+BROADCAST_ROWS = 2_000_000  # a batch side up to this many rows is shipped to every task (_small)
 HEAVY, LIGHT = "h", "l"
 
 
@@ -104,8 +105,7 @@ class TriangleMaintainer:
         live = _slice(relation, touched).localCheckpoint(eager=True)
         classes = live.select("x", "part").distinct()
         new_class = HEAVY if _epsilon(ctx) == 0 else LIGHT
-        delta = (rows.join(F.broadcast(classes), "x", "left")
-                 .withColumn("part", F.coalesce("part", F.lit(new_class))).localCheckpoint(eager=True))
+        delta = _small(rows.join(F.broadcast(classes), "x", "left").withColumn("part", F.coalesce("part", F.lit(new_class))))
         other_prev, other_next = tables[f"rel_{prev}"].current(), tables[f"rel_{nxt}"].current()
         count = _delta_count(delta, other_prev, other_next, tables[f"w_{nxt}"].current())
         size, triangles = _size_change(live, delta).crossJoin(count).first()  # one Spark job for both
@@ -128,7 +128,7 @@ class TriangleMaintainer:
         live = _slice(tables[f"rel_{role}"], touched.distinct())
         degrees = live.groupBy("x", "part").agg(F.count("*").alias("deg"))
         moving = degrees.where(f"(part = '{LIGHT}' AND deg >= {1.5 * theta}) OR (part = '{HEAVY}' AND deg < {0.5 * theta})")
-        moved = live.join(F.broadcast(moving.select("x")), "x").localCheckpoint(eager=True)
+        moved = _small(live.join(F.broadcast(moving.select("x")), "x"))
         if moved.isEmpty():
             return
         sign = F.when(F.col("part") == LIGHT, 1).otherwise(-1)  # +1: light -> heavy
@@ -181,17 +181,22 @@ def _by_role(frames: Mapping[str, DataFrame]) -> DataFrame:
 
 def _delta_count(delta: DataFrame, prev: DataFrame, nxt: DataFrame, view_next: DataFrame) -> DataFrame:
     """Σ ΔK(x,y)·NEXT(y,z)·PREV(z,x) as three bounded fan-out joins (digest §7.3): tA over
-    PREV_h (any NEXT part), tB through the view W[NEXT] (NEXT_h·PREV_l), tC over NEXT_l·PREV_l."""
+    PREV_h (any NEXT part), tB through the view W[NEXT] (NEXT_h·PREV_l), tC over NEXT_l·PREV_l.
+    ``delta`` comes from ``_small``; each join's first step is computed and shipped the same way, so
+    the stored relations are scanned once per join, never shuffled."""
     from pyspark.sql import functions as F
 
     d, p, n, w = delta.alias("d"), _part(prev, HEAVY).alias("p"), nxt.alias("n"), view_next.alias("w")
-    m = f"d.{MULTIPLICITY}"
-    t_a = (d.join(p, F.col("d.x") == F.col("p.y")).join(n, (F.col("d.y") == F.col("n.x")) & (F.col("p.x") == F.col("n.y")))
-           .select(F.expr(f"{m} * p.{MULTIPLICITY} * n.{MULTIPLICITY}").alias("v")))
-    t_b = d.join(w, (F.col("d.y") == F.col("w.x")) & (F.col("d.x") == F.col("w.z"))).select(F.expr(f"{m} * w.cnt").alias("v"))
+    dp = _small(d.join(p, F.col("d.x") == F.col("p.y")).select(
+        F.col("d.x").alias("dx"), F.col("d.y").alias("dy"), F.col("p.x").alias("px"), F.expr(f"d.{MULTIPLICITY} * p.{MULTIPLICITY}").alias("fan")))
+    t_a = (dp.join(n, (F.col("dy") == F.col("n.x")) & (F.col("px") == F.col("n.y")))
+           .select(F.expr(f"fan * n.{MULTIPLICITY}").alias("v")))
+    t_b = d.join(w, (F.col("d.y") == F.col("w.x")) & (F.col("d.x") == F.col("w.z"))).select(F.expr(f"d.{MULTIPLICITY} * w.cnt").alias("v"))
     nl, pl = _part(nxt, LIGHT).alias("nl"), _part(prev, LIGHT).alias("pl")
-    t_c = (d.join(nl, F.col("d.y") == F.col("nl.x")).join(pl, (F.col("nl.y") == F.col("pl.x")) & (F.col("d.x") == F.col("pl.y")))
-           .select(F.expr(f"{m} * nl.{MULTIPLICITY} * pl.{MULTIPLICITY}").alias("v")))
+    dn = _small(d.join(nl, F.col("d.y") == F.col("nl.x")).select(
+        F.col("d.x").alias("dx"), F.col("nl.y").alias("ny"), F.expr(f"d.{MULTIPLICITY} * nl.{MULTIPLICITY}").alias("fan")))
+    t_c = (dn.join(pl, (F.col("ny") == F.col("pl.x")) & (F.col("dx") == F.col("pl.y")))
+           .select(F.expr(f"fan * pl.{MULTIPLICITY}").alias("v")))
     return t_a.unionByName(t_b).unionByName(t_c).agg(F.coalesce(F.sum("v"), F.lit(0)).cast("bigint"))
 
 
@@ -234,6 +239,16 @@ def _size_change(live: DataFrame, delta: DataFrame) -> DataFrame:
     change = delta.groupBy("x", "y").agg(F.sum(MULTIPLICITY).alias("d"))
     joined = change.join(before, ["x", "y"], "left").select(F.coalesce("b", F.lit(0)).alias("b"), "d")
     return joined.agg(F.sum(F.expr("CASE WHEN b = 0 AND b + d != 0 THEN 1 WHEN b != 0 AND b + d = 0 THEN -1 ELSE 0 END")))
+
+
+def _small(frame: DataFrame) -> DataFrame:
+    """``frame`` computed, with a broadcast hint when it is small enough to ship to every task (a
+    batch's side of a bounded fan-out join): the stored relation it joins is then scanned, not
+    shuffled. Above BROADCAST_ROWS Spark chooses the join."""
+    from pyspark.sql import functions as F
+
+    frame = frame.localCheckpoint(eager=True)
+    return F.broadcast(frame) if frame.count() <= BROADCAST_ROWS else frame
 
 
 def _part(rows: DataFrame, part: str) -> DataFrame:
