@@ -171,17 +171,8 @@ def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[st
             maintainer.apply(ctx, table, delta)
         ctx.watermarks[table] = ctx.pins[table]
         applied[table] = (pending[table], time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    maintainer.flush(ctx)
-    return _share(applied, time.perf_counter() - t0)
-
-
-def _share(applied: dict[str, tuple[int, float]], flush_seconds: float) -> dict[str, tuple[int, float]]:
-    """Charge the run's one flush to its tables in proportion to their rows (their cost models see it)."""
-    total = sum(rows for rows, _ in applied.values())
-    if not total:
-        return applied
-    return {t: (rows, s + flush_seconds * rows / total) for t, (rows, s) in applied.items()}
+    maintainer.flush(ctx)  # shared by the run's tables: the planner's run seconds, not a table's cost
+    return applied
 
 
 def _bootstrap(ctx: Context, maintainer: Maintainer, seq: int, mode: str, reason: str, started: float, progress) -> commit.LogRow:

@@ -6,7 +6,7 @@ import pytest
 from lakeivm.commit import LogRow
 from lakeivm.errors import SpecError
 from lakeivm.planning.costs import LinearCost
-from lakeivm.planning.tick import DEFAULT_PRIOR, plan_refresh, plan_tick, planner_inputs
+from lakeivm.planning.tick import DEFAULT_PRIOR, RUN_COST, plan_refresh, plan_tick, planner_inputs
 
 
 def run(seq, mode="tick", rows=None, seconds=None, pending=None, total=None) -> LogRow:
@@ -36,7 +36,9 @@ def test_arrivals_headroom_and_epoch_come_from_consecutive_runs():
     inputs = planner_inputs(history, {"r": 7, "s": 8}, {"headroom": 1.5})
     assert inputs.expected_arrivals["r"] == pytest.approx(6.8)  # 90% quantile of [6, 6, 7]
     assert inputs.expected_arrivals["s"] == pytest.approx(7.2)  # of [4, 8, 0]
-    assert inputs.headroom_seconds == pytest.approx(3.0 + 1.5)  # overheads 3, 3, 0.5; + the declared margin
+    # shared seconds of the runs that applied something: 3 and 0.5 (the first refresh applied nothing)
+    assert inputs.run_seconds == pytest.approx(2.75)  # their 90% quantile
+    assert inputs.headroom_seconds == pytest.approx(2.75 + 1.5)  # + the declared margin
     assert inputs.spent_seconds == pytest.approx(6.5) and inputs.ticks_since_refresh == 2
 
 
@@ -58,8 +60,26 @@ def test_policies_lgm_batches_the_fixed_cost_table_naive_flushes_everything():
 
 
 def test_refresh_prediction_includes_headroom_and_judges_the_deadline():
-    history = [run(1, "refresh", total=5.0)]
+    history = [run(1, "refresh", rows={"r": 3}, seconds={"r": 1.0}, total=6.0)]
     options = {"cost_prior": {"r": {"per_row": 0.1, "fixed": 1.0}}, "fit_costs": False}
     ok = plan_refresh(history, {"r": 10}, 10.0, options)
-    assert ok.predicted_seconds == pytest.approx(2.0 + 5.0) and "within" in ok.reason  # + the run's overhead
+    assert ok.predicted_seconds == pytest.approx(2.0 + 5.0) and "within" in ok.reason  # + the run's shared seconds
+    calibrated = {RUN_COST: LinearCost(0.0, 4.0)}  # before any applying run: the calibrated shared seconds
+    assert plan_refresh([], {"r": 10}, 10.0, options, calibrated).predicted_seconds == pytest.approx(2.0 + 4.0)
     assert "MISSES" in plan_refresh(history, {"r": 100}, 10.0, options).reason
+
+
+def test_a_runs_shared_seconds_make_the_symmetric_flush_compete():
+    """Two tables whose marginal costs are small next to what every applying run pays once (writing
+    state and result): applying one table now and the other in a run of its own soon after costs
+    that shared part twice, so ONLINE's score prefers the joint run; without it, the minimal set."""
+    options = {"cost_prior": {"r": {"per_row": 0.01, "fixed": 1.0}, "s": {"per_row": 0.01, "fixed": 1.0}},
+               "fit_costs": False}
+    quiet = run(1, "refresh", pending={"r": 0, "s": 0})
+    arrivals = [run(2, pending={"r": 100, "s": 100}, total=0.2)]  # 100 changes per tick on each table
+    pending = {"r": 200, "s": 200}  # 2 + 2 + 2 + 2 s of refresh after the next arrivals > 7.5 s
+    minimal = plan_tick([quiet, *arrivals], pending, 7.5, options)
+    assert len(minimal.apply) == 1 and "minimal set" in minimal.reason
+    applying = run(3, "refresh", rows={"r": 1}, seconds={"r": 1.0}, pending={"r": 100, "s": 100}, total=6.0)
+    shared = plan_tick([quiet, applying], pending, 7.5 + 5.0, options)  # the same budget above the shared 5 s
+    assert shared.apply == {"r", "s"} and "shared seconds" in shared.reason

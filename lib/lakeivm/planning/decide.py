@@ -10,6 +10,11 @@ in-flight action), must fit the deadline:
 Tables whose changes are about to outlive retention (``max_age_exceeded``) are always applied
 (digest §5 "Retention"). For non-linear costs the symmetric flush of NAIVE competes with the
 minimal sets under the same ONLINE score, since LGM can lose to it there (digest T12, P15).
+
+``run_seconds`` is what any run that applies something pays once, whatever it applies (on Spark:
+writing the state tables and the result, job latency). The per-table f_i are then marginal costs,
+costs are not additive across runs (one joint run is cheaper than two), and so the symmetric flush
+competes too, every action's ONLINE score counting the run's shared seconds.
 """
 from __future__ import annotations
 
@@ -51,6 +56,7 @@ def decide(
     *,
     spent_seconds: float = 0.0,
     ticks_since_refresh: int = 0,
+    run_seconds: float = 0.0,
 ) -> Decision:
     """Choose the tables a scheduled tick applies: lazy, greedy, minimal, least ONLINE score H.
 
@@ -90,13 +96,15 @@ def decide(
                 f"> deadline {deadline_seconds:.3f} s; applying everything (tick more often or raise the deadline)"
             )
         else:
-            naive_added = nonlinear and everything not in candidates
+            naive_added = (nonlinear or run_seconds > 0) and everything not in candidates
             if naive_added:
                 candidates = [*candidates, everything]
             spent = spent_seconds + cost(greedy_action(state, forced))
-            tables, h = choose_online(is_full, cost, left, rates, spent, ticks_since_refresh, candidates)
+            run_cost = lambda q: cost(q) + (run_seconds if any(q) else 0.0)  # noqa: E731
+            tables, h = choose_online(is_full, run_cost, left, rates, spent, ticks_since_refresh, candidates)
             chosen = forced | tables
-            kind = "symmetric flush (NAIVE beats LGM here, non-linear costs)" if naive_added and tables == everything else "minimal set"
+            kind = ("symmetric flush (NAIVE beats LGM here: " + ("non-linear costs" if nonlinear else "a run's shared seconds") + ")"
+                    if naive_added and tables == everything else "minimal set")
             why += (
                 f"forced: refresh would take {cost(add_state(left, coming)) + headroom_seconds:.3f} s > deadline "
                 f"{deadline_seconds:.3f} s; ONLINE {kind} {{{_names(tables, names)}}} has the least amortized cost "

@@ -8,8 +8,9 @@ input of the LGM decision is derived from them, so nothing is a guess in code:
   (``cost_prior``) model as the prior until enough runs exist (``fit_costs: false`` keeps the prior);
 - expected arrivals per table before the next tick: a high quantile of the arrivals observed
   between consecutive runs (digest §5 "C": d̂);
-- headroom: a high quantile of the runs' fixed overhead (lease, pin, flush, commit: the run's
-  seconds minus its tables' seconds) plus the spec's declared ``headroom`` margin;
+- run seconds: a high quantile of what a run that applies something pays besides its tables'
+  seconds (lease, pins, writing the state and the result, commit) -- shared by the tables of one
+  run, so not charged to them; the headroom is that plus the spec's declared ``headroom`` margin;
 - the ONLINE epoch state: seconds spent and ticks since the last on-demand refresh (digest P9).
 
 Policies: ``lgm`` (default: ``decide``), ``naive`` (symmetric: apply everything once the
@@ -31,6 +32,7 @@ POLICIES = ("lgm", "naive", "eager")
 DEFAULT_PRIOR = LinearCost(a=1e-4, b=2.0)  # seconds: a Spark delta job on a warm session, before any run
 WINDOW = 50  # runs a fit looks back over: costs drift as the other tables grow (digest §5)
 QUANTILE = 0.9
+RUN_COST = "(run)"  # the calibrated shared seconds of a run, stored in _system/costs beside the tables
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class PlannerInputs:
     costs: Mapping[str, CostModel]
     expected_arrivals: Mapping[str, float]
     headroom_seconds: float
+    run_seconds: float
     spent_seconds: float
     ticks_since_refresh: int
 
@@ -54,11 +57,12 @@ def planner_inputs(
     priors = {t: _prior(t, options, calibrated or {}) for t in pending}
     fit = bool(options.get("fit_costs", True))
     costs = {t: fit_cost_model(_observations(history, t) if fit else [], priors[t]) for t in pending}
-    epoch = _epoch(history)
+    epoch, run_seconds = _epoch(history), _run_seconds(history, (calibrated or {}).get(RUN_COST))
     return PlannerInputs(
         costs=costs,
         expected_arrivals={t: _expected_arrivals(history, t, pending[t]) for t in pending},
-        headroom_seconds=_overhead(history) + float(options.get("headroom", 0.0)),
+        headroom_seconds=run_seconds + float(options.get("headroom", 0.0)),
+        run_seconds=run_seconds,
         spent_seconds=sum(r.seconds for r in epoch),
         ticks_since_refresh=len(epoch),
     )
@@ -78,7 +82,8 @@ def plan_tick(
         raise SpecError(f"planner: {policy!r} is not a policy; use one of {', '.join(POLICIES)}")
     inputs = planner_inputs(history, pending, options, calibrated)
     lgm = decide(pending, inputs.costs, deadline_seconds, inputs.expected_arrivals, inputs.headroom_seconds,
-                 max_age_exceeded, spent_seconds=inputs.spent_seconds, ticks_since_refresh=inputs.ticks_since_refresh)
+                 max_age_exceeded, spent_seconds=inputs.spent_seconds, ticks_since_refresh=inputs.ticks_since_refresh,
+                 run_seconds=inputs.run_seconds)
     if policy == "lgm":
         return lgm
     everything = frozenset(t for t, k in pending.items() if k > 0)
@@ -130,10 +135,15 @@ def _expected_arrivals(history: Sequence[LogRow], table: str, pending_now: int) 
     return float(np.quantile(arrivals[-WINDOW:], QUANTILE))
 
 
-def _overhead(history: Sequence[LogRow]) -> float:
-    """A high quantile of a run's fixed seconds: its total minus the seconds of its tables."""
-    fixed = [max(0.0, r.seconds - sum(r.table_seconds.values())) for r in history if r.mode in ("tick", "refresh")]
-    return float(np.quantile(fixed[-WINDOW:], QUANTILE)) if fixed else 0.0
+def _run_seconds(history: Sequence[LogRow], calibrated: LinearCost | None) -> float:
+    """A high quantile of the shared seconds of the runs that applied something: each one's total
+    minus the seconds of its tables (writing state and result is shared by the run's tables);
+    before any such run, the calibrated value."""
+    shared = [max(0.0, r.seconds - sum(r.table_seconds.values())) for r in history
+              if r.mode in ("tick", "refresh") and r.applied]
+    if not shared:
+        return calibrated.b if calibrated else 0.0
+    return float(np.quantile(shared[-WINDOW:], QUANTILE))
 
 
 def _epoch(history: Sequence[LogRow]) -> list[LogRow]:

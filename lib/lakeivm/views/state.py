@@ -51,8 +51,10 @@ class AdditiveTable:
         self._deltas = []
 
     def create(self, rows: DataFrame) -> None:
-        """Write the table from scratch (bootstrap)."""
+        """Write the table from scratch (bootstrap), with deletion vectors on: a MERGE then marks
+        the rows it changes instead of rewriting every file it touches."""
         write_overwrite(consolidate(rows, self.keys, self.payloads, self.alive), self.path)
+        self.lake.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
     def flush(self) -> None:
         """Write the buffered change: an overwrite after ``replace``, else one MERGE of the summed delta."""
@@ -75,6 +77,19 @@ def write_overwrite(rows: DataFrame, path: str) -> None:
     rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
 
 
+BROADCAST_ROWS = 2_000_000  # a batch side up to this many rows is shipped to every task (small_side)
+
+
+def small_side(frame: DataFrame) -> DataFrame:
+    """``frame`` computed, with a broadcast hint when it is small enough to ship to every task (a
+    batch's side of a join with stored state): the stored table is then scanned, not shuffled.
+    Above BROADCAST_ROWS Spark chooses the join."""
+    from pyspark.sql import functions as F
+
+    frame = frame.localCheckpoint(eager=True)
+    return F.broadcast(frame) if frame.count() <= BROADCAST_ROWS else frame
+
+
 def merge_add(lake: Lake, path: str, deltas: Sequence[DataFrame], keys: Sequence[str], payloads: Sequence[str],
               alive: str | None = None) -> None:
     """MERGE the sum of ``deltas`` into the table: payloads added, all-zero keys (or zero ``alive``) deleted."""
@@ -85,7 +100,7 @@ def merge_add(lake: Lake, path: str, deltas: Sequence[DataFrame], keys: Sequence
     for delta in deltas[1:]:
         change = change.unionByName(delta)
     change = change.groupBy(*keys).agg(*[F.sum(p).alias(p) for p in payloads])
-    change = change.where(f"`{payloads[0]}` IS NOT NULL").localCheckpoint(eager=True)  # no keys, no rows: one NULL row
+    change = small_side(change.where(f"`{payloads[0]}` IS NOT NULL"))  # no keys, no rows: one NULL row
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true"
     zero_after = f"t.`{alive}` + s.`{alive}` = 0" if alive else " AND ".join(f"t.`{p}` + s.`{p}` = 0" for p in payloads)
     nonzero = f"s.`{alive}` != 0" if alive else " OR ".join(f"s.`{p}` != 0" for p in payloads)

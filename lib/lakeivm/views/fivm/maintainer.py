@@ -57,8 +57,6 @@ class FivmMaintainer:
         plan, tables = self.plan(ctx), self._state(ctx)
         sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
         root = self._evaluate(ctx, plan.tree.root, sources, lambda view, rows: _create(ctx, tables, view, rows))
-        for table in tables.values():  # a MERGE then marks changed rows instead of rewriting whole files
-            ctx.spark.sql(f"ALTER TABLE delta.`{table.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
         rows = _render(plan, root, _output_types(ctx, plan), self._exact_sums(ctx))
         rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(CDF, "true").save(
             ctx.lake.view_path(ctx.view))

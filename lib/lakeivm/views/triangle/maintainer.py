@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING
 
 from lakeivm.sql import MULTIPLICITY
 from lakeivm.views.base import Context
-from lakeivm.views.state import AdditiveTable, consolidate
+from lakeivm.views.state import AdditiveTable, consolidate, small_side
 from lakeivm.views.triangle.shape import NEXT, PREV, ROLES, TriangleShape, triangle_shape
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 REL_KEYS, VIEW_KEYS = ("x", "y", "part"), ("x", "z")
-BROADCAST_ROWS = 2_000_000  # a batch side up to this many rows is shipped to every task (_small)
 HEAVY, LIGHT = "h", "l"
 
 
@@ -57,7 +56,7 @@ class TriangleMaintainer:
         parts, views = _partition(relations, base ** epsilon)
         shared["rel"].create(_by_role(parts))
         shared["w"].create(_by_role(views))
-        count = _scalar(_delta_count(parts["R"], parts["T"], parts["S"], views["S"]))
+        count = _scalar(_delta_count(parts["R"], parts["T"], parts["S"], views["S"], small=lambda frame: frame))
         _write_result(ctx, shape, count, base, size, epsilon)
         ctx.checkpoint("bootstrap:result")
 
@@ -105,7 +104,7 @@ class TriangleMaintainer:
         live = _slice(relation, touched).localCheckpoint(eager=True)
         classes = live.select("x", "part").distinct()
         new_class = HEAVY if _epsilon(ctx) == 0 else LIGHT
-        delta = _small(rows.join(F.broadcast(classes), "x", "left").withColumn("part", F.coalesce("part", F.lit(new_class))))
+        delta = small_side(rows.join(F.broadcast(classes), "x", "left").withColumn("part", F.coalesce("part", F.lit(new_class))))
         other_prev, other_next = tables[f"rel_{prev}"].current(), tables[f"rel_{nxt}"].current()
         count = _delta_count(delta, other_prev, other_next, tables[f"w_{nxt}"].current())
         size, triangles = _size_change(live, delta).crossJoin(count).first()  # one Spark job for both
@@ -128,7 +127,7 @@ class TriangleMaintainer:
         live = _slice(tables[f"rel_{role}"], touched.distinct())
         degrees = live.groupBy("x", "part").agg(F.count("*").alias("deg"))
         moving = degrees.where(f"(part = '{LIGHT}' AND deg >= {1.5 * theta}) OR (part = '{HEAVY}' AND deg < {0.5 * theta})")
-        moved = _small(live.join(F.broadcast(moving.select("x")), "x"))
+        moved = small_side(live.join(F.broadcast(moving.select("x")), "x"))
         if moved.isEmpty():
             return
         sign = F.when(F.col("part") == LIGHT, 1).otherwise(-1)  # +1: light -> heavy
@@ -179,21 +178,22 @@ def _by_role(frames: Mapping[str, DataFrame]) -> DataFrame:
     return tagged[0].unionByName(tagged[1]).unionByName(tagged[2])
 
 
-def _delta_count(delta: DataFrame, prev: DataFrame, nxt: DataFrame, view_next: DataFrame) -> DataFrame:
+def _delta_count(delta: DataFrame, prev: DataFrame, nxt: DataFrame, view_next: DataFrame, small=small_side) -> DataFrame:
     """Σ ΔK(x,y)·NEXT(y,z)·PREV(z,x) as three bounded fan-out joins (digest §7.3): tA over
     PREV_h (any NEXT part), tB through the view W[NEXT] (NEXT_h·PREV_l), tC over NEXT_l·PREV_l.
-    ``delta`` comes from ``_small``; each join's first step is computed and shipped the same way, so
-    the stored relations are scanned once per join, never shuffled."""
+    A batch's ``delta`` comes from ``small_side``, and each join's first step is computed and shipped
+    the same way (``small``), so the stored relations are scanned, never shuffled; the bootstrap
+    passes a whole relation and ``small=identity``: one query, Spark chooses the joins."""
     from pyspark.sql import functions as F
 
     d, p, n, w = delta.alias("d"), _part(prev, HEAVY).alias("p"), nxt.alias("n"), view_next.alias("w")
-    dp = _small(d.join(p, F.col("d.x") == F.col("p.y")).select(
+    dp = small(d.join(p, F.col("d.x") == F.col("p.y")).select(
         F.col("d.x").alias("dx"), F.col("d.y").alias("dy"), F.col("p.x").alias("px"), F.expr(f"d.{MULTIPLICITY} * p.{MULTIPLICITY}").alias("fan")))
     t_a = (dp.join(n, (F.col("dy") == F.col("n.x")) & (F.col("px") == F.col("n.y")))
            .select(F.expr(f"fan * n.{MULTIPLICITY}").alias("v")))
     t_b = d.join(w, (F.col("d.y") == F.col("w.x")) & (F.col("d.x") == F.col("w.z"))).select(F.expr(f"d.{MULTIPLICITY} * w.cnt").alias("v"))
     nl, pl = _part(nxt, LIGHT).alias("nl"), _part(prev, LIGHT).alias("pl")
-    dn = _small(d.join(nl, F.col("d.y") == F.col("nl.x")).select(
+    dn = small(d.join(nl, F.col("d.y") == F.col("nl.x")).select(
         F.col("d.x").alias("dx"), F.col("nl.y").alias("ny"), F.expr(f"d.{MULTIPLICITY} * nl.{MULTIPLICITY}").alias("fan")))
     t_c = (dn.join(pl, (F.col("ny") == F.col("pl.x")) & (F.col("dx") == F.col("pl.y")))
            .select(F.expr(f"fan * pl.{MULTIPLICITY}").alias("v")))
@@ -239,16 +239,6 @@ def _size_change(live: DataFrame, delta: DataFrame) -> DataFrame:
     change = delta.groupBy("x", "y").agg(F.sum(MULTIPLICITY).alias("d"))
     joined = change.join(before, ["x", "y"], "left").select(F.coalesce("b", F.lit(0)).alias("b"), "d")
     return joined.agg(F.sum(F.expr("CASE WHEN b = 0 AND b + d != 0 THEN 1 WHEN b != 0 AND b + d = 0 THEN -1 ELSE 0 END")))
-
-
-def _small(frame: DataFrame) -> DataFrame:
-    """``frame`` computed, with a broadcast hint when it is small enough to ship to every task (a
-    batch's side of a bounded fan-out join): the stored relation it joins is then scanned, not
-    shuffled. Above BROADCAST_ROWS Spark chooses the join."""
-    from pyspark.sql import functions as F
-
-    frame = frame.localCheckpoint(eager=True)
-    return F.broadcast(frame) if frame.count() <= BROADCAST_ROWS else frame
 
 
 def _part(rows: DataFrame, part: str) -> DataFrame:
