@@ -10,6 +10,7 @@ import pytest
 
 from lakeivm import commit
 from lakeivm.engine import audit, run_view
+from lakeivm.planning.tick import RUN_COST
 from lakeivm.registry import spec_from_dict
 from tests.helpers import sql
 
@@ -67,8 +68,10 @@ def test_calibrate_times_a_scratch_copy_and_stores_the_model(lake, spark):
     run_view(lake, VIEW)
     heads = {t: lake.head_version(lake.table_path(t)) for t in ("r", "s")}
     models = calibrate(lake, VIEW, max_exponent=2, tables=["s"], progress=lambda m: None)
-    assert set(models) == {"s"} and models["s"][2] == 3 and models["s"][0] >= 0 and models["s"][1] >= 0
-    assert commit.calibrated_costs(lake, "planned")["s"].b == pytest.approx(models["s"][1])
+    assert set(models) == {"s", RUN_COST} and models["s"][2] == 3 and models["s"][0] >= 0 and models["s"][1] >= 0
+    assert models[RUN_COST][0] == 0 and models[RUN_COST][1] > 0  # a run's shared seconds, besides the table's
+    stored = commit.calibrated_costs(lake, "planned")
+    assert stored["s"].b == pytest.approx(models["s"][1]) and stored[RUN_COST].b == pytest.approx(models[RUN_COST][1])
     assert {t: lake.head_version(lake.table_path(t)) for t in ("r", "s")} == heads  # the view's data untouched
     assert audit(lake, VIEW).ok
 
