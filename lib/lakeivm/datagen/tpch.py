@@ -58,7 +58,7 @@ class TpchChangeStream:
         from pyspark.sql import functions as F
         from pyspark.sql.window import Window
 
-        spark, lake = self.lake.spark, self.lake
+        lake = self.lake
         current = lake.read(lake.table_path("orders"))
         top = current.agg(F.max("o_orderkey")).first()[0] or 0
         picked = current.orderBy(F.rand(self.rng.randrange(2**31))).limit(orders)

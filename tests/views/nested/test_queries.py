@@ -7,7 +7,6 @@ left to the Python oracle.
 """
 from __future__ import annotations
 
-import random
 import sqlite3
 from collections import Counter
 
