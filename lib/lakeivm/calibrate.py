@@ -12,13 +12,11 @@ import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 from lakeivm import commit
 from lakeivm.errors import StateError
 from lakeivm.lake import Lake
 from lakeivm.planning.costs import fit_cost_model
-from lakeivm.planning.tick import DEFAULT_PRIOR, QUANTILE, RUN_COST
+from lakeivm.planning.tick import DEFAULT_PRIOR, RUN_COST, run_seconds
 from lakeivm.registry import ViewSpec
 
 
@@ -41,7 +39,7 @@ def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int = 10, tables: Sequen
         for table in ctx.query.tables:
             scratch.create_table(table, lake.read(lake.table_path(table), last.watermarks[table]))
         run_view(scratch, spec)
-        models, shared = {}, []
+        models, runs = {}, []
         for table in chosen:
             points = []
             source = lake.read(lake.table_path(table), last.watermarks[table])
@@ -53,13 +51,13 @@ def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int = 10, tables: Sequen
                 row = run_view(scratch, spec, mode="tick", tables=(table,))
                 if row is not None and table in row.table_seconds:
                     points.append((row.delta_rows[table], row.table_seconds[table]))
-                    shared.append(row.seconds - row.table_seconds[table])
+                    runs.append(row)
                     progress(f"calibrate {spec.name}: {table} {row.delta_rows[table]:>6} changes {row.table_seconds[table]:.3f}s")
             model = fit_cost_model(points, DEFAULT_PRIOR, min_observations=2)
             models[table] = (model.a, model.b, len(points))
             progress(f"calibrate {spec.name}: {table}: f(k) = {model.a * 1000:.4f} ms·k + {model.b:.3f} s ({len(points)} batches)")
-        if shared:  # what every applying run pays once besides its tables (see planning.tick)
-            models[RUN_COST] = (0.0, float(np.quantile(shared, QUANTILE)), len(shared))
+        if runs:  # what every applying run pays once besides its tables (see planning.tick)
+            models[RUN_COST] = (0.0, run_seconds(runs), len(runs))
             progress(f"calibrate {spec.name}: a run's shared seconds (writing state and result): {models[RUN_COST][1]:.3f} s")
         commit.record_costs(lake, spec.name, models)
         return models

@@ -57,12 +57,12 @@ def planner_inputs(
     priors = {t: _prior(t, options, calibrated or {}) for t in pending}
     fit = bool(options.get("fit_costs", True))
     costs = {t: fit_cost_model(_observations(history, t) if fit else [], priors[t]) for t in pending}
-    epoch, run_seconds = _epoch(history), _run_seconds(history, (calibrated or {}).get(RUN_COST))
+    epoch, shared = _epoch(history), run_seconds(history, (calibrated or {}).get(RUN_COST))
     return PlannerInputs(
         costs=costs,
         expected_arrivals={t: _expected_arrivals(history, t, pending[t]) for t in pending},
-        headroom_seconds=run_seconds + float(options.get("headroom", 0.0)),
-        run_seconds=run_seconds,
+        headroom_seconds=shared + float(options.get("headroom", 0.0)),
+        run_seconds=shared,
         spent_seconds=sum(r.seconds for r in epoch),
         ticks_since_refresh=len(epoch),
     )
@@ -135,7 +135,7 @@ def _expected_arrivals(history: Sequence[LogRow], table: str, pending_now: int) 
     return float(np.quantile(arrivals[-WINDOW:], QUANTILE))
 
 
-def _run_seconds(history: Sequence[LogRow], calibrated: LinearCost | None) -> float:
+def run_seconds(history: Sequence[LogRow], calibrated: LinearCost | None = None) -> float:
     """A high quantile of the shared seconds of the runs that applied something: each one's total
     minus the seconds of its tables (writing state and result is shared by the run's tables);
     before any such run, the calibrated value."""
