@@ -134,6 +134,9 @@ def classify(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[
             "in a cycle R(a,b), S(b,c), T(c,a) (or one edge table joined with itself so), with no filters "
             "or GROUP BY. Remove `kind: triangle` to let the classifier choose."
         )
+    if "foreign_keys" in spec.options and kind != "join_sample":
+        raise UnsupportedQuery(f"{spec.source}: foreign_keys need a join_sample view (sample_size: k), not kind {kind}; "
+                               "remove the option.")
     if kind == "join_sample":
         plan_sample(query, spec.options, spec.source)  # raises UnsupportedQuery naming the construct
     if kind == "nested" and nested_shape(query) is None:

@@ -13,6 +13,10 @@ Row identity (digest §8.3): Delta's change data feed carries no stable row id, 
 identified by its values on the columns the view reads from its table plus an occurrence number
 0..m-1 among the m equal such rows (bag semantics, as SQL). ``row_id`` encodes both as JSON text,
 stable across runs: rebuilt from a snapshot, the m copies get numbers 0..m-1 again.
+
+Foreign keys (``foreign_keys: ["lineitem -> orders", ...]``, paper §4.4): each declared pair of
+FROM aliases is merged into one relation of the sampler's join (a ``Group``, kept by ``PreJoin``),
+repeatedly, so the sampler's index covers fewer, pre-joined relations.
 """
 from __future__ import annotations
 
@@ -56,14 +60,41 @@ class Output:
 
 
 @dataclass(frozen=True)
+class Group:
+    """One relation of the sampler's join: a slot, or slots merged along foreign keys (``name`` = aliases joined by +).
+
+    ``attrs`` are the attributes the group shares with the other groups (``(UNIT,)`` if none).
+    """
+
+    name: str
+    members: tuple[str, ...]
+    attrs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SamplePlan:
-    """What the join-sample maintainer needs from the view's SQL and spec (see module doc)."""
+    """What the join-sample maintainer needs from the view's SQL and spec (see module doc).
+
+    ``spec`` joins the slots; ``sampler_spec`` joins the groups, which is ``spec`` without foreign keys.
+    """
 
     spec: JoinSpec
     slots: tuple[Slot, ...]
     columns: Mapping[str, tuple[str, ...]]  # table -> the columns the view reads of it
     outputs: tuple[Output, ...]
     k: int
+    groups: tuple[Group, ...] = ()
+    sampler_spec: JoinSpec | None = None
+
+    def __post_init__(self) -> None:
+        if not self.groups:
+            object.__setattr__(self, "groups", tuple(Group(s.alias, (s.alias,), self.spec.attrs(s.alias)) for s in self.slots))
+            object.__setattr__(self, "sampler_spec", self.spec)
+
+    @property
+    def merged(self) -> tuple[Group, ...]:
+        """The groups of several slots (foreign keys merged)."""
+        return tuple(g for g in self.groups if len(g.members) > 1)
 
     @property
     def row_id_columns(self) -> tuple[str, ...]:
@@ -82,8 +113,11 @@ class SamplePlan:
 
     def fingerprint(self) -> str:
         """A digest of everything the persisted sample depends on; a change forces a re-bootstrap."""
-        text = json.dumps([self.spec.to_mapping(), [list(map(str, (s.alias, s.table, s.key_positions, s.filters))) for s in self.slots],
-                           {t: list(c) for t, c in self.columns.items()}, self.k], sort_keys=True)
+        parts = [self.spec.to_mapping(), [list(map(str, (s.alias, s.table, s.key_positions, s.filters))) for s in self.slots],
+                 {t: list(c) for t, c in self.columns.items()}, self.k]
+        if self.merged:
+            parts.append([list(g.members) for g in self.merged])
+        text = json.dumps(parts, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -121,7 +155,50 @@ def plan_sample(query: Query, options: Mapping[str, Any], source: str = "<spec>"
         raise UnsupportedQuery(f"{source}: {err}") from err
     outputs = tuple(_output(item, query, columns, source) for item in query.tree.expressions)
     _check_names(outputs, slots, source)
-    return SamplePlan(spec, tuple(slots), columns, outputs, k)
+    groups = _groups(spec, options.get("foreign_keys") or [], source)
+    if all(len(g.members) == 1 for g in groups):
+        return SamplePlan(spec, tuple(slots), columns, outputs, k)
+    try:
+        sampler_spec = JoinSpec(tuple((g.name, g.attrs) for g in groups))
+    except UnsupportedQuery as err:
+        raise UnsupportedQuery(f"{source}: merging the foreign keys {options['foreign_keys']} leaves {err}") from err
+    return SamplePlan(spec, tuple(slots), columns, outputs, k, groups, sampler_spec)
+
+
+def _groups(spec: JoinSpec, foreign_keys: Sequence[str], source: str) -> tuple[Group, ...]:
+    """Slots merged along the declared ``"referencing -> referenced"`` alias pairs (union-find), in FROM order."""
+    names = spec.names
+    if isinstance(foreign_keys, str) or not isinstance(foreign_keys, Sequence):
+        raise UnsupportedQuery(f"{source}: foreign_keys must be a list such as ['lineitem -> orders'], got {foreign_keys!r}")
+    root = {n: n for n in names}
+
+    def find(x: str) -> str:
+        while root[x] != x:
+            x = root[x]
+        return x
+
+    for pair in foreign_keys:
+        ends = [e.strip() for e in str(pair).split("->")]
+        if len(ends) != 2 or not all(e in names for e in ends) or ends[0] == ends[1]:
+            raise UnsupportedQuery(f"{source}: foreign key {pair!r} must read 'referencing -> referenced' with two of "
+                                   f"the query's FROM aliases {list(names)}, e.g. '{names[-1]} -> {names[0]}'")
+        if not set(spec.attrs(ends[0])) & set(spec.attrs(ends[1])) - {UNIT}:
+            raise UnsupportedQuery(f"{source}: foreign key {pair!r}: {ends[0]} and {ends[1]} are not joined by an "
+                                   "equality; declare only pairs the query joins on the referenced table's key")
+        root[find(ends[0])] = find(ends[1])
+    members = {}
+    for name in names:
+        members.setdefault(find(name), []).append(name)
+    groups = []
+    for group in sorted(members.values(), key=lambda g: names.index(g[0])):
+        if len(group) == 1:
+            groups.append(Group(group[0], tuple(group), spec.attrs(group[0])))
+            continue
+        inside = {a for m in group for a in spec.attrs(m)}
+        outside = {a for n in names if n not in group for a in spec.attrs(n)}
+        shared = tuple(a for a in spec.attributes if a in inside & outside)
+        groups.append(Group("+".join(group), tuple(group), shared or (UNIT,)))
+    return tuple(groups)
 
 
 def _reject(query: Query, source: str) -> None:
