@@ -151,6 +151,10 @@ def test_q17_with_asymmetric_plans(lake, spark):
             sql(lake, f"INSERT INTO {{t}} VALUES ({rng.randrange(5)}, 'Brand#23', 'WRAP BOX')", "part")
         row = run_view(lake, spec, tables=plan)
         assert row.applied == plan
+    sql(lake, "INSERT INTO {t} VALUES " + ", ".join("({}, {}, {}, {})".format(*line()) for _ in range(4)), "lineitem")
+    with pytest.raises(InjectedFailure):  # after the per-part evaluation and one index MERGE: rolled back, rerun
+        run_view(lake, spec, fail_at="flush:index_lineitem")
+    run_view(lake, spec)
     assert audit(lake, spec).ok
     order = check_series(lake, spec)
     heads = {t: lake.head_version(lake.table_path(t)) for t in ("lineitem", "part")}

@@ -284,7 +284,15 @@ class Q17(_Evaluator):
             self._refresh(pk)
 
     def result(self) -> Fraction | None:
-        return Fraction(self._sum) / self._divisor if self._count else None
+        return self.result_of(self._count, self._sum)
+
+    def result_of(self, count: int, total: Any) -> Fraction | None:
+        """The query's value for a qualifying-line count and Σextendedprice (summed over parts)."""
+        return Fraction(total) / self._divisor if count else None
+
+    def totals(self) -> tuple[int, Any]:
+        """(count, Σextendedprice) of the qualifying lines: the sum of the parts' contributions."""
+        return self._count, self._sum
 
     def _add_lineitems(self, pk: Hashable, qty: Any, count: int, price: Any) -> None:
         index = self._parts.get(pk)

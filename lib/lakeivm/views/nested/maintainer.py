@@ -20,9 +20,14 @@ asymmetric plan emits exact results for the version pairs it passes through. ``f
 catches up tables the engine advanced without calling ``apply`` (commits whose changes net to
 zero), then writes the emissions and the index MERGEs.
 
-Evaluation is driver-side (collected per-version deltas fed to the pure-Python evaluator, exact
-int/Decimal/Fraction arithmetic); results are stored in the SQL's output types (DECIMAL rounded
-half-up at the SQL's scale, as Spark does).
+Evaluation is exact (int/Decimal/Fraction arithmetic); results are stored in the SQL's output types
+(DECIMAL rounded half-up at the SQL's scale, as Spark does). Where the nested aggregate is
+correlated by equality (TPC-H Q17, per part key) it is partitioned per correlation group: each
+part's stored sums and commits go to ``partitioned.contribution_steps`` through ``applyInPandas``,
+the per-commit changes are summed per step in Spark and accumulated on the driver, which never
+holds the index. The order-book queries have a global cut (VWAP, PSP, Example 2.1, and MST, whose
+per-broker groups share the asks' and bids' cuts), so they are evaluated on the driver from
+collected per-version deltas.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from lakeivm.sql import MULTIPLICITY, recompute_sql
 from lakeivm.views.base import Context
 from lakeivm.views.nested.evaluators import Example21, Mst, Psp, Q17, Vwap
 from lakeivm.views.nested.events import BookRow, Event, LineitemRow, PartRow
+from lakeivm.views.nested.partitioned import BEFORE, LINE_EVENT, LINE_STATE, PART_EVENT, PART_STATE, contribution_steps
 from lakeivm.views.nested.shape import NestedShape, nested_shape
 from lakeivm.views.state import AdditiveTable
 
@@ -48,6 +54,8 @@ EVALUATORS = {"example_2_1": Example21, "vwap": Vwap, "mst": Mst, "psp": Psp, "q
 ROW_TYPES = {"bids": BookRow, "asks": BookRow, "lineitem": LineitemRow, "part": PartRow}
 SEQ, EMPTY = "_lakeivm_seq", "_lakeivm_empty"
 PRECISION = 100  # decimal digits for the driver-side sums (Spark's DECIMAL stops at 38)
+PARTITIONED = {"q17"}  # shapes evaluated per correlation group with applyInPandas (module doc)
+ROW_COLUMNS = ("kind", "step", "pk", "quantity", "price", "brand", "container", "m")  # partitioned's input rows
 
 
 class NestedMaintainer:
@@ -60,6 +68,8 @@ class NestedMaintainer:
         self._emitted: list[tuple] = []
         self._index: dict[str, AdditiveTable] | None = None
         self._schema: StructType | None = None
+        self._deferred: list[tuple[str, int, int, DataFrame]] = []  # partitioned shapes: (table, start, until, changes)
+        self._read_to: dict[str, int] = {}
 
     # -- protocol ------------------------------------------------------------------------------
     def state_tables(self, ctx: Context) -> Mapping[str, str]:
@@ -72,7 +82,6 @@ class NestedMaintainer:
         for table, index in self._tables(ctx).items():
             index.create(ctx.spark.sql(state_sql(shape, table, ctx.snapshot(table, ctx.pins[table]))))
             ctx.checkpoint(f"bootstrap:index_{table}")
-        self._load_evaluator(ctx)
         sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in ctx.query.relations}
         analysed = ctx.spark.sql(recompute_sql(ctx.query, sources)).schema  # analysed, not executed
         self._schema = StructType([StructField(f.name, f.dataType) for f in analysed.fields])
@@ -80,7 +89,11 @@ class NestedMaintainer:
         # a rebuild continues the series unless the outputs changed
         fresh = [(f.name, f.dataType) for f in stored if f.name in shape.outputs] != [(f.name, f.dataType) for f in analysed]
         self._progress, self._seq = dict(ctx.pins), 0 if fresh else _last_seq(ctx) + 1
-        self._emit(ctx)
+        if shape.name in PARTITIONED:
+            self._evaluate_partitioned(ctx)  # no commits: the stored contributions' total
+        else:
+            self._load_evaluator(ctx)
+            self._emit(ctx)
         self._write_emissions(ctx, fresh=fresh)
         ctx.checkpoint("bootstrap:result")
 
@@ -92,6 +105,8 @@ class NestedMaintainer:
     def flush(self, ctx: Context) -> None:
         for table in ctx.query.tables:  # tables advanced without apply (their commits net to zero)
             self._advance(ctx, table, ctx.watermarks[table])
+        if self._deferred:
+            self._evaluate_partitioned(ctx)  # reads the indexes before their MERGEs below
         for table, index in self._tables(ctx).items():
             index.flush()
             ctx.checkpoint(f"flush:index_{table}")
@@ -118,16 +133,20 @@ class NestedMaintainer:
     # -- per-commit processing -----------------------------------------------------------------
     def _advance(self, ctx: Context, table: str, until: int) -> None:
         """Apply ``table``'s commits (progress, until], emitting the result after each."""
-        start = self._versions(ctx)[table]
+        start = self._read_to.get(table, self._versions(ctx)[table])
         if until <= start:
             return
-        if self._evaluator is None:
-            self._load_evaluator(ctx)
         shape = _shape(ctx)
         role = shape.role_of(table)
         columns = shape.columns[role]
         frame = read_versions(ctx, table, start, until, list(columns.values()))
         self._tables(ctx)[table].add(ctx.spark.sql(_delta_state_sql(shape, table, _temp(frame, f"lakeivm_{ctx.view}_{table}_cdf"))))
+        self._read_to[table] = until
+        if shape.name in PARTITIONED:
+            self._deferred.append((table, start, until, frame))
+            return
+        if self._evaluator is None:
+            self._load_evaluator(ctx)
         by_version: dict[int, list[Event]] = {}
         fields = ROW_TYPES[role].__dataclass_fields__
         for row in frame.orderBy("_commit_version").collect():
@@ -141,6 +160,84 @@ class NestedMaintainer:
                     self._evaluator.apply(event)
                 self._progress[table] = version
                 self._emit(ctx)
+
+    def _evaluate_partitioned(self, ctx: Context) -> None:
+        """Emit after every deferred commit from per-part contributions (``partitioned`` module, applyInPandas)."""
+        from pyspark.sql import functions as F
+
+        shape = _shape(ctx)
+        params = dict(shape.params)
+        steps, offset, rows = [], 0, [self._state_rows_frame(ctx, t) for t in ctx.query.tables]
+        for table, start, until, frame in self._deferred:
+            steps += [(table, v) for v in range(start + 1, until + 1)]
+            rows.append(self._event_rows_frame(ctx, table, frame, F.col("_commit_version") - (start + 1 - offset)))
+            offset += until - start
+        union = rows[0]
+        for frame in rows[1:]:
+            union = union.unionByName(frame)
+        filtered = (union.where(F.col("kind").isin(PART_STATE, PART_EVENT) & (F.col("brand") == params["brand"])
+                                & (F.col("container") == params["container"])).select("pk").distinct())
+        scale = union.schema["price"].dataType.scale
+
+        def per_part(frame):
+            import pandas as pd
+
+            with _exact():
+                rows = frame[list(ROW_COLUMNS)].itertuples(index=False)  # a USING join moved pk first
+                out = contribution_steps(params, (tuple(map(_python, r)) for r in rows))
+            quantum = decimal.Decimal(1).scaleb(-scale)
+            return pd.DataFrame({"step": [s for s, _, _ in out], "cnt": [c for _, c, _ in out],
+                                 "value": [decimal.Decimal(v).quantize(quantum) for _, _, v in out]})
+
+        per_step = (union.join(filtered, "pk", "left_semi").groupBy("pk")
+                    .applyInPandas(per_part, f"step bigint, cnt bigint, value decimal(38,{scale})")
+                    .groupBy("step").agg(F.sum("cnt").alias("cnt"), F.sum("value").alias("value")))
+        by_step = {r["step"]: (int(r["cnt"]), r["value"]) for r in per_step.collect()}
+        count, total = by_step.get(BEFORE, (0, 0))
+        evaluator = make_evaluator(shape)
+        if not steps:
+            self._emit_value(ctx, evaluator.result_of(count, total))
+        with _exact():
+            for i, (table, version) in enumerate(steps):
+                dc, dv = by_step.get(i, (0, 0))
+                count, total = count + dc, total + dv
+                self._progress[table] = version
+                self._emit_value(ctx, evaluator.result_of(count, total))
+        self._deferred = []
+
+    def _state_rows_frame(self, ctx: Context, table: str) -> DataFrame:
+        """A Q17 index as ``partitioned`` input rows."""
+        from pyspark.sql import functions as F
+
+        stored, none = ctx.lake.read(self._tables(ctx)[table].path), F.lit(None)
+        if _shape(ctx).role_of(table) == "lineitem":
+            return self._q17_rows(ctx, stored, LINE_STATE, none, stored["l_partkey"], stored["l_quantity"],
+                                  stored["sum_l_extendedprice"], none, none, stored["cnt"])
+        return self._q17_rows(ctx, stored, PART_STATE, none, stored["p_partkey"], none, none, stored["p_brand"],
+                              stored["p_container"], stored["cnt"])
+
+    def _event_rows_frame(self, ctx: Context, table: str, frame: DataFrame, step) -> DataFrame:
+        """One table's per-commit changes as ``partitioned`` input rows, ``step`` numbering the run's commits."""
+        from pyspark.sql import functions as F
+
+        shape, none = _shape(ctx), F.lit(None)
+        c = {f: frame[f"`{col}`"] for f, col in shape.columns[shape.role_of(table)].items()}
+        if shape.role_of(table) == "lineitem":
+            return self._q17_rows(ctx, frame, LINE_EVENT, step, c["l_partkey"], c["l_quantity"], c["l_extendedprice"],
+                                  none, none, frame[MULTIPLICITY])
+        return self._q17_rows(ctx, frame, PART_EVENT, step, c["p_partkey"], none, none, c["p_brand"], c["p_container"],
+                              frame[MULTIPLICITY])
+
+    def _q17_rows(self, ctx: Context, frame: DataFrame, kind: int, step, pk, quantity, price, brand, container, m) -> DataFrame:
+        """``partitioned`` input rows in one schema for states and changes: the lineitem index's key and sum types."""
+        from pyspark.sql import functions as F
+
+        types = ctx.lake.read(self._tables(ctx)[_shape(ctx).tables["lineitem"]].path).schema
+        return frame.select(F.lit(kind).alias("kind"), step.cast("bigint").alias("step"),
+                            pk.cast(types["l_partkey"].dataType).alias("pk"),
+                            quantity.cast(types["l_quantity"].dataType).alias("quantity"),
+                            price.cast(types["sum_l_extendedprice"].dataType).alias("price"), brand.cast("string").alias("brand"),
+                            container.cast("string").alias("container"), m.cast("bigint").alias("m"))
 
     def _versions(self, ctx: Context) -> dict[str, int]:
         """The source versions of the newest emission (read from the series once per run)."""
@@ -161,10 +258,13 @@ class NestedMaintainer:
                 self._evaluator.load(shape.role_of(table), _state_rows(shape, table, ctx.lake.read(index.path)))
 
     def _emit(self, ctx: Context) -> None:
-        """Buffer the result at the current versions as rows of the series."""
-        shape, schema = _shape(ctx), self._output_schema(ctx)
+        """Buffer the evaluator's result at the current versions as rows of the series."""
         with _exact():
             value = self._evaluator.result()
+        self._emit_value(ctx, value)
+
+    def _emit_value(self, ctx: Context, value: Any) -> None:
+        shape, schema = _shape(ctx), self._output_schema(ctx)
         versions = tuple(self._progress[t] for t in ctx.query.tables)
         types = {f.name: f.dataType for f in schema.fields}
         if shape.group_output is None:
@@ -294,6 +394,15 @@ def _state_rows(shape: NestedShape, table: str, frame: DataFrame) -> list[tuple[
     keys, sums = EVALUATORS[shape.name].STATE[shape.role_of(table)]
     names = [sum_name(s) for s in sums]
     return [(tuple(r[k] for k in keys), tuple(r[n] for n in names)) for r in frame.collect()]
+
+
+def _python(value: Any) -> Any:
+    """A pandas cell as a plain Python value (None for missing, int for numpy integers)."""
+    import pandas as pd
+
+    if value is None or (not isinstance(value, (str, decimal.Decimal)) and pd.isna(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
 
 
 def _exact() -> decimal.localcontext:
