@@ -71,3 +71,32 @@ def test_bad_arguments_named() -> None:
         OrderBookGenerator(zero_volume_rate=-1)
     with pytest.raises(InvalidInput, match="unknown order-book table"):
         OrderBookGenerator().rows("trades")
+
+
+def test_written_book_and_event_batches_feed_the_shipped_order_book_views(lake) -> None:
+    """End to end on Spark: write_orderbook, two event batches (deletes of one copy included), shipped order-book
+    views maintained over them and equal to their SQL."""
+    from lakeivm.config import REPO_ROOT
+    from lakeivm.datagen.orderbook import apply_orderbook_events, write_orderbook
+    from lakeivm.engine import audit, run_view
+    from lakeivm.registry import load_specs
+
+    counts = write_orderbook(lake, 60, seed=4)
+    assert sum(counts.values()) == 60
+    gen = OrderBookGenerator(seed=4, tick=Decimal("0.01"))
+    gen.initial_book(60)  # the same book write_orderbook wrote
+    specs = {n: s for n, s in load_specs(REPO_ROOT / "schemas" / "views-orderbook").items() if n in ("nested_vwap", "nested_mst")}
+    assert len(specs) == 2  # one view over bids, one over both tables (the others are tested in tests/views/nested)
+    for spec in specs.values():
+        run_view(lake, spec)
+    for _ in range(2):
+        apply_orderbook_events(lake, gen.events(40, delete_ratio=0.4))
+        for table in ("bids", "asks"):
+            live = Counter((r.broker_id, r.price, r.volume) for r in gen.rows(table))
+            assert Counter(tuple(r) for r in lake.read(lake.table_path(table)).collect()) == live
+        for spec in specs.values():
+            run_view(lake, spec)
+            assert audit(lake, spec).ok, spec.name
+    with pytest.raises(InvalidInput, match="deletes rows that are not in the table"):
+        from lakeivm.views.nested.events import BookRow, Event
+        apply_orderbook_events(lake, [Event("bids", BookRow(99, Decimal("1.00"), 1), -1)])

@@ -106,3 +106,39 @@ def write_orderbook(lake, rows: int, seed: int = 1, mode: str = "error") -> dict
         lake.create_table(table, lake.spark.createDataFrame(data, BOOK_DDL), mode=mode)
         counts[table] = len(data)
     return counts
+
+
+def apply_orderbook_events(lake, events: list[Event]) -> dict[str, int]:
+    """Write a batch of order-book events to the Delta tables, one or two commits per touched table.
+
+    A delete removes one copy of its row (as the generator's book does): rows whose count drops are
+    deleted in one commit and their surviving copies appended with the inserts in the next. Returns
+    the number of commits per table.
+    """
+    from collections import Counter
+
+    from delta.tables import DeltaTable
+
+    net: dict[str, Counter] = {t: Counter() for t in BOOK_TABLES}
+    for event in events:
+        net[event.table][(event.row.broker_id, event.row.price, event.row.volume)] += event.sign
+    commits = {}
+    for table, change in net.items():
+        path, lowered = lake.table_path(table), [row for row, m in change.items() if m < 0]
+        appended = [row for row, m in change.items() for _ in range(max(m, 0))]
+        commits[table] = 0
+        if lowered:
+            present = Counter(tuple(r) for r in lake.read(path).select("broker_id", "price", "volume").collect())
+            short = [row for row in lowered if present[row] + change[row] < 0]
+            if short:
+                raise InvalidInput(f"{table}: the batch deletes rows that are not in the table, e.g. {short[0]}")
+            keys = lake.spark.createDataFrame(lowered, BOOK_DDL)
+            DeltaTable.forPath(lake.spark, path).alias("t").merge(
+                keys.alias("k"), "t.broker_id <=> k.broker_id AND t.price <=> k.price AND t.volume <=> k.volume",
+            ).whenMatchedDelete().execute()
+            appended += [row for row in lowered for _ in range(present[row] + change[row])]
+            commits[table] += 1
+        if appended:
+            lake.spark.createDataFrame(appended, BOOK_DDL).write.format("delta").mode("append").save(path)
+            commits[table] += 1
+    return commits
