@@ -85,15 +85,18 @@ class TpchChangeStream:
         """Raise or cut ``ps_supplycost`` of every supplier of ``parts`` random parts."""
         keys = self._sample("partsupp", "ps_partkey", parts)
         factor = self.rng.choice(["1.10", "0.95", "1.02"])
-        self._sql(f"UPDATE {{partsupp}} SET ps_supplycost = CAST(ps_supplycost * {factor} AS DECIMAL(15,2)) "
-                  f"WHERE ps_partkey IN ({', '.join(map(str, keys))})")
+        if keys:
+            self._sql(f"UPDATE {{partsupp}} SET ps_supplycost = CAST(ps_supplycost * {factor} AS DECIMAL(15,2)) "
+                      f"WHERE ps_partkey IN ({', '.join(map(str, keys))})")
         return len(keys)
 
     def update_supplier_nation(self, suppliers: int) -> int:
         """Move ``suppliers`` random suppliers to another nation."""
         keys = self._sample("supplier", "s_suppkey", suppliers)
-        self._sql(f"UPDATE {{supplier}} SET s_nationkey = (s_nationkey + {self.rng.randint(1, 24)}) % 25 "
-                  f"WHERE s_suppkey IN ({', '.join(map(str, keys))})")
+        delta = self.rng.randint(1, 24)
+        if keys:
+            self._sql(f"UPDATE {{supplier}} SET s_nationkey = (s_nationkey + {delta}) % 25 "
+                      f"WHERE s_suppkey IN ({', '.join(map(str, keys))})")
         return len(keys)
 
     def batch(self, orders: int = 20, parts: int = 5, suppliers: int = 2) -> str:
