@@ -42,8 +42,8 @@ class PreJoin:
         self.attrs = {name: tuple(attrs) for name, attrs in members}
         self.out_attrs = tuple(out_attrs)
         self.steps = {m: self._join_order(m) for m in self.members}
-        self.index: dict[tuple[str, tuple[str, ...]], dict[Row, list[tuple[str, dict]]]] = {
-            (m, lookup): {} for steps in self.steps.values() for m, lookup in steps}
+        self.index: dict[tuple[str, tuple[str, ...]], dict[Row, list[tuple[str, Row]]]] = {
+            (m, lookup): {} for steps in self.steps.values() for m, lookup in steps}  # rows stored once, as tuples
 
     def insert(self, member: str, rid: str, keys: Row) -> list[tuple[str, Row]]:
         """Store a row of ``member``; return the merged rows it completes as (id, values), sorted by id.
@@ -53,10 +53,11 @@ class PreJoin:
         """
         if not isinstance(rid, str) or SEPARATOR in rid:
             raise InvalidInput(f"row id {rid!r} of {member} must be a string without a newline to be merged")
-        row = dict(zip(self.attrs[member], keys))
+        keys, row = tuple(keys), dict(zip(self.attrs[member], keys))
+        stored = (rid, keys)
         for (m, lookup), index in self.index.items():
             if m == member:
-                index.setdefault(tuple(row[a] for a in lookup), []).append((rid, row))
+                index.setdefault(tuple(row[a] for a in lookup), []).append(stored)
         out: list[tuple[str, Row]] = []
         self._extend(self.steps[member], 0, {member: rid}, row, out)
         return sorted(out)
@@ -66,9 +67,9 @@ class PreJoin:
             out.append((SEPARATOR.join(ids[m] for m in self.members), tuple(env[a] for a in self.out_attrs)))
             return
         member, lookup = steps[i]
-        for rid, row in self.index[(member, lookup)].get(tuple(env[a] for a in lookup), ()):
+        for rid, keys in self.index[(member, lookup)].get(tuple(env[a] for a in lookup), ()):
             ids[member] = rid
-            self._extend(steps, i + 1, ids, {**env, **row}, out)
+            self._extend(steps, i + 1, ids, {**env, **dict(zip(self.attrs[member], keys))}, out)
         ids.pop(member, None)
 
     def _join_order(self, start: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
