@@ -1,5 +1,6 @@
-"""Q17 per correlation group (what applyInPandas runs per part key): the parts' contribution changes, summed per
-step and accumulated, equal the whole-query evaluator after every commit, starting from stored sums."""
+"""Per partition key (what applyInPandas runs): Q17's per-part contribution changes, summed per step and accumulated,
+and MST's per-broker qualifying sums combined with the driver's global cuts, equal the whole-query evaluator after
+every commit, starting from stored sums."""
 from __future__ import annotations
 
 import random
@@ -8,8 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from lakeivm.views.nested.evaluators import Q17
-from lakeivm.views.nested.partitioned import BEFORE, LINE_EVENT, LINE_STATE, PART_EVENT, PART_STATE, contribution_steps
+from lakeivm.views.nested.evaluators import Mst, Q17
+from lakeivm.views.nested.partitioned import (BEFORE, BID_EVENT, BID_STATE, LINE_EVENT, LINE_STATE, PART_EVENT, PART_STATE,
+                                              broker_steps, contribution_steps)
+from tests.views.nested.test_evaluators import book_stream
 from tests.views.nested.test_state import CASES, q17_stream, state_rows
 
 PARAMS = CASES["q17"][1]
@@ -59,3 +62,55 @@ def test_summed_part_contributions_equal_the_evaluator_after_every_commit(seed):
         assert (count, total) == whole.totals() and whole.result_of(count, total) == whole.result(), step
         seen_values.add(whole.result())
     assert len(seen_values) > 1, "the stream never moved the result"
+
+
+@pytest.mark.parametrize("seed", [s for s in range(16) if s not in (2, 15)])  # 2, 15: books whose MST stays empty
+def test_per_broker_sums_with_global_cuts_equal_mst_after_every_commit(seed):
+    rng = random.Random(seed)
+    params = CASES["mst"][1]
+    events = [e for e in book_stream(seed, decimal=seed % 2 == 1, zero_rate=0.2) if e.table in Mst.tables]
+    whole, sides, live = Mst(**params), Mst(**params, per_broker=False), Counter()
+    split = len(events) // 3
+    for event in events[:split]:  # the stored state the run starts from
+        whole.apply(event)
+        live[event.table, event.row] += event.sign
+    for table in Mst.tables:  # the driver's global sides, from the same stored sums
+        sides.load(table, state_rows(Mst, table, Counter({r: m for (t, r), m in live.items() if t == table and m})))
+    cuts = sorted(rng.sample(range(split + 1, len(events)), 15))
+    commits = [events[a:b] for a, b in zip([split, *cuts], [*cuts, len(events)])]
+    ranges, asks = [], []
+    for commit in [[], *commits]:
+        for event in commit:
+            sides.apply(event)
+        global_part = sides.cuts()
+        ranges.append(None if global_part is None else global_part[0])
+        asks.append(None if global_part is None else global_part[1:])
+    bid_rows: dict[int, list[tuple]] = {}
+    for (table, row), m in live.items():
+        if table == "bids" and m:
+            bid_rows.setdefault(row.broker_id, []).append((BID_STATE, None, row.price, m, m * row.price * row.volume))
+    for step, commit in enumerate(commits):
+        netted = Counter()
+        for event in commit:
+            netted[event.table, event.row] += event.sign
+        for (table, row), m in netted.items():
+            if table == "bids" and m:
+                bid_rows.setdefault(row.broker_id, []).append((BID_EVENT, step, row.price, m, m * row.price * row.volume))
+    per_step: dict[int, dict] = {}
+    for broker, rows in bid_rows.items():
+        for step, count, pv in broker_steps(ranges, rows):
+            per_step.setdefault(step, {})[broker] = (count, pv)
+    brokers = dict(per_step.get(BEFORE, {}))
+
+    def combined(i):
+        return {} if asks[i] is None else Mst.combine(brokers, *asks[i])
+
+    assert combined(0) == whole.result()
+    moved = set()
+    for step, commit in enumerate(commits):
+        for event in commit:
+            whole.apply(event)
+        brokers.update(per_step.get(step, {}))
+        assert combined(step + 1) == whole.result(), step
+        moved.add(repr(sorted(whole.result().items())))
+    assert len(moved) > 1, "the stream never moved the result"

@@ -138,11 +138,12 @@ class Mst(_Evaluator):
     STATE = {"bids": (("broker_id", "price"), BOOK_PV), "asks": (("price",), BOOK_PV)}
 
     def __init__(self, make_index: IndexFactory = TreapSums, c_asks: Fraction = Fraction(1, 4),
-                 c_bids: Fraction = Fraction(1, 4)) -> None:
+                 c_bids: Fraction = Fraction(1, 4), per_broker: bool = True) -> None:
         super().__init__(make_index)
         self._c = {"asks": Fraction(c_asks), "bids": Fraction(c_bids)}
         self._sides = {"bids": make_index(3), "asks": make_index(3)}
         self._brokers: dict[Hashable, OrderedSums] = {}
+        self._per_broker = per_broker  # False: only the global sides (``cuts``), brokers kept elsewhere
 
     def apply(self, event: Event) -> None:
         self._check_table(event)
@@ -157,7 +158,7 @@ class Mst(_Evaluator):
 
     def _add(self, table: str, broker: Hashable, price: Any, sums: tuple[Any, Any, Any]) -> None:
         self._sides[table].add(price, sums)
-        if table == "bids":
+        if table == "bids" and self._per_broker:
             index = self._brokers.get(broker)
             if index is None:
                 index = self._brokers[broker] = self._make_index(2)
@@ -166,17 +167,29 @@ class Mst(_Evaluator):
                 del self._brokers[broker]
 
     def result(self) -> dict[Hashable, Any]:
+        cuts = self.cuts()
+        if cuts is None:
+            return {}
+        bids, ask_count, ask_pv = cuts
+        return self.combine({broker: broker_sums(index, bids) for broker, index in self._brokers.items()},
+                            ask_count, ask_pv)
+
+    def cuts(self) -> tuple[tuple[Any, Any], int, Any] | None:
+        """The global part: the bids' qualifying price range and the qualifying asks' (count, Σprice*vol).
+
+        ``None`` when either side has no qualifying row. Both cuts can move on any update, so every
+        broker's result can change; the per-broker part is :func:`broker_sums`.
+        """
         asks = _qualifying_range(self._sides["asks"], self._c["asks"])
         bids = _qualifying_range(self._sides["bids"], self._c["bids"])
         if asks is None or bids is None:
-            return {}
-        ask_count, ask_pv = _range_sums(self._sides["asks"], asks, (0, 2))
-        out = {}
-        for broker, index in self._brokers.items():
-            bid_count, bid_pv = _range_sums(index, bids, (0, 1))
-            if bid_count and ask_count:
-                out[broker] = bid_count * ask_pv - ask_count * bid_pv
-        return out
+            return None
+        return (bids, *_range_sums(self._sides["asks"], asks, (0, 2)))
+
+    @staticmethod
+    def combine(brokers: dict[Hashable, tuple[int, Any]], ask_count: int, ask_pv: Any) -> dict[Hashable, Any]:
+        """The result from each broker's qualifying (count, Σprice*vol) and the qualifying asks'."""
+        return {broker: count * ask_pv - ask_count * pv for broker, (count, pv) in brokers.items() if count and ask_count}
 
     def check_invariants(self) -> None:
         for index in self._sides.values():
@@ -354,6 +367,11 @@ def _range_sums(index: OrderedSums, bounds: tuple[Any, Any], components: tuple[i
     low, high = bounds
     lt_high, lt_low = index.sum_lt(high), index.sum_lt(low)
     return tuple(lt_high[c] - lt_low[c] for c in components)
+
+
+def broker_sums(index: OrderedSums, bids: tuple[Any, Any] | None) -> tuple[int, Any]:
+    """One broker's bids (index price -> (count, Σprice*vol)) inside MST's qualifying range ``bids``."""
+    return (0, 0) if bids is None else _range_sums(index, bids, (0, 1))
 
 
 def _ratio(c: Fraction) -> tuple[int, int]:

@@ -21,13 +21,18 @@ catches up tables the engine advanced without calling ``apply`` (commits whose c
 zero), then writes the emissions and the index MERGEs.
 
 Evaluation is exact (int/Decimal/Fraction arithmetic); results are stored in the SQL's output types
-(DECIMAL rounded half-up at the SQL's scale, as Spark does). Where the nested aggregate is
-correlated by equality (TPC-H Q17, per part key) it is partitioned per correlation group: each
-part's stored sums and commits go to ``partitioned.contribution_steps`` through ``applyInPandas``,
-the per-commit changes are summed per step in Spark and accumulated on the driver, which never
-holds the index. The order-book queries have a global cut (VWAP, PSP, Example 2.1, and MST, whose
-per-broker groups share the asks' and bids' cuts), so they are evaluated on the driver from
-collected per-version deltas.
+(DECIMAL rounded half-up at the SQL's scale, as Spark does). Views with a partition key (digest
+§6.3) are evaluated per key with ``applyInPandas`` (module ``partitioned``):
+
+* TPC-H Q17, correlated by equality on the part key: each part's stored sums and commits go to
+  ``contribution_steps``; the per-commit changes are summed per step in Spark and accumulated on
+  the driver, which never holds the index.
+* MST, grouped per broker: the driver keeps only the global asks and bids sides (bids summed over
+  brokers: O(prices), not O(brokers × prices)) and computes both cuts after every commit; each
+  broker's stored bids and bid commits go to ``broker_steps`` with those cuts.
+
+VWAP, PSP and Example 2.1 are one global cut with no partition key; they are evaluated on the
+driver from collected per-version deltas.
 """
 from __future__ import annotations
 
@@ -42,7 +47,8 @@ from lakeivm.sql import MULTIPLICITY, recompute_sql
 from lakeivm.views.base import Context
 from lakeivm.views.nested.evaluators import Example21, Mst, Psp, Q17, Vwap
 from lakeivm.views.nested.events import BookRow, Event, LineitemRow, PartRow
-from lakeivm.views.nested.partitioned import BEFORE, LINE_EVENT, LINE_STATE, PART_EVENT, PART_STATE, contribution_steps
+from lakeivm.views.nested.partitioned import (BEFORE, BID_EVENT, BID_STATE, LINE_EVENT, LINE_STATE, PART_EVENT, PART_STATE,
+                                              broker_steps, contribution_steps)
 from lakeivm.views.nested.shape import NestedShape, nested_shape
 from lakeivm.views.state import AdditiveTable
 
@@ -54,7 +60,7 @@ EVALUATORS = {"example_2_1": Example21, "vwap": Vwap, "mst": Mst, "psp": Psp, "q
 ROW_TYPES = {"bids": BookRow, "asks": BookRow, "lineitem": LineitemRow, "part": PartRow}
 SEQ, EMPTY = "_lakeivm_seq", "_lakeivm_empty"
 PRECISION = 100  # decimal digits for the driver-side sums (Spark's DECIMAL stops at 38)
-PARTITIONED = {"q17"}  # shapes evaluated per correlation group with applyInPandas (module doc)
+PARTITIONED = {"q17", "mst"}  # shapes evaluated per partition key with applyInPandas (module doc)
 ROW_COLUMNS = ("kind", "step", "pk", "quantity", "price", "brand", "container", "m")  # partitioned's input rows
 
 
@@ -147,13 +153,7 @@ class NestedMaintainer:
             return
         if self._evaluator is None:
             self._load_evaluator(ctx)
-        by_version: dict[int, list[Event]] = {}
-        fields = ROW_TYPES[role].__dataclass_fields__
-        for row in frame.orderBy("_commit_version").collect():
-            values = {f: row[columns[f]] if f in columns else None for f in fields}
-            m = row[MULTIPLICITY]
-            event = Event(role, ROW_TYPES[role](**values), 1 if m > 0 else -1)
-            by_version.setdefault(row["_commit_version"], []).extend([event] * abs(m))
+        by_version = _events_by_version(shape, table, frame)
         with _exact():
             for version in range(start + 1, until + 1):
                 for event in by_version.get(version, ()):
@@ -162,7 +162,99 @@ class NestedMaintainer:
                 self._emit(ctx)
 
     def _evaluate_partitioned(self, ctx: Context) -> None:
-        """Emit after every deferred commit from per-part contributions (``partitioned`` module, applyInPandas)."""
+        """Emit after every deferred commit, evaluated per partition key (module doc)."""
+        if _shape(ctx).name == "mst":
+            self._evaluate_mst(ctx)
+        else:
+            self._evaluate_q17(ctx)
+        self._deferred = []
+
+    def _evaluate_mst(self, ctx: Context) -> None:
+        """MST: global cuts on the driver, each broker's qualifying bids with ``broker_steps`` (applyInPandas)."""
+        from pyspark.sql import functions as F
+
+        shape = _shape(ctx)
+        indexes = self._tables(ctx)
+        bids_table, asks_table = shape.tables["bids"], shape.tables["asks"]
+        stored_bids, stored_asks = ctx.lake.read(indexes[bids_table].path), ctx.lake.read(indexes[asks_table].path)
+        sides = Mst(**dict(shape.params), per_broker=False)
+        sums = [sum_name(s) for s in Mst.STATE["bids"][1]]
+        by_price = stored_bids.groupBy("price").agg(*(F.sum(c).alias(c) for c in sums)).collect()
+        steps, ranges, asks, bid_events, offset = [], [], [], [], 0
+        with _exact():
+            sides.load("asks", _state_rows(shape, asks_table, stored_asks))
+            sides.load("bids", [((None, r["price"]), tuple(r[c] for c in sums)) for r in by_price])
+
+            def cut() -> None:
+                cuts = sides.cuts()
+                ranges.append(None if cuts is None else cuts[0])
+                asks.append(None if cuts is None else cuts[1:])
+
+            cut()
+            for table, start, until, frame in self._deferred:
+                by_version = _events_by_version(shape, table, frame)
+                for version in range(start + 1, until + 1):
+                    for event in by_version.get(version, ()):
+                        sides.apply(event)
+                    steps.append((table, version))
+                    cut()
+                if table == bids_table:
+                    bid_events.append(self._bid_rows(ctx, frame, F.col("_commit_version") - (start + 1 - offset)))
+                offset += until - start
+        types = stored_bids.schema
+        union = self._bid_rows(ctx, stored_bids, None)
+        for frame in bid_events:
+            union = union.unionByName(frame)
+        pv_type = types["sum_price_volume"].dataType
+        quantum = decimal.Decimal(1).scaleb(-pv_type.scale) if hasattr(pv_type, "scale") else None
+
+        def per_broker(key, frame):
+            import pandas as pd
+
+            with _exact():
+                rows = frame[["kind", "step", "price", "cnt", "pv"]].itertuples(index=False)
+                out = broker_steps(ranges, (tuple(map(_python, r)) for r in rows))
+            return pd.DataFrame({"broker": [key[0]] * len(out), "step": [s for s, _, _ in out], "cnt": [c for _, c, _ in out],
+                                 "pv": [decimal.Decimal(v).quantize(quantum) if quantum else v for _, _, v in out]})
+
+        schema = (f"broker {types['broker_id'].dataType.simpleString()}, step bigint, cnt bigint, "
+                  f"pv {pv_type.simpleString()}")
+        per_step: dict[int, dict[Any, tuple[int, Any]]] = {}
+        for r in union.groupBy("broker").applyInPandas(per_broker, schema).collect():
+            per_step.setdefault(r["step"], {})[r["broker"]] = (int(r["cnt"]), r["pv"])
+        brokers = per_step.get(BEFORE, {})
+
+        def emit(i: int) -> None:
+            with _exact():
+                self._emit_value(ctx, {} if asks[i] is None else Mst.combine(brokers, *asks[i]))
+
+        if not steps:
+            emit(0)
+        for i, (table, version) in enumerate(steps):
+            brokers.update(per_step.get(i, {}))
+            self._progress[table] = version
+            emit(i + 1)
+
+    def _bid_rows(self, ctx: Context, frame: DataFrame, step) -> DataFrame:
+        """The bids index (``step`` None) or one run's bid commits as ``broker_steps`` input rows, keyed by broker."""
+        from pyspark.sql import functions as F
+
+        shape = _shape(ctx)
+        types = ctx.lake.read(self._tables(ctx)[shape.tables["bids"]].path).schema
+        if step is None:
+            kind, broker, price, cnt, pv = BID_STATE, frame["broker_id"], frame["price"], frame["cnt"], frame["sum_price_volume"]
+            step = F.lit(None)
+        else:
+            c = {f: frame[f"`{col}`"] for f, col in shape.columns["bids"].items()}
+            kind, broker, price, cnt = BID_EVENT, c["broker_id"], c["price"], frame[MULTIPLICITY]
+            pv = cnt * c["price"] * c["volume"]
+        return frame.select(F.lit(kind).alias("kind"), step.cast("bigint").alias("step"),
+                            broker.cast(types["broker_id"].dataType).alias("broker"),
+                            price.cast(types["price"].dataType).alias("price"), cnt.cast("bigint").alias("cnt"),
+                            pv.cast(types["sum_price_volume"].dataType).alias("pv"))
+
+    def _evaluate_q17(self, ctx: Context) -> None:
+        """Q17: per-part contributions (``contribution_steps``, applyInPandas) summed per step, accumulated here."""
         from pyspark.sql import functions as F
 
         shape = _shape(ctx)
@@ -203,7 +295,6 @@ class NestedMaintainer:
                 count, total = count + dc, total + dv
                 self._progress[table] = version
                 self._emit_value(ctx, evaluator.result_of(count, total))
-        self._deferred = []
 
     def _state_rows_frame(self, ctx: Context, table: str) -> DataFrame:
         """A Q17 index as ``partitioned`` input rows."""
@@ -388,6 +479,19 @@ def read_versions(ctx: Context, table: str, start: int, end: int, columns: list[
         return netted.localCheckpoint(eager=True)
     except Exception as err:  # classified as in changes.read_delta
         raise ChangeRangeError(changes._explain_read_error(table, start, end, err)) from err
+
+
+def _events_by_version(shape: NestedShape, table: str, frame: DataFrame) -> dict[int, list[Event]]:
+    """A :func:`read_versions` frame as signed events per commit version (collected to the driver)."""
+    role = shape.role_of(table)
+    columns, fields = shape.columns[role], ROW_TYPES[role].__dataclass_fields__
+    by_version: dict[int, list[Event]] = {}
+    for row in frame.orderBy("_commit_version").collect():
+        values = {f: row[columns[f]] if f in columns else None for f in fields}
+        m = row[MULTIPLICITY]
+        event = Event(role, ROW_TYPES[role](**values), 1 if m > 0 else -1)
+        by_version.setdefault(row["_commit_version"], []).extend([event] * abs(m))
+    return by_version
 
 
 def _state_rows(shape: NestedShape, table: str, frame: DataFrame) -> list[tuple[tuple, tuple]]:

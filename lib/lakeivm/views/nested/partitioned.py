@@ -1,4 +1,6 @@
-"""TPC-H Q17 per correlation group: each part's contribution replayed on its own (RPAI §4.6, digest §6.3).
+"""Nested aggregates per partition key (digest §6.3: partkey for Q17, broker for MST), replayed on its own.
+
+**TPC-H Q17** per correlation group (RPAI §4.6).
 
 Q17's nested aggregate is correlated by equality on the part key, so its value is a sum of
 independent per-part contributions, ``mult[pk] · Σ{extendedprice : 5·cnt·quantity < Σquantity}``
@@ -10,18 +12,27 @@ driver, so the result after every commit is exact and no part's index is ever on
 
 Input rows, one per stored key or change: ``(kind, step, pk, quantity, price, brand, container, m)``
 with ``kind`` one of the constants below; ``m`` is the stored count or the signed multiplicity.
+
+**MST** per broker (RPAI §4.7, digest §4.7): its two cuts are global (every update can move them),
+but given the bids' qualifying price range after every step, a broker's part of the result needs
+only its own bids. ``broker_steps`` replays one broker's stored per-price sums and bid changes and
+returns its qualifying (count, Σprice·volume) before the run and at every step that changes it; the
+driver keeps the global sides (``Mst(per_broker=False)``), computes the ranges, and combines.
+Input rows: ``(kind, step, price, count, price·volume)``, ``kind`` one of ``BID_STATE, BID_EVENT``.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import groupby
 from typing import Any
 
-from .evaluators import Q17
+from .evaluators import Q17, broker_sums
 from .events import Event, LineitemRow, PartRow
+from .index import TreapSums
 
 LINE_STATE, PART_STATE, LINE_EVENT, PART_EVENT = range(4)
-BEFORE = -1  # the step of a part's contribution before the run's first commit
+BID_STATE, BID_EVENT = range(2)
+BEFORE = -1  # the step of a group's contribution before the run's first commit
 
 
 def contribution_steps(params: Mapping[str, Any], rows: Iterable[tuple]) -> list[tuple[int, int, Any]]:
@@ -42,5 +53,35 @@ def contribution_steps(params: Mapping[str, Any], rows: Iterable[tuple]) -> list
         now = evaluator.totals()
         if now != previous:
             out.append((int(step), now[0] - previous[0], now[1] - previous[1]))
+            previous = now
+    return out
+
+
+def broker_steps(ranges: Sequence[tuple[Any, Any] | None], rows: Iterable[tuple]) -> list[tuple[int, int, Any]]:
+    """[(step, count, Σprice·vol)] of one broker's qualifying bids: ``BEFORE``, then each step that changes them.
+
+    ``ranges[0]`` is the bids' qualifying price range before the run, ``ranges[i + 1]`` after step
+    ``i`` (``None``: no bid qualifies). Values are absolute, not changes; ``BEFORE`` is left out when
+    it is (0, 0).
+    """
+    rows = list(rows)
+    index = TreapSums(2)
+    for kind, _, price, count, pv in rows:
+        if kind == BID_STATE:
+            index.add(price, (count, pv))
+    previous = broker_sums(index, ranges[0])
+    out = [(BEFORE, *previous)] if previous != (0, 0) else []
+    events: dict[int, list[tuple]] = {}
+    for row in rows:
+        if row[0] == BID_EVENT:
+            events.setdefault(int(row[1]), []).append(row)
+    for step in range(len(ranges) - 1):
+        if step not in events and ranges[step + 1] == ranges[step]:
+            continue
+        for _, _, price, count, pv in events.get(step, ()):
+            index.add(price, (count, pv))
+        now = broker_sums(index, ranges[step + 1])
+        if now != previous:
+            out.append((step, *now))
             previous = now
     return out
