@@ -32,10 +32,11 @@ FEATURES = {  # name -> SQL over one table; the label is l_extendedprice
 }
 LABEL = "l_extendedprice"
 TABLES = ("nation", "customer", "orders", "lineitem", "partsupp")
+APPROACHES = ("fivm", "fivm_u", "first_order")
 
 
 def main(argv: list[str], settings: Settings) -> int:
-    """``lakeivm bench fivm [--scales 0.1] [--batches 1000,10000] [--repeats 2] [--views ...] [--out DIR]``."""
+    """``lakeivm bench fivm [--scales 0.1] [--batches 1000,10000] [--repeats 2] [--views ...] [--approaches ...] [--out DIR]``."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="lakeivm bench fivm", description=__doc__.splitlines()[0])
@@ -43,11 +44,17 @@ def main(argv: list[str], settings: Settings) -> int:
     parser.add_argument("--batches", default="1000,10000", help="lineitem changes per batch, comma-separated")
     parser.add_argument("--repeats", type=int, default=2, help="batches per size (median reported)")
     parser.add_argument("--views", default="revenue,regression5,regression10", help="workloads, comma-separated")
+    parser.add_argument("--approaches", default=",".join(APPROACHES),
+                        help="incremental approaches to run next to recomputation, comma-separated (default: all)")
     parser.add_argument("--no-audit", action="store_true", help="skip auditing the views after each size")
     parser.add_argument("--out", default="bench-results")
     args = parser.parse_args(argv)
+    approaches = args.approaches.split(",")
+    unknown = sorted(set(approaches) - set(APPROACHES))
+    if unknown:
+        parser.error(f"unknown approaches {unknown}; choose from {list(APPROACHES)}")
     run_fivm_bench(settings, [float(s) for s in args.scales.split(",")], [int(b) for b in args.batches.split(",")],
-                   args.views.split(","), args.repeats, args.out, audit_views=not args.no_audit)
+                   args.views.split(","), args.repeats, args.out, audit_views=not args.no_audit, approaches=approaches)
     return 0
 
 
@@ -108,8 +115,8 @@ def stored_rows(lake, spec) -> int:
 
 
 def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], views: list[str], repeats: int,
-                   out: str, audit_views: bool = True) -> dict:
-    """Run the benchmark; returns (and writes) the results."""
+                   out: str, audit_views: bool = True, approaches: list[str] | tuple[str, ...] = APPROACHES) -> dict:
+    """Run the benchmark; returns (and writes) the results. Recomputation always runs (the first_order view's SQL)."""
     from lakeivm.datagen.tpch import generate_tpch
     from lakeivm.engine import audit, open_lake, recompute, run_view
     from lakeivm.lake import Lake
@@ -122,7 +129,8 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
         Lake(spark, root).delete(Lake(spark, root).root)
         lake = open_lake(spark, settings.with_(lake=root))
         counts = generate_tpch(lake, scale, tables=TABLES)
-        workloads = {name: workload_specs(name) for name in views}
+        sqls = {name: workload_specs(name) for name in views}
+        workloads = {name: {a: s for a, s in specs.items() if a in approaches} for name, specs in sqls.items()}
         for name, specs in workloads.items():
             for approach, spec in specs.items():
                 t0 = time.perf_counter()
@@ -139,32 +147,32 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
                         row = run_view(lake, spec, mode="refresh")
                         timings[name][approach].append(row.seconds)
                     t0 = time.perf_counter()
-                    recompute(lake, specs["first_order"], row.pins).write.format("delta").mode("overwrite").save(
+                    recompute(lake, sqls[name]["first_order"], row.pins).write.format("delta").mode("overwrite").save(
                         f"{root}/recomputed_{name}")
                     timings[name]["recompute"].append(time.perf_counter() - t0)
             for name, specs in workloads.items():
                 medians = {a: statistics.median(t) for a, t in timings[name].items()}
                 entry = {
                     "scale": scale, "batch_rows": size, "workload": name, "lineitem_rows": counts["lineitem"],
-                    "seconds": timings[name], "median_s": medians,
-                    "fivm_vs_recompute": medians["recompute"] / medians["fivm"],
-                    "fivm_vs_first_order": medians["first_order"] / medians["fivm"],
-                    "fivm_u_vs_recompute": medians["recompute"] / medians["fivm_u"],
-                    "fivm_u_vs_first_order": medians["first_order"] / medians["fivm_u"],
+                    "seconds": timings[name], "median_s": medians, **_ratios(medians),
                     "stored_rows": {**{a: stored_rows(lake, s) for a, s in specs.items()},
                                     "recompute": lake.read(f"{root}/recomputed_{name}").count()},
                     "audit_ok": {a: audit(lake, s).ok for a, s in specs.items()} if audit_views else None,
                 }
                 results["runs"].append(entry)
-                print(f"SF {scale} {name} batch {size}: fivm {medians['fivm']:.2f}s, fivm_u {medians['fivm_u']:.2f}s, "
-                      f"first-order {medians['first_order']:.2f}s, recompute {medians['recompute']:.2f}s -> "
-                      f"fivm {entry['fivm_vs_recompute']:.2f}x / fivm_u {entry['fivm_u_vs_recompute']:.2f}x vs recompute, "
-                      f"fivm {entry['fivm_vs_first_order']:.2f}x / fivm_u {entry['fivm_u_vs_first_order']:.2f}x vs first-order; "
-                      f"stored rows {entry['stored_rows']}; "
+                print(f"SF {scale} {name} batch {size}: " + ", ".join(f"{a} {s:.2f}s" for a, s in medians.items()) + " -> "
+                      + ", ".join(f"{k} {v:.2f}x" for k, v in _ratios(medians).items())
+                      + f"; stored rows {entry['stored_rows']}; "
                       f"audit {entry['audit_ok']}", flush=True)
     save(out, "fivm", results, _plot)
     print(f"wrote {out}/fivm.json and {out}/fivm.png")
     return results
+
+
+def _ratios(medians: dict[str, float]) -> dict[str, float]:
+    """Speed-ups of each F-IVM variant that ran over recomputation and over first-order IVM (when it ran)."""
+    return {f"{a}_vs_{b}": medians[b] / medians[a]
+            for a in ("fivm", "fivm_u") if a in medians for b in ("recompute", "first_order") if b in medians}
 
 
 def _plot(results: dict, path: Path) -> None:
@@ -178,7 +186,7 @@ def _plot(results: dict, path: Path) -> None:
     bars = (("fivm", "F-IVM (all updatable)"), ("fivm_u", "F-IVM (updatable: lineitem)"),
             ("first_order", "first-order IVM"), ("recompute", "recomputation"))
     for k, (approach, label) in enumerate(bars):
-        ax.bar([i + (k - 1.5) * 0.2 for i in x], [r["median_s"][approach] for r in runs], 0.2, label=label)
+        ax.bar([i + (k - 1.5) * 0.2 for i in x], [r["median_s"].get(approach, 0.0) for r in runs], 0.2, label=label)
     ax.set_xticks(list(x), labels, fontsize=8)
     ax.set_ylabel("seconds per batch (median)")
     ax.set_title(f"F-IVM vs first-order IVM vs recomputation ({results['machine']['cpus']} cores)")
