@@ -44,6 +44,10 @@ class PreJoin:
         self.steps = {m: self._join_order(m) for m in self.members}
         self.index: dict[tuple[str, tuple[str, ...]], dict[Row, list[tuple[str, Row]]]] = {
             (m, lookup): {} for steps in self.steps.values() for m, lookup in steps}  # rows stored once, as tuples
+        self._own = {m: [(lookup, index) for (owner, lookup), index in self.index.items() if owner == m] for m in self.members}
+        # member order -> position in the order a row of `start` meets the members (start, then its steps)
+        self._id_order = {start: tuple([start, *(m for m, _ in steps)].index(m) for m in self.members)
+                          for start, steps in self.steps.items()}
 
     def insert(self, member: str, rid: str, keys: Row) -> list[tuple[str, Row]]:
         """Store a row of ``member``; return the merged rows it completes as (id, values), sorted by id.
@@ -55,22 +59,17 @@ class PreJoin:
             raise InvalidInput(f"row id {rid!r} of {member} must be a string without a newline to be merged")
         keys, row = tuple(keys), dict(zip(self.attrs[member], keys))
         stored = (rid, keys)
-        for (m, lookup), index in self.index.items():
-            if m == member:
-                index.setdefault(tuple(row[a] for a in lookup), []).append(stored)
-        out: list[tuple[str, Row]] = []
-        self._extend(self.steps[member], 0, {member: rid}, row, out)
-        return sorted(out)
-
-    def _extend(self, steps, i: int, ids: dict[str, str], env: dict, out: list) -> None:
-        if i == len(steps):
-            out.append((SEPARATOR.join(ids[m] for m in self.members), tuple(env[a] for a in self.out_attrs)))
-            return
-        member, lookup = steps[i]
-        for rid, keys in self.index[(member, lookup)].get(tuple(env[a] for a in lookup), ()):
-            ids[member] = rid
-            self._extend(steps, i + 1, ids, {**env, **dict(zip(self.attrs[member], keys))}, out)
-        ids.pop(member, None)
+        for lookup, index in self._own[member]:
+            index.setdefault(tuple(row[a] for a in lookup), []).append(stored)
+        partial: list[tuple[tuple[str, ...], dict]] = [((rid,), row)]
+        for other, lookup in self.steps[member]:  # extend every partial row by its matches in `other`
+            index, attrs = self.index[(other, lookup)], self.attrs[other]
+            partial = [(ids + (rid_,), {**env, **dict(zip(attrs, keys_))})
+                       for ids, env in partial for rid_, keys_ in index.get(tuple(env[a] for a in lookup), ())]
+            if not partial:
+                return []
+        order = self._id_order[member]
+        return sorted((SEPARATOR.join(ids[i] for i in order), tuple(env[a] for a in self.out_attrs)) for ids, env in partial)
 
     def _join_order(self, start: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """The other members, each after one it shares an attribute with, with the attributes already bound."""
