@@ -20,6 +20,7 @@ from pathlib import Path
 from lakeivm.bench import machine, save, use_agg
 from lakeivm.config import REPO_ROOT, Settings
 
+BACKLOG_TICKS = 600  # ticks of backlog kept for the plot: several of NAIVE's and ONLINE's flushes on the paper's stream
 STREAMS = {"constant": None, "SS": (0.5, 1.0), "SU": (0.5, 5.0), "FS": (0.9, 1.0), "FU": (0.9, 5.0)}
 
 
@@ -66,7 +67,7 @@ def simulate(horizon: int) -> dict:
             "ms_per_change": {k: round(v * 1000, 4) for k, v in per_change.items()},
             "saving_vs_naive": {k: round(1 - v / per_change["NAIVE"], 4) for k, v in per_change.items()},
             "ratio_to_astar": {k: round(v / per_change["A*"], 4) for k, v in per_change.items()},
-            "backlog_first_100": {k: comparison.backlog(k)[:100] for k in ("NAIVE", "ONLINE")},
+            "backlog": {k: comparison.backlog(k)[:BACKLOG_TICKS] for k in ("NAIVE", "ONLINE")},
             "seconds": round(time.perf_counter() - t0, 2),
         }
         print(f"simulation {name:>8}: ms/change " + ", ".join(f"{k} {v:.3f}" for k, v in report[name]["ms_per_change"].items())
@@ -157,9 +158,9 @@ def _plot(results: dict, path: Path) -> None:
 
     spark = results.get("spark")
     fig, axes = plt.subplots(1, 3 if spark else 2, figsize=(18 if spark else 12, 4))
-    backlog = results["simulation"]["constant"]["backlog_first_100"]
+    backlog = results["simulation"]["constant"]["backlog"]
     for name, series in backlog.items():
-        axes[0].plot(series, label=name)
+        axes[0].plot(series, label=name, linestyle="--" if name == "ONLINE" else "-")
     axes[0].axhline(PAPER_DEADLINE, color="red", linestyle="--", label="deadline C")
     axes[0].set(title="simulation: refresh cost of the backlog after each tick", xlabel="tick", ylabel="seconds")
     axes[0].legend()
