@@ -57,6 +57,19 @@ def test_names_operand_order_and_constants_are_bound_from_the_sql():
     assert shape.name == "q17" and shape.params["brand"] == "Brand#23"
 
 
+@pytest.mark.parametrize("product", ["-1 * b.volume * b.price", "b.price * (-1 * b.volume)", "b.price * b.volume * -1"])
+def test_products_bind_whatever_their_factor_order_and_grouping(product):
+    mst = QUERIES["mst"].replace("-1 * b.price * b.volume", product)
+    shape = nested_shape(classify_sql(mst)[1])
+    assert shape.name == "mst" and shape.columns == nested_shape(classify_sql(QUERIES["mst"])[1]).columns
+
+
+@pytest.mark.parametrize("product", ["-1 * b.price * a.volume", "-1 * b.price * b.volume * b.volume", "-1 * b.price"])
+def test_a_product_with_other_factors_is_not_the_shipped_shape(product):
+    with pytest.raises(UnsupportedQuery, match="kind nested"):
+        classify_sql(QUERIES["mst"].replace("-1 * b.price * b.volume", product))
+
+
 @pytest.mark.parametrize("sql_text, construct", [
     ("SELECT SUM(t.qty) AS v FROM trades t WHERE 0.5 * (SELECT SUM(qty) FROM trades) < "
      "(SELECT MAX(t2.qty) FROM trades t2 WHERE t2.px <= t.px)", "MAX.*not streamable"),

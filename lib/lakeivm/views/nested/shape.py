@@ -52,7 +52,8 @@ PATTERNS = {
 }
 """Canonical pattern SQL per shape; the numeric placeholders must bind to positive numbers."""
 NUMERIC_PARAMS = {"c", "c_asks", "c_bids", "divisor"}
-_COMMUTATIVE = (exp.EQ, exp.NEQ, exp.Add, exp.Mul)
+_COMMUTATIVE = (exp.EQ, exp.NEQ)
+_ASSOCIATIVE = (exp.Add, exp.Mul)  # also commutative: a chain unifies as a bag of operands
 _FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE}
 _SELECT_ARGS = {"expressions", "from", "from_", "joins", "where", "group"}
 
@@ -188,6 +189,8 @@ def _unify(p: Any, q: Any, b: dict) -> Iterator[dict]:
             yield from _bind(b1, ("column", ps.name, p.name), q.name, injective_within=ps.name)
     elif isinstance(p, exp.And):
         yield from _unify_bags(_conjuncts(p), _conjuncts(q), b)
+    elif isinstance(p, _ASSOCIATIVE):
+        yield from _unify_bags(_operands(p), _operands(q), b)
     elif isinstance(p, _COMMUTATIVE):
         yield from _unify_seq([p.this, p.expression], [q.this, q.expression], b)
         yield from _unify_seq([p.this, p.expression], [q.expression, q.this], b)
@@ -197,6 +200,12 @@ def _unify(p: Any, q: Any, b: dict) -> Iterator[dict]:
         keys = set(p.args) | set(q.args)
         pairs = [(p.args.get(k), q.args.get(k)) for k in sorted(keys)]
         yield from _unify_args(pairs, b)
+
+
+def _operands(node: exp.Expression) -> list[exp.Expression]:
+    """The operands of a chain of one operator, whatever its grouping: ``a * (b * c)`` -> [a, b, c]."""
+    return [leaf for side in (node.this, node.expression)
+            for leaf in (_operands(side) if type(side) is type(node) else [side])]
 
 
 def _unify_args(pairs: list[tuple[Any, Any]], b: dict) -> Iterator[dict]:
