@@ -4,10 +4,11 @@ Workloads over TPC-H at each scale factor: the revenue-by-nation view (customer 
 lineitem ⋈ nation, ``schemas/views/revenue_by_nation.yaml``) and a regression of
 ``l_extendedprice`` over lineitem ⋈ orders ⋈ partsupp with 5 and with 10 features. For the
 regression, first-order IVM and recomputation maintain the same aggregates as plain SQL: COUNT(*),
-SUM(x_i) and SUM(x_i * x_j) for i ≤ j (1 + m + m(m+1)/2 aggregates, §7.2). Each batch changes
-lineitem only: half inserts (copies of random lines under fresh line numbers) and half deletes of
-random lines. Per batch, in one run on the same snapshots: ``run_view`` of the fivm view (every
-table updatable), of the fivm view with ``updatable: [lineitem]`` (``fivm_u``: Fig. 5's μ stores
+SUM(x_i) and SUM(x_i * x_j) for i ≤ j (1 + m + m(m+1)/2 aggregates, §7.2). By default each batch
+changes lineitem only: half inserts (copies of random lines under fresh line numbers) and half
+deletes of random lines; ``--changes orders`` instead updates that many orders (another existing
+customer, another priority): a delta on the other side of the fact table's join. Per batch, in one
+run on the same snapshots: ``run_view`` of the fivm view (every table updatable), of the fivm view with ``updatable: [lineitem]`` (``fivm_u``: Fig. 5's μ stores
 only the views a lineitem update needs), of the first_order view, and recomputation (the SQL over
 the snapshots, written as a Delta table).
 Also reported: rows stored per approach. Results: JSON + PNG under ``--out``.
@@ -46,6 +47,8 @@ def main(argv: list[str], settings: Settings) -> int:
     parser.add_argument("--views", default="revenue,regression5,regression10", help="workloads, comma-separated")
     parser.add_argument("--approaches", default=",".join(APPROACHES),
                         help="incremental approaches to run next to recomputation, comma-separated (default: all)")
+    parser.add_argument("--changes", choices=sorted(CHANGES), default="lineitem",
+                        help="the table each batch changes (default lineitem; orders: updates of customer and priority)")
     parser.add_argument("--no-audit", action="store_true", help="skip auditing the views after each size")
     parser.add_argument("--out", default="bench-results")
     args = parser.parse_args(argv)
@@ -54,7 +57,8 @@ def main(argv: list[str], settings: Settings) -> int:
     if unknown:
         parser.error(f"unknown approaches {unknown}; choose from {list(APPROACHES)}")
     run_fivm_bench(settings, [float(s) for s in args.scales.split(",")], [int(b) for b in args.batches.split(",")],
-                   args.views.split(","), args.repeats, args.out, audit_views=not args.no_audit, approaches=approaches)
+                   args.views.split(","), args.repeats, args.out, audit_views=not args.no_audit, approaches=approaches,
+                   changes=args.changes)
     return 0
 
 
@@ -106,6 +110,28 @@ def change_lineitem(lake, rows: int, seed: int) -> None:
      .whenMatchedDelete().execute())
 
 
+def change_orders(lake, rows: int, seed: int) -> None:
+    """``rows`` random orders updated in one MERGE: each moves to the next customer key (keys 1..N all
+    exist) and to the next order priority, so both the revenue and the regression views change."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    path = lake.table_path("orders")
+    current = lake.read(path)
+    customers = lake.read(lake.table_path("customer")).count()
+    fraction = min(1.0, 3.0 * rows / max(current.count(), 1))
+    priorities = F.array(*(F.lit(p) for p in ("1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW")))
+    next_priority = F.element_at(priorities, F.substring("o_orderpriority", 1, 1).cast("int") % 5 + 1)
+    picked = (current.sample(fraction=fraction, seed=seed).limit(rows)
+              .select("o_orderkey", (F.col("o_custkey") % customers + 1).alias("custkey"), next_priority.alias("priority")))
+    (DeltaTable.forPath(lake.spark, path).alias("t")
+     .merge(picked.alias("s"), "t.o_orderkey = s.o_orderkey")
+     .whenMatchedUpdate(set={"o_custkey": "s.custkey", "o_orderpriority": "s.priority"}).execute())
+
+
+CHANGES = {"lineitem": change_lineitem, "orders": change_orders}
+
+
 def stored_rows(lake, spec) -> int:
     """Rows of every state table of the view (result and auxiliary views)."""
     from lakeivm.engine import prepare
@@ -115,7 +141,8 @@ def stored_rows(lake, spec) -> int:
 
 
 def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], views: list[str], repeats: int,
-                   out: str, audit_views: bool = True, approaches: list[str] | tuple[str, ...] = APPROACHES) -> dict:
+                   out: str, audit_views: bool = True, approaches: list[str] | tuple[str, ...] = APPROACHES,
+                   changes: str = "lineitem") -> dict:
     """Run the benchmark; returns (and writes) the results. Recomputation always runs (the first_order view's SQL)."""
     from lakeivm.datagen.tpch import generate_tpch
     from lakeivm.engine import audit, open_lake, recompute, run_view
@@ -123,7 +150,7 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
     from lakeivm.spark import get_spark
 
     spark = get_spark(settings)
-    results = {"machine": machine(), "repeats": repeats, "runs": []}
+    results = {"machine": machine(), "repeats": repeats, "changes": changes, "runs": []}
     for scale in scales:
         root = f"{out}/lake-fivm-sf{scale}"
         Lake(spark, root).delete(Lake(spark, root).root)
@@ -141,7 +168,7 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
             timings = {name: {**{a: [] for a in specs}, "recompute": []} for name, specs in workloads.items()}
             for _ in range(repeats):
                 seed += 1
-                change_lineitem(lake, size, seed)
+                CHANGES[changes](lake, size, seed)
                 for name, specs in workloads.items():
                     for approach, spec in specs.items():
                         row = run_view(lake, spec, mode="refresh")
@@ -153,14 +180,14 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
             for name, specs in workloads.items():
                 medians = {a: statistics.median(t) for a, t in timings[name].items()}
                 entry = {
-                    "scale": scale, "batch_rows": size, "workload": name, "lineitem_rows": counts["lineitem"],
+                    "scale": scale, "batch_rows": size, "changed_table": changes, "workload": name, "lineitem_rows": counts["lineitem"],
                     "seconds": timings[name], "median_s": medians, **_ratios(medians),
                     "stored_rows": {**{a: stored_rows(lake, s) for a, s in specs.items()},
                                     "recompute": lake.read(f"{root}/recomputed_{name}").count()},
                     "audit_ok": {a: audit(lake, s).ok for a, s in specs.items()} if audit_views else None,
                 }
                 results["runs"].append(entry)
-                print(f"SF {scale} {name} batch {size}: " + ", ".join(f"{a} {s:.2f}s" for a, s in medians.items()) + " -> "
+                print(f"SF {scale} {name} batch of {size} {changes} changes: " + ", ".join(f"{a} {s:.2f}s" for a, s in medians.items()) + " -> "
                       + ", ".join(f"{k} {v:.2f}x" for k, v in _ratios(medians).items())
                       + f"; stored rows {entry['stored_rows']}; "
                       f"audit {entry['audit_ok']}", flush=True)
