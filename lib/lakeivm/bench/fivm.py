@@ -8,9 +8,10 @@ SUM(x_i) and SUM(x_i * x_j) for i ≤ j (1 + m + m(m+1)/2 aggregates, §7.2). By
 changes lineitem only: half inserts (copies of random lines under fresh line numbers) and half
 deletes of random lines; ``--changes orders`` instead updates that many orders (another existing
 customer, another priority): a delta on the other side of the fact table's join. Per batch, in one
-run on the same snapshots: ``run_view`` of the fivm view (every table updatable), of the fivm view with ``updatable: [lineitem]`` (``fivm_u``: Fig. 5's μ stores
-only the views a lineitem update needs), of the first_order view, and recomputation (the SQL over
-the snapshots, written as a Delta table).
+run on the same snapshots: ``run_view`` of the fivm view (every table updatable), of the fivm view
+with ``updatable: [lineitem]`` (``fivm_u``: Fig. 5's μ stores only the views a lineitem update
+needs), of the first_order view (each selectable with ``--approaches``), and recomputation (the SQL
+over the snapshots, written as a Delta table).
 Also reported: rows stored per approach. Results: JSON + PNG under ``--out``.
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ def main(argv: list[str], settings: Settings) -> int:
 
     parser = argparse.ArgumentParser(prog="lakeivm bench fivm", description=__doc__.splitlines()[0])
     parser.add_argument("--scales", default="0.1", help="TPC-H scale factors, comma-separated (e.g. 0.1,1)")
-    parser.add_argument("--batches", default="1000,10000", help="lineitem changes per batch, comma-separated")
+    parser.add_argument("--batches", default="1000,10000", help="changes per batch (rows of the --changes table), comma-separated")
     parser.add_argument("--repeats", type=int, default=2, help="batches per size (median reported)")
     parser.add_argument("--views", default="revenue,regression5,regression10", help="workloads, comma-separated")
     parser.add_argument("--approaches", default=",".join(APPROACHES),
@@ -98,9 +99,7 @@ def change_lineitem(lake, rows: int, seed: int) -> None:
 
     path = lake.table_path("lineitem")
     current = lake.read(path)
-    total = current.count()
-    fraction = min(1.0, 3.0 * rows / max(total, 1))
-    picked = current.sample(fraction=fraction, seed=seed).limit(rows).localCheckpoint(eager=True)
+    picked = _random_rows(current, rows, seed).localCheckpoint(eager=True)
     top = current.agg(F.max("l_linenumber")).first()[0]
     inserted = picked.limit(rows // 2).withColumn("l_linenumber", F.col("l_linenumber") + F.lit(top + 1))
     inserted.write.format("delta").mode("append").save(path)
@@ -117,12 +116,10 @@ def change_orders(lake, rows: int, seed: int) -> None:
     from pyspark.sql import functions as F
 
     path = lake.table_path("orders")
-    current = lake.read(path)
     customers = lake.read(lake.table_path("customer")).count()
-    fraction = min(1.0, 3.0 * rows / max(current.count(), 1))
     priorities = F.array(*(F.lit(p) for p in ("1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW")))
     next_priority = F.element_at(priorities, F.substring("o_orderpriority", 1, 1).cast("int") % 5 + 1)
-    picked = (current.sample(fraction=fraction, seed=seed).limit(rows)
+    picked = (_random_rows(lake.read(path), rows, seed)
               .select("o_orderkey", (F.col("o_custkey") % customers + 1).alias("custkey"), next_priority.alias("priority")))
     (DeltaTable.forPath(lake.spark, path).alias("t")
      .merge(picked.alias("s"), "t.o_orderkey = s.o_orderkey")
@@ -130,6 +127,12 @@ def change_orders(lake, rows: int, seed: int) -> None:
 
 
 CHANGES = {"lineitem": change_lineitem, "orders": change_orders}
+
+
+def _random_rows(frame, rows: int, seed: int):
+    """About ``rows`` random rows of ``frame`` (a seeded sample with room to spare, cut to ``rows``)."""
+    fraction = min(1.0, 3.0 * rows / max(frame.count(), 1))
+    return frame.sample(fraction=fraction, seed=seed).limit(rows)
 
 
 def stored_rows(lake, spec) -> int:
@@ -156,8 +159,8 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
         Lake(spark, root).delete(Lake(spark, root).root)
         lake = open_lake(spark, settings.with_(lake=root))
         counts = generate_tpch(lake, scale, tables=TABLES)
-        sqls = {name: workload_specs(name) for name in views}
-        workloads = {name: {a: s for a, s in specs.items() if a in approaches} for name, specs in sqls.items()}
+        every_spec = {name: workload_specs(name) for name in views}  # first_order's SQL is also the recomputation
+        workloads = {name: {a: s for a, s in specs.items() if a in approaches} for name, specs in every_spec.items()}
         for name, specs in workloads.items():
             for approach, spec in specs.items():
                 t0 = time.perf_counter()
@@ -174,21 +177,22 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
                         row = run_view(lake, spec, mode="refresh")
                         timings[name][approach].append(row.seconds)
                     t0 = time.perf_counter()
-                    recompute(lake, sqls[name]["first_order"], row.pins).write.format("delta").mode("overwrite").save(
+                    recompute(lake, every_spec[name]["first_order"], row.pins).write.format("delta").mode("overwrite").save(
                         f"{root}/recomputed_{name}")
                     timings[name]["recompute"].append(time.perf_counter() - t0)
             for name, specs in workloads.items():
                 medians = {a: statistics.median(t) for a, t in timings[name].items()}
+                ratios = _ratios(medians)
                 entry = {
                     "scale": scale, "batch_rows": size, "changed_table": changes, "workload": name, "lineitem_rows": counts["lineitem"],
-                    "seconds": timings[name], "median_s": medians, **_ratios(medians),
+                    "seconds": timings[name], "median_s": medians, **ratios,
                     "stored_rows": {**{a: stored_rows(lake, s) for a, s in specs.items()},
                                     "recompute": lake.read(f"{root}/recomputed_{name}").count()},
                     "audit_ok": {a: audit(lake, s).ok for a, s in specs.items()} if audit_views else None,
                 }
                 results["runs"].append(entry)
                 print(f"SF {scale} {name} batch of {size} {changes} changes: " + ", ".join(f"{a} {s:.2f}s" for a, s in medians.items()) + " -> "
-                      + ", ".join(f"{k} {v:.2f}x" for k, v in _ratios(medians).items())
+                      + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
                       + f"; stored rows {entry['stored_rows']}; "
                       f"audit {entry['audit_ok']}", flush=True)
     save(out, "fivm", results, _plot)
