@@ -47,6 +47,14 @@ class BatchState:
     def heavy_values(self, role: str) -> set[Hashable]:
         return set(self.parts[role, HEAVY].values())
 
+    def part_of(self, role: str, x: Hashable) -> str:
+        """x's part in ``role``; a new value is light, heavy when ε = 0 (digest §7.4)."""
+        if x in self.parts[role, HEAVY].by_first:
+            return HEAVY
+        if x in self.parts[role, LIGHT].by_first:
+            return LIGHT
+        return HEAVY if self.epsilon == 0 else LIGHT
+
     def check_invariants(self) -> None:
         """Assert Def. 9 and exact views and Q after a batch (digest §8.2)."""
         check_state(self.parts, self.views, self.count, self.base, self.epsilon)
@@ -86,12 +94,8 @@ def apply_batch(state: BatchState, changes: Mapping[str, Changes]) -> BatchRepor
     unknown = set(changes) - set(ROLES)
     if unknown:
         raise InvalidInput(f"unknown relations {sorted(unknown)}; the triangle's relations are {ROLES}")
-    before_count, before_size, join_rows = state.count, state.size, 0
-    touched: dict[str, set[Hashable]] = {}
-    for role in ROLES:
-        delta = consolidate(changes.get(role, {}))
-        join_rows += _step(state, role, delta)
-        touched[role] = {x for x, _ in delta}
+    before_count, before_size = state.count, state.size
+    join_rows, touched = apply_steps(state, changes)
     size = state.size
     moved: list[tuple[str, Hashable]] = []
     major = not state.base // 4 <= size < state.base
@@ -100,11 +104,29 @@ def apply_batch(state: BatchState, changes: Mapping[str, Changes]) -> BatchRepor
         state.parts, state.views = split_strict({role: state.relation(role) for role in ROLES}, state.theta)
         state.totals["major_rebalancings"] += 1
     else:
-        for role in ROLES:
-            moved += _rebalance_minor(state, role, touched[role])
-    state.totals["join_rows"] += join_rows
+        moved = rebalance_minor(state, touched)
     state.totals["minor_moves"] += len(moved)
     return BatchReport(state.count - before_count, size - before_size, join_rows, tuple(moved), major)
+
+
+def apply_steps(state: BatchState, changes: Mapping[str, Changes]) -> tuple[int, dict[str, set[Hashable]]]:
+    """The steps R, S, T of one batch under frozen classes (digest §7.2-§7.3); returns the join
+    output rows and each relation's touched values."""
+    join_rows, touched = 0, {}
+    for role in ROLES:
+        delta = consolidate(changes.get(role, {}))
+        join_rows += _step(state, role, delta)
+        touched[role] = {x for x, _ in delta}
+    state.totals["join_rows"] += join_rows
+    return join_rows, touched
+
+
+def rebalance_minor(state: BatchState, touched: Mapping[str, set[Hashable]]) -> list[tuple[str, Hashable]]:
+    """Minor rebalancing of R, then S, then T (digest §7.4); returns the moved (role, value)s."""
+    moved: list[tuple[str, Hashable]] = []
+    for role in ROLES:
+        moved += _rebalance_minor(state, role, touched.get(role, set()))
+    return moved
 
 
 def graph_changes(edges: Changes) -> dict[str, dict[Key, int]]:
@@ -128,10 +150,7 @@ def _step(state: BatchState, role: str, delta: Mapping[Key, int]) -> int:
     ΔQ = tA + tB + tC and ΔW[K] = ΔK_h ⋈ NEXT_l, ΔW[PREV] = PREV_h ⋈ ΔK_l, all against the state
     before the step. Per Δ row: ≤ 2N^(1-ε) rows from PREV_h, 1 from W[NEXT], < 3/2 N^ε from NEXT_l.
     """
-    heavy = state.parts[role, HEAVY]
-    new_class = HEAVY if state.epsilon == 0 else LIGHT
-    classes = {x: HEAVY if x in heavy.by_first else (LIGHT if x in state.parts[role, LIGHT].by_first else new_class)
-               for x, _ in delta}
+    classes = {x: state.part_of(role, x) for x, _ in delta}
     next_l, prev_h = state.parts[NEXT[role], LIGHT], state.parts[PREV[role], HEAVY]
     view_deltas: dict[str, dict[Key, int]] = {role: {}, PREV[role]: {}}
     rows = 0

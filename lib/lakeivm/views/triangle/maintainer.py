@@ -3,42 +3,48 @@
 State (IVM^ε §2.3, digest §7.6), two additive ℤ-relations under ``views/<view>/aux/`` (one
 MERGE each per run), keyed by a ``role`` column: ``rel`` (role, x, y, part, m) -- each relation
 once, its rows tagged heavy/light by the degree of x -- and ``w`` (role, x, z, cnt) -- the views
-W[R] = V_RS(a,c) = Σ_b R_h·S_l, W[S] = V_ST(b,a), W[T] = V_TR(c,b).
+W[R] = V_RS(a,c), W[S] = V_ST(b,a), W[T] = V_TR(c,b).
 ``result`` holds the count Q with the threshold base N, |D| and ε.
 
-A batch is applied relation by relation (telescoped rule, digest §7.2): ΔK joined with the current
-state of the other two only along bounded fan-outs (§7.3), so a step costs O(|ΔK|·N^max(ε,1-ε))
-join output. An edge table joined with itself is kept as three logical copies and its batch is
-applied to R, then S, then T. Afterwards the batch's values whose degree left the band move
-(minor rebalancing, §7.4), or, when |D| leaves [N/4, N), N := 2|D|+1 and all parts and views are
-rebuilt strictly (major rebalancing). Classes never affect correctness, only cost (§7.1).
+A run collects the batch's netted changes to the driver and applies them there, relation by
+relation (telescoped rule, digest §7.2), over a *slice* of the state: the rows along the bounded
+fan-outs of the steps (§7.3) and of the values that move (§7.4), fetched from ``rel`` and ``w`` in
+two queries (``slices.py``, whose pure run is checked against the whole-state batch rule). The
+changes of relations and views go back as one MERGE each. When |D| leaves [N/4, N) (major
+rebalancing, N := 2|D|+1), ε changes, or a batch has more than DRIVER_ROWS changed keys, parts
+and views are rebuilt strictly on Spark. An edge table joined with itself is kept as three
+logical copies R, S, T. Classes never affect correctness, only cost (§7.1).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from lakeivm.sql import MULTIPLICITY
 from lakeivm.views.base import Context
-from lakeivm.views.state import AdditiveTable, consolidate, small_side
-from lakeivm.views.triangle.shape import NEXT, PREV, ROLES, TriangleShape, triangle_shape
+from lakeivm.views.state import AdditiveTable, consolidate
+from lakeivm.views.triangle.shape import NEXT, ROLES, TriangleShape, triangle_shape
+from lakeivm.views.triangle.slices import Requests, Slice, first_requests, run_on_slice, second_requests
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 REL_KEYS, VIEW_KEYS = ("x", "y", "part"), ("x", "z")
 HEAVY, LIGHT = "h", "l"
+DRIVER_ROWS = 200_000  # a batch with more changed keys than this (per relation) is applied by a rebuild
 
 
 class TriangleMaintainer:
     """Keeps a triangle count with IVM^ε (see module doc); ε from the spec (default 0.5)."""
 
     def __init__(self) -> None:
-        self._tables: dict[str, RoleSlice] | None = None
         self._shared: dict[str, AdditiveTable] = {}
-        self._count_delta = 0
-        self._size_delta = 0
-        self._touched: dict[str, list[DataFrame]] = {role: [] for role in ROLES}
+        self._reset()
+
+    def _reset(self) -> None:
+        self._changes: dict[str, dict[Any, int]] = {role: {} for role in ROLES}  # netted ΔK on the driver
+        self._frames: dict[str, list[DataFrame]] = {role: [] for role in ROLES}  # the same ΔK on Spark
+        self._too_large = False
 
     # -- protocol ------------------------------------------------------------------------------
     def state_tables(self, ctx: Context) -> Mapping[str, str]:
@@ -50,94 +56,131 @@ class TriangleMaintainer:
         for side in shape.sides:
             rows = ctx.spark.read.table(ctx.snapshot(side.table, ctx.pins[side.table])).selectExpr(
                 f"`{side.x}` AS x", f"`{side.y}` AS y", f"CAST(1 AS BIGINT) AS {MULTIPLICITY}")
-            relations[side.role] = consolidate(rows, ("x", "y"), (MULTIPLICITY,)).localCheckpoint(eager=True)
-        size = sum(r.count() for r in relations.values())
-        base, epsilon = 2 * size + 1, _epsilon(ctx)
-        parts, views = _partition(relations, base ** epsilon)
+            relations[side.role] = consolidate(rows, ("x", "y"), (MULTIPLICITY,))
+        epsilon = _epsilon(ctx)
+        parts, views, base, size = _strict(relations, epsilon)
         shared["rel"].create(_by_role(parts))
         shared["w"].create(_by_role(views))
-        count = _scalar(_delta_count(parts["R"], parts["T"], parts["S"], views["S"], small=lambda frame: frame))
-        _write_result(ctx, shape, count, base, size, epsilon)
+        _write_result(ctx, shape, _full_count(parts, views), base, size, epsilon)
         ctx.checkpoint("bootstrap:result")
 
     def apply(self, ctx: Context, table: str, delta: DataFrame) -> None:
+        """Collect the table's netted change of each relation it plays (once per column pair)."""
+        collected: dict[tuple[str, str], dict[Any, int] | None] = {}
         for side in _shape(ctx).sides_of(table):
             rows = delta.selectExpr(f"`{side.x}` AS x", f"`{side.y}` AS y", MULTIPLICITY)
-            self._step(ctx, side.role, rows)
+            self._frames[side.role].append(rows)
+            if (side.x, side.y) not in collected:
+                collected[side.x, side.y] = _collect_changes(rows)
+            changes = collected[side.x, side.y]
+            if changes is None:
+                self._too_large = True
+            else:
+                _add_into(self._changes[side.role], changes.items())
         ctx.checkpoint(f"apply:{table}")
 
     def flush(self, ctx: Context) -> None:
-        if not any(self._touched.values()):
+        if not any(self._frames.values()):
             return
-        shape, tables, shared = _shape(ctx), self._state(ctx), self._shared_tables(ctx)
+        shape, shared = _shape(ctx), self._shared_tables(ctx)
         stored = ctx.lake.read(ctx.lake.view_path(ctx.view)).first()
-        base, size, epsilon = stored["_lakeivm_base"], stored["_lakeivm_size"] + self._size_delta, _epsilon(ctx)
-        if epsilon != stored["_lakeivm_epsilon"] or not base // 4 <= size < base:
-            base = 2 * size + 1
-            relations = {r: consolidate(tables[f"rel_{r}"].current(), ("x", "y"), (MULTIPLICITY,)) for r in ROLES}
-            parts, views = _partition(relations, base ** epsilon)
-            shared["rel"].replace(_by_role(parts))
-            shared["w"].replace(_by_role(views))
+        base, size, epsilon = stored["_lakeivm_base"], stored["_lakeivm_size"], stored["_lakeivm_epsilon"]
+        if self._too_large:
+            relations = {r: _live(shared["rel"], r, self._frames[r]) for r in ROLES}
+            epsilon = _epsilon(ctx)
+            count, base, size = self._rebuild(ctx, relations, epsilon, full_count=True)
         else:
-            for role in ROLES:
-                self._rebalance_minor(tables, role, base ** epsilon)
+            changes = {role: {k: p for k, p in rows.items() if p} for role, rows in self._changes.items()}
+            fetched = self._fetch(ctx, first_requests(changes))
+            fetched.update(self._fetch(ctx, second_requests(changes, fetched, base ** epsilon, epsilon)))
+            run = run_on_slice(changes, fetched, base, epsilon, size)
+            shared["rel"].add(self._rel_frame(ctx, run.rel_delta))
+            shared["w"].add(self._view_frame(ctx, run.view_delta))
+            count, size = stored[shape.output] + run.count_delta, run.size
+            if run.major or epsilon != _epsilon(ctx):
+                epsilon = _epsilon(ctx)
+                _, base, size = self._rebuild(ctx, {r: _live(shared["rel"], r) for r in ROLES}, epsilon, full_count=False)
         for name, table in shared.items():
             table.flush()
             ctx.checkpoint(f"flush:{name}")
-        _write_result(ctx, shape, stored[shape.output] + self._count_delta, base, size, epsilon)
-        self._count_delta = self._size_delta = 0
-        self._touched = {role: [] for role in ROLES}
+        _write_result(ctx, shape, count, base, size, epsilon)
+        self._reset()
         ctx.checkpoint("flush")
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         return ctx.lake.read(ctx.lake.view_path(ctx.view), version).select(_shape(ctx).output)
 
-    # -- the batch delta rule -------------------------------------------------------------------
-    def _step(self, ctx: Context, role: str, rows: DataFrame) -> None:
-        """Apply a consolidated batch ΔK to relation ``role`` (digest §7.3), frozen classes."""
+    # -- Spark side of a run -------------------------------------------------------------------
+    def _rebuild(self, ctx: Context, relations: Mapping[str, DataFrame], epsilon: float,
+                 full_count: bool) -> tuple[int | None, int, int]:
+        """Major rebalancing (IVM^ε §4.2): N := 2|D|+1, strict parts and views from the relations;
+        Q recounted from scratch when ``full_count`` (the count is split-independent otherwise)."""
+        parts, views, base, size = _strict(relations, epsilon)
+        shared = self._shared_tables(ctx)
+        shared["rel"].replace(_by_role(parts))
+        shared["w"].replace(_by_role(views))
+        return (_full_count(parts, views) if full_count else None), base, size
+
+    def _fetch(self, ctx: Context, req: Requests) -> Slice:
+        """The requested rows of the stored ``rel`` and ``w`` (semantics: ``slices.answer``) in one
+        query: a single scan of ``rel`` marks the rows each request wants through broadcast joins
+        with the driver's key sets; degrees are counted over the marked rows of their values."""
         from pyspark.sql import functions as F
+        from pyspark.sql.window import Window
 
-        tables = self._state(ctx)
-        prev, nxt = PREV[role], NEXT[role]
-        relation = tables[f"rel_{role}"]
-        touched = rows.select("x").distinct()
-        live = _slice(relation, touched).localCheckpoint(eager=True)
-        classes = live.select("x", "part").distinct()
-        new_class = HEAVY if _epsilon(ctx) == 0 else LIGHT
-        delta = small_side(rows.join(F.broadcast(classes), "x", "left").withColumn("part", F.coalesce("part", F.lit(new_class))))
-        other_prev, other_next = tables[f"rel_{prev}"].current(), tables[f"rel_{nxt}"].current()
-        count = _delta_count(delta, other_prev, other_next, tables[f"w_{nxt}"].current())
-        size, triangles = _size_change(live, delta).crossJoin(count).first()  # one Spark job for both
-        self._size_delta += int(size or 0)
-        self._count_delta += int(triangles)
-        tables[f"w_{role}"].add(_view_rows(_part(delta, HEAVY), _part(other_next, LIGHT)))
-        tables[f"w_{prev}"].add(_view_rows(_part(other_prev, HEAVY), _part(delta, LIGHT)))
-        relation.add(delta)
-        self._touched[role].append(touched)
+        shared = self._shared_tables(ctx)
+        rel, view = ctx.lake.read(shared["rel"].path), ctx.lake.read(shared["w"].path)
+        by_x = {}
+        for flag, keys in (("light_out", req.light_out), ("rows_of", req.rows_of), ("degree", req.degrees)):
+            for key in keys:
+                by_x.setdefault(key, set()).add(flag)
+        marked = rel
+        for frame, on in ((_flags(ctx, rel.schema, ("role", "x"), by_x, ("light_out", "rows_of", "degree")), ["role", "x"]),
+                          (_flags(ctx, rel.schema, ("role", "y"), {k: {"heavy_into"} for k in req.heavy_into}, ("heavy_into",)), ["role", "y"]),
+                          (_flags(ctx, rel.schema, ("role", "x", "y"), {k: {"pair"} for k in req.pairs}, ("pair",)), ["role", "x", "y"])):
+            marked = marked.join(F.broadcast(frame), on, "left")
+        wanted = ((F.col("light_out") & (F.col("part") == LIGHT)) | F.col("rows_of") | F.col("pair")
+                  | (F.col("heavy_into") & (F.col("part") == HEAVY)))
+        marked = marked.where(F.coalesce(wanted | F.col("degree"), F.lit(False)))
+        every = Window.partitionBy("role", "x")
+        degree = F.when(F.col("degree") & (F.col("y") == F.min("y").over(every)), F.count("*").over(every))
+        parts = [marked.select("role", "x", "y", "part", MULTIPLICITY, F.coalesce(wanted, F.lit(False)).alias("row"),
+                               degree.alias("degree"), F.lit(None).cast("bigint").alias("cnt"))]
+        if req.light_after:
+            movers = rel.join(F.broadcast(_frame(ctx, rel.schema, ("role", "x"), list(req.light_after))), ["role", "x"])
+            successors = movers.select(_next_role().alias("role"), F.col("y").alias("x")).distinct()
+            parts.append(rel.where(rel["part"] == LIGHT).join(F.broadcast(successors), ["role", "x"]).select(
+                "role", "x", "y", "part", MULTIPLICITY, F.lit(True).alias("row"), F.lit(None).cast("bigint").alias("degree"),
+                F.lit(None).cast("bigint").alias("cnt")))
+        if req.views:
+            keys = _frame(ctx, rel.schema, ("role", "x", "y"), list(req.views))
+            parts.append(view.withColumnRenamed("z", "y").join(F.broadcast(keys), ["role", "x", "y"]).select(
+                "role", "x", "y", F.lit(None).cast("string").alias("part"), F.lit(None).cast("bigint").alias(MULTIPLICITY),
+                F.lit(False).alias("row"), F.lit(None).cast("bigint").alias("degree"), "cnt"))
+        union = parts[0]
+        for frame in parts[1:]:
+            union = union.unionByName(frame)
+        table = union.toArrow()
+        fetched = Slice()
+        names = ("role", "x", "y", "part", MULTIPLICITY, "row", "degree", "cnt")
+        for role, x, y, part, m, row, degree, cnt in zip(*(table.column(name).to_pylist() for name in names)):
+            if row:
+                fetched.rows[role, x, y] = (part, m)
+            if degree is not None:
+                fetched.degrees[role, x] = (part, degree)
+            if cnt is not None:
+                fetched.views[role, x, y] = cnt
+        return fetched
 
-    def _rebalance_minor(self, tables: dict[str, RoleSlice], role: str, theta: float) -> None:
-        """Move the batch's values of ``role`` whose degree left the band (IVM^ε §4.1, digest §7.4)."""
-        from pyspark.sql import functions as F
+    def _rel_frame(self, ctx: Context, delta: Mapping[tuple, int]) -> DataFrame:
+        rel = ctx.lake.read(self._shared_tables(ctx)["rel"].path)
+        rows = [(role, x, y, part, m) for (role, part, x, y), m in delta.items()]
+        return _frame(ctx, rel.schema, ("role", "x", "y", "part", MULTIPLICITY), rows)
 
-        if not self._touched[role]:
-            return
-        touched = self._touched[role][0]
-        for more in self._touched[role][1:]:
-            touched = touched.unionByName(more)
-        live = _slice(tables[f"rel_{role}"], touched.distinct())
-        degrees = live.groupBy("x", "part").agg(F.count("*").alias("deg"))
-        moving = degrees.where(f"(part = '{LIGHT}' AND deg >= {1.5 * theta}) OR (part = '{HEAVY}' AND deg < {0.5 * theta})")
-        moved = small_side(live.join(F.broadcast(moving.select("x")), "x"))
-        if moved.isEmpty():
-            return
-        sign = F.when(F.col("part") == LIGHT, 1).otherwise(-1)  # +1: light -> heavy
-        signed = moved.withColumn(MULTIPLICITY, F.col(MULTIPLICITY) * sign)
-        flipped = F.when(F.col("part") == LIGHT, HEAVY).otherwise(LIGHT)
-        tables[f"w_{role}"].add(_view_rows(signed, _part(tables[f"rel_{NEXT[role]}"].current(), LIGHT)))
-        tables[f"w_{PREV[role]}"].add(_view_rows(_part(tables[f"rel_{PREV[role]}"].current(), HEAVY),
-                                                 signed.withColumn(MULTIPLICITY, -F.col(MULTIPLICITY))))
-        tables[f"rel_{role}"].add(moved.withColumn(MULTIPLICITY, -F.col(MULTIPLICITY)))
-        tables[f"rel_{role}"].add(moved.withColumn("part", flipped))
+    def _view_frame(self, ctx: Context, delta: Mapping[tuple, int]) -> DataFrame:
+        view = ctx.lake.read(self._shared_tables(ctx)["w"].path)
+        rows = [(role, x, z, c) for (role, x, z), c in delta.items()]
+        return _frame(ctx, view.schema, ("role", "x", "z", "cnt"), rows)
 
     def _shared_tables(self, ctx: Context) -> dict[str, AdditiveTable]:
         """The two state tables: ``rel`` (role, x, y, part, m) and ``w`` (role, x, z, cnt)."""
@@ -147,27 +190,57 @@ class TriangleMaintainer:
                             "w": AdditiveTable(ctx.lake, aux("w"), ("role", *VIEW_KEYS), ("cnt",))}
         return self._shared
 
-    def _state(self, ctx: Context) -> dict[str, RoleSlice]:
-        """{"rel_R": .., "w_T": ..}: each role's slice of the two shared state tables."""
-        if self._tables is None:
-            self._tables = {f"{name}_{r}": RoleSlice(table, r) for name, table in self._shared_tables(ctx).items() for r in ROLES}
-        return self._tables
+
+def _flags(ctx: Context, schema: Any, names: tuple[str, ...], keys: Mapping[tuple, set[str]], flags: tuple[str, ...]) -> DataFrame:
+    """A frame of ``keys`` (columns ``names``) with one boolean column per flag."""
+    from pyspark.sql.types import BooleanType, StructField
+
+    rows = [(*key, *(flag in wanted for flag in flags)) for key, wanted in keys.items()]
+    types = {**{n: schema[n] for n in names}, **{f: StructField(f, BooleanType()) for f in flags}}
+    return _frame(ctx, types, (*names, *flags), rows)
 
 
-class RoleSlice:
-    """The rows of one role (R, S or T) of a shared additive table with a ``role`` key column."""
+def _frame(ctx: Context, schema: Any, names: tuple[str, ...], rows: list[tuple]) -> DataFrame:
+    """A Spark frame of driver rows with the given columns typed as in ``schema`` (via Arrow)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
 
-    def __init__(self, table: AdditiveTable, role: str) -> None:
-        self.table, self.role = table, role
+    columns = list(zip(*rows)) if rows else [() for _ in names]
+    arrays = {name: pa.array(list(values), to_arrow_type(schema[name].dataType)) for name, values in zip(names, columns)}
+    return ctx.spark.createDataFrame(pa.table(arrays))
 
-    def current(self) -> DataFrame:
-        frame = self.table.current()
-        return frame.where(frame["role"] == self.role).drop("role")
 
-    def add(self, delta: DataFrame) -> None:
-        from pyspark.sql import functions as F
+def _collect_changes(rows: DataFrame) -> dict[Any, int] | None:
+    """The netted (x, y) -> Δm of a delta on the driver, or None beyond DRIVER_ROWS keys."""
+    table = consolidate(rows, ("x", "y"), (MULTIPLICITY,)).limit(DRIVER_ROWS + 1).toArrow()
+    if table.num_rows > DRIVER_ROWS:
+        return None
+    return {(x, y): m for x, y, m in zip(*(table.column(c).to_pylist() for c in ("x", "y", MULTIPLICITY)))}
 
-        self.table.add(delta.withColumn("role", F.lit(self.role)))
+
+def _add_into(total: dict[Any, int], changes: Iterable[tuple[Any, int]]) -> None:
+    for key, p in changes:
+        total[key] = total.get(key, 0) + p
+
+
+def _live(rel: AdditiveTable, role: str, deltas: Iterable[DataFrame] = ()) -> DataFrame:
+    """Relation ``role``'s consolidated rows (x, y, m), parts dropped, plus ``deltas``."""
+    from pyspark.sql import functions as F
+
+    frame = rel.current()
+    frame = frame.where(frame["role"] == role).select("x", "y", MULTIPLICITY)
+    for delta in deltas:
+        frame = frame.unionByName(delta.select("x", "y", F.col(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY)))
+    return consolidate(frame, ("x", "y"), (MULTIPLICITY,))
+
+
+def _next_role():
+    from pyspark.sql import functions as F
+
+    expr = F.when(F.col("role") == ROLES[0], NEXT[ROLES[0]])
+    for role in ROLES[1:]:
+        expr = expr.when(F.col("role") == role, NEXT[role])
+    return expr
 
 
 def _by_role(frames: Mapping[str, DataFrame]) -> DataFrame:
@@ -178,26 +251,23 @@ def _by_role(frames: Mapping[str, DataFrame]) -> DataFrame:
     return tagged[0].unionByName(tagged[1]).unionByName(tagged[2])
 
 
-def _delta_count(delta: DataFrame, prev: DataFrame, nxt: DataFrame, view_next: DataFrame, small=small_side) -> DataFrame:
-    """Σ ΔK(x,y)·NEXT(y,z)·PREV(z,x) as three bounded fan-out joins (digest §7.3): tA over
-    PREV_h (any NEXT part), tB through the view W[NEXT] (NEXT_h·PREV_l), tC over NEXT_l·PREV_l.
-    A batch's ``delta`` comes from ``small_side``, and each join's first step is computed and shipped
-    the same way (``small``), so the stored relations are scanned, never shuffled; the bootstrap
-    passes a whole relation and ``small=identity``: one query, Spark chooses the joins."""
+def _full_count(parts: Mapping[str, DataFrame], views: Mapping[str, DataFrame]) -> int:
+    """Q = Σ R(x,y)·S(y,z)·T(z,x) from scratch, by the batch plan with ΔR = R (digest §7.3): tA over
+    T_h (any S part), tB through W[S] = S_h·T_l, tC over S_l·T_l. One query; Spark chooses the joins."""
     from pyspark.sql import functions as F
 
-    d, p, n, w = delta.alias("d"), _part(prev, HEAVY).alias("p"), nxt.alias("n"), view_next.alias("w")
-    dp = small(d.join(p, F.col("d.x") == F.col("p.y")).select(
-        F.col("d.x").alias("dx"), F.col("d.y").alias("dy"), F.col("p.x").alias("px"), F.expr(f"d.{MULTIPLICITY} * p.{MULTIPLICITY}").alias("fan")))
+    d, p, n, w = parts["R"].alias("d"), _part(parts["T"], HEAVY).alias("p"), parts["S"].alias("n"), views["S"].alias("w")
+    dp = d.join(p, F.col("d.x") == F.col("p.y")).select(
+        F.col("d.x").alias("dx"), F.col("d.y").alias("dy"), F.col("p.x").alias("px"), F.expr(f"d.{MULTIPLICITY} * p.{MULTIPLICITY}").alias("fan"))
     t_a = (dp.join(n, (F.col("dy") == F.col("n.x")) & (F.col("px") == F.col("n.y")))
            .select(F.expr(f"fan * n.{MULTIPLICITY}").alias("v")))
     t_b = d.join(w, (F.col("d.y") == F.col("w.x")) & (F.col("d.x") == F.col("w.z"))).select(F.expr(f"d.{MULTIPLICITY} * w.cnt").alias("v"))
-    nl, pl = _part(nxt, LIGHT).alias("nl"), _part(prev, LIGHT).alias("pl")
-    dn = small(d.join(nl, F.col("d.y") == F.col("nl.x")).select(
-        F.col("d.x").alias("dx"), F.col("nl.y").alias("ny"), F.expr(f"d.{MULTIPLICITY} * nl.{MULTIPLICITY}").alias("fan")))
+    nl, pl = _part(parts["S"], LIGHT).alias("nl"), _part(parts["T"], LIGHT).alias("pl")
+    dn = d.join(nl, F.col("d.y") == F.col("nl.x")).select(
+        F.col("d.x").alias("dx"), F.col("nl.y").alias("ny"), F.expr(f"d.{MULTIPLICITY} * nl.{MULTIPLICITY}").alias("fan"))
     t_c = (dn.join(pl, (F.col("ny") == F.col("pl.x")) & (F.col("dx") == F.col("pl.y")))
            .select(F.expr(f"fan * pl.{MULTIPLICITY}").alias("v")))
-    return t_a.unionByName(t_b).unionByName(t_c).agg(F.coalesce(F.sum("v"), F.lit(0)).cast("bigint"))
+    return int(t_a.unionByName(t_b).unionByName(t_c).agg(F.coalesce(F.sum("v"), F.lit(0)).cast("bigint")).first()[0])
 
 
 def _view_rows(heavy: DataFrame, light_next: DataFrame) -> DataFrame:
@@ -208,6 +278,15 @@ def _view_rows(heavy: DataFrame, light_next: DataFrame) -> DataFrame:
     return (h.join(n, F.col("h.y") == F.col("n.x"))
             .groupBy(F.col("h.x").alias("x"), F.col("n.y").alias("z"))
             .agg(F.sum(F.expr(f"h.{MULTIPLICITY} * n.{MULTIPLICITY}")).cast("bigint").alias("cnt")))
+
+
+def _strict(relations: Mapping[str, DataFrame], epsilon: float) -> tuple[dict[str, DataFrame], dict[str, DataFrame], int, int]:
+    """Parts, views, base N = 2|D|+1 and |D| of a strict partition of ``relations`` (Prop. 10, 13)."""
+    relations = {role: frame.localCheckpoint(eager=True) for role, frame in relations.items()}
+    size = sum(frame.count() for frame in relations.values())
+    base = 2 * size + 1
+    parts, views = _partition(relations, base ** epsilon)
+    return parts, views, base, size
 
 
 def _partition(relations: Mapping[str, DataFrame], theta: float) -> tuple[dict[str, DataFrame], dict[str, DataFrame]]:
@@ -224,29 +303,8 @@ def _partition(relations: Mapping[str, DataFrame], theta: float) -> tuple[dict[s
     return parts, views
 
 
-def _slice(table: RoleSlice, values: DataFrame) -> DataFrame:
-    """The table's live rows whose x is among ``values`` (consolidated)."""
-    from pyspark.sql import functions as F
-
-    return consolidate(table.current().join(F.broadcast(values), "x"), REL_KEYS, (MULTIPLICITY,))
-
-
-def _size_change(live: DataFrame, delta: DataFrame) -> DataFrame:
-    """One value: how many (x, y) keys appear minus disappear when ``delta`` is added to ``live``."""
-    from pyspark.sql import functions as F
-
-    before = live.groupBy("x", "y").agg(F.sum(MULTIPLICITY).alias("b"))
-    change = delta.groupBy("x", "y").agg(F.sum(MULTIPLICITY).alias("d"))
-    joined = change.join(before, ["x", "y"], "left").select(F.coalesce("b", F.lit(0)).alias("b"), "d")
-    return joined.agg(F.sum(F.expr("CASE WHEN b = 0 AND b + d != 0 THEN 1 WHEN b != 0 AND b + d = 0 THEN -1 ELSE 0 END")))
-
-
 def _part(rows: DataFrame, part: str) -> DataFrame:
     return rows.where(rows["part"] == part)
-
-
-def _scalar(frame: DataFrame) -> int:
-    return int(frame.first()[0])
 
 
 def _shape(ctx: Context) -> TriangleShape:

@@ -1,0 +1,211 @@
+"""One IVM^ε batch on the driver over a slice of the stored state (digest §7.3-§7.4).
+
+A batch reads few rows of the state: those along the bounded fan-outs of its steps (≤ 2N^(1-ε)
+heavy values into a Δ value, < 3/2 N^ε light tuples out of one) and the rows of the values that
+move. ``first_requests`` names the rows the batch alone determines; ``second_requests`` the ones
+that depend on what the first returned (point lookups at the end of each fan-out, the movers'
+rows and their light successors). A maintainer fetches both, and ``run_on_slice`` applies the
+batch to a ``BatchState`` holding only them. Relations and views are additive, so a row that is
+never read need not be present: the result is the exact change of every relation, view, Q and |D|.
+``answer`` returns the requested rows of a whole state; it is the oracle the tests use.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+
+from lakeivm.views.triangle.batch import BatchState, apply_steps, consolidate, rebalance_minor
+from lakeivm.views.triangle.core import HEAVY, LIGHT, NEXT, PREV, ROLES, Key, Part
+
+Changes = Mapping[str, Mapping[Key, int]]
+
+
+@dataclass
+class Requests:
+    """Rows of the stored state a batch reads; roles are R, S, T."""
+
+    degrees: set[tuple[str, Hashable]] = field(default_factory=set)            # (K, x): x's part and degree in K
+    pairs: set[tuple[str, Hashable, Hashable]] = field(default_factory=set)    # (K, x, y): the row K(x, y), any part
+    light_out: set[tuple[str, Hashable]] = field(default_factory=set)          # (K, x): the rows K_l(x, ·)
+    heavy_into: set[tuple[str, Hashable]] = field(default_factory=set)         # (K, y): the rows K_h(·, y)
+    views: set[tuple[str, Hashable, Hashable]] = field(default_factory=set)    # (K, x, z): W[K](x, z)
+    rows_of: set[tuple[str, Hashable]] = field(default_factory=set)            # (K, x): the rows K(x, ·), any part
+    light_after: set[tuple[str, Hashable]] = field(default_factory=set)        # (K, x): NEXT_l(y, ·) for each row K(x, y)
+
+
+@dataclass
+class Slice:
+    """Stored rows fetched for a batch: relation rows, the degrees of values, view entries."""
+
+    rows: dict[tuple[str, Hashable, Hashable], tuple[str, int]] = field(default_factory=dict)  # (K, x, y) -> (part, m)
+    degrees: dict[tuple[str, Hashable], tuple[str, int]] = field(default_factory=dict)         # (K, x) -> (part, degree)
+    views: dict[tuple[str, Hashable, Hashable], int] = field(default_factory=dict)             # (K, x, z) -> count
+
+    def update(self, other: Slice) -> None:
+        self.rows.update(other.rows)
+        self.degrees.update(other.degrees)
+        self.views.update(other.views)
+
+
+@dataclass(frozen=True)
+class SliceRun:
+    """The exact effect of one batch: Δ of each relation row (keyed with its part), of each view
+    entry, of Q; the new |D|; whether |D| left [N/4, N) (the caller then rebuilds); the moves."""
+
+    rel_delta: dict[tuple[str, str, Hashable, Hashable], int]   # (K, part, x, y) -> Δm
+    view_delta: dict[tuple[str, Hashable, Hashable], int]       # (K, x, z) -> Δcount
+    count_delta: int
+    size: int
+    major: bool
+    moved: tuple[tuple[str, Hashable], ...]
+
+
+def first_requests(changes: Changes) -> Requests:
+    """What the steps read that the batch alone determines (digest §7.3): the classes and degrees
+    of its values, its own keys, NEXT_l out of y, PREV_h into x and W[NEXT](y, x)."""
+    req = Requests()
+    for role in ROLES:
+        nxt, prev = NEXT[role], PREV[role]
+        for x, y in changes.get(role, {}):
+            req.degrees.add((role, x))
+            req.pairs.add((role, x, y))
+            req.light_out.add((nxt, y))
+            req.heavy_into.add((prev, x))
+            req.views.add((nxt, y, x))
+    return req
+
+
+def second_requests(changes: Changes, first: Slice, theta: float, epsilon: float) -> Requests:
+    """The point lookups at the ends of the fan-outs, NEXT(y, z) for z in PREV_h(·, x) and PREV(z, x)
+    for z in NEXT_l(y, ·), counting the batch's own rows; and the movers' rows and light successors."""
+    state = _state(first, 1, epsilon)
+    into = {role: _index(changes.get(role, {}), 1) for role in ROLES}
+    out = {role: _index(changes.get(role, {}), 0) for role in ROLES}
+    req = Requests()
+    for role in ROLES:
+        nxt, prev = NEXT[role], PREV[role]
+        for x, y in changes.get(role, {}):
+            for z in {*state.parts[prev, HEAVY].into(x), *into[prev].get(x, ())}:
+                req.pairs.add((nxt, y, z))
+            for z in {*state.parts[nxt, LIGHT].out(y), *out[nxt].get(y, ())}:
+                req.pairs.add((prev, z, x))
+    for role, values in movers(changes, first, theta, epsilon).items():
+        req.rows_of |= {(role, x) for x in values}
+        req.light_after |= {(role, x) for x in values}
+    return req
+
+
+def movers(changes: Changes, first: Slice, theta: float, epsilon: float) -> dict[str, set[Hashable]]:
+    """The values whose degree leaves the band after the batch (minor rebalancing, digest §7.4),
+    known before the steps: classes are frozen, so x's degree changes only by K's own keys at x."""
+    new_class = HEAVY if epsilon == 0 else LIGHT
+    found: dict[str, set[Hashable]] = {}
+    for role in ROLES:
+        change: dict[Hashable, int] = {}
+        for (x, y), p in changes.get(role, {}).items():
+            before = first.rows.get((role, x, y), ("", 0))[1]
+            change[x] = change.get(x, 0) + (before + p != 0) - (before != 0)
+        for x, d in change.items():
+            part, degree = first.degrees.get((role, x), (new_class, 0))
+            degree += d
+            if (part == LIGHT and degree >= 1.5 * theta) or (part == HEAVY and 0 < degree < 0.5 * theta):
+                found.setdefault(role, set()).add(x)
+    return found
+
+
+def run_on_slice(changes: Changes, fetched: Slice, base: int, epsilon: float, size: int) -> SliceRun:
+    """Apply one batch to the slice (steps R, S, T, then minor rebalancing of the movers unless |D|
+    left [N/4, N)) and return its exact effect on the whole state (see ``SliceRun``)."""
+    changes = {role: consolidate(changes.get(role, {})) for role in ROLES}
+    state = _state(fetched, base, epsilon)
+    rows_before, views_before = _rows(state), _views(state)
+    size_before = state.size
+    apply_steps(state, changes)
+    size += state.size - size_before
+    major = not base // 4 <= size < base
+    moved = () if major else tuple(rebalance_minor(state, movers(changes, fetched, state.theta, epsilon)))
+    rel_delta: dict[tuple[str, str, Hashable, Hashable], int] = {}
+    rows_after = _rows(state)
+    for key in rows_before.keys() | rows_after.keys():
+        before, after = rows_before.get(key, ("", 0)), rows_after.get(key, ("", 0))
+        if before == after:
+            continue
+        role, x, y = key
+        for (part, p), sign in ((before, -1), (after, 1)):
+            if p:
+                rel_delta[role, part, x, y] = rel_delta.get((role, part, x, y), 0) + sign * p
+    views_after = _views(state)
+    view_delta = {key: views_after.get(key, 0) - views_before.get(key, 0) for key in views_before.keys() | views_after.keys()}
+    return SliceRun({k: p for k, p in rel_delta.items() if p}, {k: c for k, c in view_delta.items() if c},
+                    state.count, size, major, moved)
+
+
+def answer(requests: Requests, state: BatchState) -> Slice:
+    """The requested rows of a whole state (the semantics a maintainer's fetch must have)."""
+    out = Slice()
+
+    def take(role: str, part: str, x: Hashable, y: Hashable) -> None:
+        out.rows[role, x, y] = (part, state.parts[role, part].get(x, y))
+
+    for role, x in requests.degrees:
+        for part in (HEAVY, LIGHT):
+            if state.parts[role, part].degree(x):
+                out.degrees[role, x] = (part, state.parts[role, part].degree(x))
+    for role, x, y in requests.pairs:
+        for part in (HEAVY, LIGHT):
+            if state.parts[role, part].get(x, y):
+                take(role, part, x, y)
+    for role, x in requests.light_out:
+        for y in state.parts[role, LIGHT].out(x):
+            take(role, LIGHT, x, y)
+    for role, y in requests.heavy_into:
+        for x in state.parts[role, HEAVY].into(y):
+            take(role, HEAVY, x, y)
+    for role, x, z in requests.views:
+        if state.views[role].get((x, z)):
+            out.views[role, x, z] = state.views[role][x, z]
+    for role, x in requests.rows_of | requests.light_after:
+        for part in (HEAVY, LIGHT):
+            for y in state.parts[role, part].out(x):
+                take(role, part, x, y)
+                if (role, x) in requests.light_after:
+                    for z in state.parts[NEXT[role], LIGHT].out(y):
+                        take(NEXT[role], LIGHT, y, z)
+    return out
+
+
+class _SliceState(BatchState):
+    """A BatchState over a slice: a value's part comes from the fetched degrees, not the rows."""
+
+    classes: dict[tuple[str, Hashable], str]
+
+    def part_of(self, role: str, x: Hashable) -> str:
+        return self.classes.get((role, x), HEAVY if self.epsilon == 0 else LIGHT)
+
+
+def _state(fetched: Slice, base: int, epsilon: float) -> _SliceState:
+    parts = {(role, part): Part() for role in ROLES for part in (HEAVY, LIGHT)}
+    for (role, x, y), (part, p) in fetched.rows.items():
+        parts[role, part].add(x, y, p)
+    views: dict[str, dict[Key, int]] = {role: {} for role in ROLES}
+    for (role, x, z), c in fetched.views.items():
+        views[role][x, z] = c
+    state = _SliceState(float(epsilon), base, 0, parts, views)
+    state.classes = {key: part for key, (part, _) in fetched.degrees.items()}
+    return state
+
+
+def _rows(state: BatchState) -> dict[tuple[str, Hashable, Hashable], tuple[str, int]]:
+    return {(role, x, y): (part, p) for (role, part), rows in state.parts.items() for (x, y), p in rows.items()}
+
+
+def _views(state: BatchState) -> dict[tuple[str, Hashable, Hashable], int]:
+    return {(role, x, z): c for role, view in state.views.items() for (x, z), c in view.items()}
+
+
+def _index(changes: Mapping[Key, int], column: int) -> dict[Hashable, list[Hashable]]:
+    """The batch's keys grouped by one column: {value: [the other column's values]}."""
+    index: dict[Hashable, list[Hashable]] = {}
+    for key in changes:
+        index.setdefault(key[column], []).append(key[1 - column])
+    return index
