@@ -123,51 +123,56 @@ class TriangleMaintainer:
 
     def _fetch(self, ctx: Context, req: Requests) -> Slice:
         """The requested rows of the stored ``rel`` and ``w`` (semantics: ``slices.answer``) in one
-        query: a single scan of ``rel`` marks the rows each request wants through broadcast joins
-        with the driver's key sets; degrees are counted over the marked rows of their values."""
+        query. A single scan of ``rel`` marks the rows each request wants through broadcast joins
+        with the driver's key sets; a value's degree comes back as the count of its other rows."""
         from pyspark.sql import functions as F
-        from pyspark.sql.window import Window
 
         shared = self._shared_tables(ctx)
         rel, view = ctx.lake.read(shared["rel"].path), ctx.lake.read(shared["w"].path)
-        by_x = {}
-        for flag, keys in (("light_out", req.light_out), ("rows_of", req.rows_of), ("degree", req.degrees)):
-            for key in keys:
-                by_x.setdefault(key, set()).add(flag)
+        on_x, on_y = _Flags(), _Flags()
+        on_x.add("light_out", req.light_out)
+        on_x.add("rows_of", req.rows_of)
+        on_x.add("degree", req.degrees)
+        on_y.add("heavy_into", req.heavy_into)
+        for grid in ("a", "c"):
+            on_x.add(f"grid_{grid}_x", ((role, x) for g, role, x in req.grid_x if g == grid))
+            on_y.add(f"grid_{grid}_y", ((role, y) for g, role, y in req.grid_y if g == grid))
+        pairs = _Flags()
+        pairs.add("pair", req.pairs)
         marked = rel
-        for frame, on in ((_flags(ctx, rel.schema, ("role", "x"), by_x, ("light_out", "rows_of", "degree")), ["role", "x"]),
-                          (_flags(ctx, rel.schema, ("role", "y"), {k: {"heavy_into"} for k in req.heavy_into}, ("heavy_into",)), ["role", "y"]),
-                          (_flags(ctx, rel.schema, ("role", "x", "y"), {k: {"pair"} for k in req.pairs}, ("pair",)), ["role", "x", "y"])):
-            marked = marked.join(F.broadcast(frame), on, "left")
-        wanted = ((F.col("light_out") & (F.col("part") == LIGHT)) | F.col("rows_of") | F.col("pair")
-                  | (F.col("heavy_into") & (F.col("part") == HEAVY)))
-        marked = marked.where(F.coalesce(wanted | F.col("degree"), F.lit(False)))
-        every = Window.partitionBy("role", "x")
-        degree = F.when(F.col("degree") & (F.col("y") == F.min("y").over(every)), F.count("*").over(every))
-        parts = [marked.select("role", "x", "y", "part", MULTIPLICITY, F.coalesce(wanted, F.lit(False)).alias("row"),
-                               degree.alias("degree"), F.lit(None).cast("bigint").alias("cnt"))]
+        for flags, on in ((on_x, ["role", "x"]), (on_y, ["role", "y"]), (pairs, ["role", "x", "y"])):
+            marked = flags.join(ctx, marked, on)
+        flag = lambda name: F.coalesce(F.col(name), F.lit(False))  # noqa: E731
+        wanted = ((flag("light_out") & (F.col("part") == LIGHT)) | flag("rows_of") | flag("pair")
+                  | (flag("heavy_into") & (F.col("part") == HEAVY))
+                  | (flag("grid_a_x") & flag("grid_a_y")) | (flag("grid_c_x") & flag("grid_c_y")))
+        marked = marked.withColumn("row", wanted).where(F.col("row") | flag("degree"))
+        parts = [marked.groupBy("role", "x", F.when(F.col("row"), F.col("y")).alias("y"), "part",
+                                F.when(F.col("row"), F.col(MULTIPLICITY)).alias(MULTIPLICITY), "row",
+                                flag("degree").alias("degree"))
+                 .agg(F.count("*").alias("n")).withColumn("cnt", F.lit(None).cast("bigint"))]
         if req.light_after:
             movers = rel.join(F.broadcast(_frame(ctx, rel.schema, ("role", "x"), list(req.light_after))), ["role", "x"])
             successors = movers.select(_next_role().alias("role"), F.col("y").alias("x")).distinct()
             parts.append(rel.where(rel["part"] == LIGHT).join(F.broadcast(successors), ["role", "x"]).select(
-                "role", "x", "y", "part", MULTIPLICITY, F.lit(True).alias("row"), F.lit(None).cast("bigint").alias("degree"),
-                F.lit(None).cast("bigint").alias("cnt")))
+                "role", "x", "y", "part", MULTIPLICITY, F.lit(True).alias("row"), F.lit(False).alias("degree"),
+                F.lit(1).cast("bigint").alias("n"), F.lit(None).cast("bigint").alias("cnt")))
         if req.views:
             keys = _frame(ctx, rel.schema, ("role", "x", "y"), list(req.views))
             parts.append(view.withColumnRenamed("z", "y").join(F.broadcast(keys), ["role", "x", "y"]).select(
                 "role", "x", "y", F.lit(None).cast("string").alias("part"), F.lit(None).cast("bigint").alias(MULTIPLICITY),
-                F.lit(False).alias("row"), F.lit(None).cast("bigint").alias("degree"), "cnt"))
+                F.lit(False).alias("row"), F.lit(False).alias("degree"), F.lit(0).cast("bigint").alias("n"), "cnt"))
         union = parts[0]
         for frame in parts[1:]:
             union = union.unionByName(frame)
         table = union.toArrow()
         fetched = Slice()
-        names = ("role", "x", "y", "part", MULTIPLICITY, "row", "degree", "cnt")
-        for role, x, y, part, m, row, degree, cnt in zip(*(table.column(name).to_pylist() for name in names)):
+        names = ("role", "x", "y", "part", MULTIPLICITY, "row", "degree", "n", "cnt")
+        for role, x, y, part, m, row, degree, n, cnt in zip(*(table.column(name).to_pylist() for name in names)):
             if row:
                 fetched.rows[role, x, y] = (part, m)
-            if degree is not None:
-                fetched.degrees[role, x] = (part, degree)
+            if degree:
+                fetched.degrees[role, x] = (part, fetched.degrees.get((role, x), (part, 0))[1] + n)
             if cnt is not None:
                 fetched.views[role, x, y] = cnt
         return fetched
@@ -191,13 +196,26 @@ class TriangleMaintainer:
         return self._shared
 
 
-def _flags(ctx: Context, schema: Any, names: tuple[str, ...], keys: Mapping[tuple, set[str]], flags: tuple[str, ...]) -> DataFrame:
-    """A frame of ``keys`` (columns ``names``) with one boolean column per flag."""
-    from pyspark.sql.types import BooleanType, StructField
+class _Flags:
+    """Keys held on the driver, each with the boolean flags of the requests that name it; joined
+    (broadcast, left) to a stored table, it adds one column per flag (NULL for rows no key names)."""
 
-    rows = [(*key, *(flag in wanted for flag in flags)) for key, wanted in keys.items()]
-    types = {**{n: schema[n] for n in names}, **{f: StructField(f, BooleanType()) for f in flags}}
-    return _frame(ctx, types, (*names, *flags), rows)
+    def __init__(self) -> None:
+        self.flags: list[str] = []
+        self.keys: dict[tuple, set[str]] = {}
+
+    def add(self, flag: str, keys: Iterable[tuple]) -> None:
+        self.flags.append(flag)
+        for key in keys:
+            self.keys.setdefault(key, set()).add(flag)
+
+    def join(self, ctx: Context, table: DataFrame, on: list[str]) -> DataFrame:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import BooleanType, StructField
+
+        rows = [(*key, *(flag in wanted for flag in self.flags)) for key, wanted in self.keys.items()]
+        types = {**{n: table.schema[n] for n in on}, **{f: StructField(f, BooleanType()) for f in self.flags}}
+        return table.join(F.broadcast(_frame(ctx, types, (*on, *self.flags), rows)), on, "left")
 
 
 def _frame(ctx: Context, schema: Any, names: tuple[str, ...], rows: list[tuple]) -> DataFrame:

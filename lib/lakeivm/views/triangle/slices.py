@@ -31,6 +31,9 @@ class Requests:
     views: set[tuple[str, Hashable, Hashable]] = field(default_factory=set)    # (K, x, z): W[K](x, z)
     rows_of: set[tuple[str, Hashable]] = field(default_factory=set)            # (K, x): the rows K(x, ·), any part
     light_after: set[tuple[str, Hashable]] = field(default_factory=set)        # (K, x): NEXT_l(y, ·) for each row K(x, y)
+    # grids: the rows K(x, y), any part, with (g, K, x) in grid_x and (g, K, y) in grid_y for the same g
+    grid_x: set[tuple[str, str, Hashable]] = field(default_factory=set)
+    grid_y: set[tuple[str, str, Hashable]] = field(default_factory=set)
 
 
 @dataclass
@@ -76,8 +79,11 @@ def first_requests(changes: Changes) -> Requests:
 
 
 def second_requests(changes: Changes, first: Slice, theta: float, epsilon: float) -> Requests:
-    """The point lookups at the ends of the fan-outs, NEXT(y, z) for z in PREV_h(·, x) and PREV(z, x)
-    for z in NEXT_l(y, ·), counting the batch's own rows; and the movers' rows and light successors."""
+    """The ends of the fan-outs, NEXT(y, z) for z in PREV_h(·, x) (grid "a") and PREV(z, x) for z in
+    NEXT_l(y, ·) (grid "c"), counting the batch's own rows; and the movers' rows and light successors.
+
+    Each end is asked as a grid, the rows whose x and y are both named: a superset of the pairs
+    that is far smaller to state (|X| + |Y| values instead of |X|·|Y| pairs) and returns true rows only."""
     state = _state(first, 1, epsilon)
     into = {role: _index(changes.get(role, {}), 1) for role in ROLES}
     out = {role: _index(changes.get(role, {}), 0) for role in ROLES}
@@ -85,10 +91,14 @@ def second_requests(changes: Changes, first: Slice, theta: float, epsilon: float
     for role in ROLES:
         nxt, prev = NEXT[role], PREV[role]
         for x, y in changes.get(role, {}):
-            for z in {*state.parts[prev, HEAVY].into(x), *into[prev].get(x, ())}:
-                req.pairs.add((nxt, y, z))
-            for z in {*state.parts[nxt, LIGHT].out(y), *out[nxt].get(y, ())}:
-                req.pairs.add((prev, z, x))
+            heavy_in = {*state.parts[prev, HEAVY].into(x), *into[prev].get(x, ())}
+            if heavy_in:
+                req.grid_x.add(("a", nxt, y))
+                req.grid_y.update(("a", nxt, z) for z in heavy_in)
+            light_out = {*state.parts[nxt, LIGHT].out(y), *out[nxt].get(y, ())}
+            if light_out:
+                req.grid_x.update(("c", prev, z) for z in light_out)
+                req.grid_y.add(("c", prev, x))
     for role, values in movers(changes, first, theta, epsilon).items():
         req.rows_of |= {(role, x) for x in values}
         req.light_after |= {(role, x) for x in values}
@@ -164,6 +174,11 @@ def answer(requests: Requests, state: BatchState) -> Slice:
     for role, x, z in requests.views:
         if state.views[role].get((x, z)):
             out.views[role, x, z] = state.views[role][x, z]
+    for grid, role, x in requests.grid_x:
+        for part in (HEAVY, LIGHT):
+            for y in state.parts[role, part].out(x):
+                if (grid, role, y) in requests.grid_y:
+                    take(role, part, x, y)
     for role, x in requests.rows_of | requests.light_after:
         for part in (HEAVY, LIGHT):
             for y in state.parts[role, part].out(x):
