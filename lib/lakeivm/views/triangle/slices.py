@@ -15,7 +15,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
 from lakeivm.views.triangle.batch import BatchState, apply_steps, consolidate, rebalance_minor
-from lakeivm.views.triangle.core import HEAVY, LIGHT, NEXT, PREV, ROLES, Key, Part
+from lakeivm.views.triangle.core import HEAVY, LIGHT, NEXT, PREV, ROLES, Key, Part, add_all
 
 Changes = Mapping[str, Mapping[Key, int]]
 
@@ -128,25 +128,23 @@ def run_on_slice(changes: Changes, fetched: Slice, base: int, epsilon: float, si
     left [N/4, N)) and return its exact effect on the whole state (see ``SliceRun``)."""
     changes = {role: consolidate(changes.get(role, {})) for role in ROLES}
     state = _state(fetched, base, epsilon)
-    rows_before, views_before = _rows(state), _views(state)
-    size_before = state.size
+    views_before, size_before = _views(state), state.size
+    rel_delta: dict[tuple[str, str, Hashable, Hashable], int] = {}
+    for role in ROLES:  # each step adds ΔK to the part of x, frozen during the steps
+        for (x, y), p in changes[role].items():
+            add_all(rel_delta, [((role, state.part_of(role, x), x, y), p)])
     apply_steps(state, changes)
     size += state.size - size_before
     major = not base // 4 <= size < base
     moved = () if major else tuple(rebalance_minor(state, movers(changes, fetched, state.theta, epsilon)))
-    rel_delta: dict[tuple[str, str, Hashable, Hashable], int] = {}
-    rows_after = _rows(state)
-    for key in rows_before.keys() | rows_after.keys():
-        before, after = rows_before.get(key, ("", 0)), rows_after.get(key, ("", 0))
-        if before == after:
-            continue
-        role, x, y = key
-        for (part, p), sign in ((before, -1), (after, 1)):
-            if p:
-                rel_delta[role, part, x, y] = rel_delta.get((role, part, x, y), 0) + sign * p
+    for role, x in moved:  # all of x's rows left the other part
+        dst = HEAVY if x in state.parts[role, HEAVY].by_first else LIGHT
+        src = LIGHT if dst == HEAVY else HEAVY
+        for y, p in state.parts[role, dst].out(x).items():
+            add_all(rel_delta, [((role, src, x, y), -p), ((role, dst, x, y), p)])
     views_after = _views(state)
     view_delta = {key: views_after.get(key, 0) - views_before.get(key, 0) for key in views_before.keys() | views_after.keys()}
-    return SliceRun({k: p for k, p in rel_delta.items() if p}, {k: c for k, c in view_delta.items() if c},
+    return SliceRun(rel_delta, {k: c for k, c in view_delta.items() if c},
                     state.count, size, major, moved)
 
 
@@ -208,10 +206,6 @@ def _state(fetched: Slice, base: int, epsilon: float) -> _SliceState:
     state = _SliceState(float(epsilon), base, 0, parts, views)
     state.classes = {key: part for key, (part, _) in fetched.degrees.items()}
     return state
-
-
-def _rows(state: BatchState) -> dict[tuple[str, Hashable, Hashable], tuple[str, int]]:
-    return {(role, x, y): (part, p) for (role, part), rows in state.parts.items() for (x, y), p in rows.items()}
 
 
 def _views(state: BatchState) -> dict[tuple[str, Hashable, Hashable], int]:
