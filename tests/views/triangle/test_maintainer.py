@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from lakeivm.engine import audit, run_view
+from lakeivm.engine import InjectedFailure, audit, run_view
 from lakeivm.registry import classify, spec_from_dict
 from lakeivm.sql import parse_query
 from lakeivm.views.triangle.shape import NEXT, ROLES, triangle_shape
@@ -154,3 +154,31 @@ def test_every_epsilon_and_every_split_of_a_stream_give_the_same_result(lake, sp
     assert len({frozenset(relations(name)) for name in specs}) == 1
     for spec in specs.values():
         assert_exact(lake, spec)
+
+
+def test_large_batches_epsilon_changes_and_crashes_stay_exact(lake, spark, monkeypatch):
+    """The paths besides the driver-side batch: a batch over DRIVER_ROWS keys (rebuilt on Spark), a
+    changed ε (parts and views rebuilt for it), and crashes at every write point, each followed by
+    a rerun that first restores the state the last commit names."""
+    from lakeivm.views.triangle import maintainer
+
+    rng = random.Random(19)
+    lake.create_table("edges", spark.createDataFrame(random_edges(rng, 40), "src bigint, dst bigint"))
+    spec = spec_from_dict({"name": "tri", "sql": GRAPH_SQL, "deadline": 60, "epsilon": 0.5})
+    run_view(lake, spec)
+    monkeypatch.setattr(maintainer, "DRIVER_ROWS", 0)  # every batch is "too large"
+    change_edges(lake, rng, "edges", ("src", "dst"))
+    run_view(lake, spec)
+    assert_exact(lake, spec)
+    monkeypatch.undo()
+    quarter = spec_from_dict({"name": "tri", "sql": GRAPH_SQL, "deadline": 60, "epsilon": 0.25})
+    change_edges(lake, rng, "edges", ("src", "dst"))
+    run_view(lake, quarter)
+    assert_exact(lake, quarter)
+    assert lake.read(lake.view_path("tri")).first()["_lakeivm_epsilon"] == 0.25
+    change_edges(lake, rng, "edges", ("src", "dst"))
+    for point in ("apply:edges", "flush:rel", "flush:w"):
+        with pytest.raises(InjectedFailure):
+            run_view(lake, quarter, fail_at=point)
+    run_view(lake, quarter)
+    assert_exact(lake, quarter)
