@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 from lakeivm.sql import MULTIPLICITY
 from lakeivm.views.base import Context
 from lakeivm.views.state import AdditiveTable, consolidate
+from lakeivm.views.triangle.core import HEAVY, LIGHT, add_all
 from lakeivm.views.triangle.shape import NEXT, ROLES, TriangleShape, triangle_shape
-from lakeivm.views.triangle.slices import Requests, Slice, first_requests, run_on_slice, second_requests
+from lakeivm.views.triangle.slices import Requests, Slice, SliceRun, first_requests, run_on_slice, second_requests
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 REL_KEYS, VIEW_KEYS = ("x", "y", "part"), ("x", "z")
-HEAVY, LIGHT = "h", "l"
 DRIVER_ROWS = 200_000  # a batch with more changed keys than this (per relation) is applied by a rebuild
 
 
@@ -42,7 +42,7 @@ class TriangleMaintainer:
         self._reset()
 
     def _reset(self) -> None:
-        self._changes: dict[str, dict[Any, int]] = {role: {} for role in ROLES}  # netted ΔK on the driver
+        self._changes: dict[str, dict[Any, int]] = {role: {} for role in ROLES}  # netted ΔK on the driver, no zeros
         self._frames: dict[str, list[DataFrame]] = {role: [] for role in ROLES}  # the same ΔK on Spark
         self._too_large = False
 
@@ -76,7 +76,7 @@ class TriangleMaintainer:
             if changes is None:
                 self._too_large = True
             else:
-                _add_into(self._changes[side.role], changes.items())
+                add_all(self._changes[side.role], changes.items())
         ctx.checkpoint(f"apply:{table}")
 
     def flush(self, ctx: Context) -> None:
@@ -90,12 +90,7 @@ class TriangleMaintainer:
             epsilon = _epsilon(ctx)
             count, base, size = self._rebuild(ctx, relations, epsilon, full_count=True)
         else:
-            changes = {role: {k: p for k, p in rows.items() if p} for role, rows in self._changes.items()}
-            fetched = self._fetch(ctx, first_requests(changes))
-            fetched.update(self._fetch(ctx, second_requests(changes, fetched, base ** epsilon, epsilon)))
-            run = run_on_slice(changes, fetched, base, epsilon, size)
-            shared["rel"].add(self._rel_frame(ctx, run.rel_delta))
-            shared["w"].add(self._view_frame(ctx, run.view_delta))
+            run = self._run_on_driver(ctx, base, epsilon, size)
             count, size = stored[shape.output] + run.count_delta, run.size
             if run.major or epsilon != _epsilon(ctx):
                 epsilon = _epsilon(ctx)
@@ -110,7 +105,21 @@ class TriangleMaintainer:
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         return ctx.lake.read(ctx.lake.view_path(ctx.view), version).select(_shape(ctx).output)
 
-    # -- Spark side of a run -------------------------------------------------------------------
+    # -- the two ways of a run ------------------------------------------------------------------
+    def _run_on_driver(self, ctx: Context, base: int, epsilon: float, size: int) -> SliceRun:
+        """Fetch the slice of the state the batch reads, apply the batch rule to it on the driver
+        (``slices.run_on_slice``) and buffer the resulting changes of ``rel`` and ``w``."""
+        shared = self._shared_tables(ctx)
+        rel, view = ctx.lake.read(shared["rel"].path), ctx.lake.read(shared["w"].path)
+        fetched = _fetch(ctx, rel, view, first_requests(self._changes))
+        fetched.update(_fetch(ctx, rel, view, second_requests(self._changes, fetched, base ** epsilon, epsilon)))
+        run = run_on_slice(self._changes, fetched, base, epsilon, size)
+        shared["rel"].add(_frame(ctx, rel.schema, ("role", "x", "y", "part", MULTIPLICITY),
+                                 [(role, x, y, part, m) for (role, part, x, y), m in run.rel_delta.items()]))
+        shared["w"].add(_frame(ctx, view.schema, ("role", "x", "z", "cnt"),
+                               [(role, x, z, c) for (role, x, z), c in run.view_delta.items()]))
+        return run
+
     def _rebuild(self, ctx: Context, relations: Mapping[str, DataFrame], epsilon: float,
                  full_count: bool) -> tuple[int | None, int, int]:
         """Major rebalancing (IVM^ε §4.2): N := 2|D|+1, strict parts and views from the relations;
@@ -121,72 +130,6 @@ class TriangleMaintainer:
         shared["w"].replace(_by_role(views))
         return (_full_count(parts, views) if full_count else None), base, size
 
-    def _fetch(self, ctx: Context, req: Requests) -> Slice:
-        """The requested rows of the stored ``rel`` and ``w`` (semantics: ``slices.answer``) in one
-        query. A single scan of ``rel`` marks the rows each request wants through broadcast joins
-        with the driver's key sets; a value's degree comes back as the count of its other rows."""
-        from pyspark.sql import functions as F
-
-        shared = self._shared_tables(ctx)
-        rel, view = ctx.lake.read(shared["rel"].path), ctx.lake.read(shared["w"].path)
-        on_x, on_y = _Flags(), _Flags()
-        on_x.add("light_out", req.light_out)
-        on_x.add("rows_of", req.rows_of)
-        on_x.add("degree", req.degrees)
-        on_y.add("heavy_into", req.heavy_into)
-        for grid in ("a", "c"):
-            on_x.add(f"grid_{grid}_x", ((role, x) for g, role, x in req.grid_x if g == grid))
-            on_y.add(f"grid_{grid}_y", ((role, y) for g, role, y in req.grid_y if g == grid))
-        pairs = _Flags()
-        pairs.add("pair", req.pairs)
-        marked = rel
-        for flags, on in ((on_x, ["role", "x"]), (on_y, ["role", "y"]), (pairs, ["role", "x", "y"])):
-            marked = flags.join(ctx, marked, on)
-        flag = lambda name: F.coalesce(F.col(name), F.lit(False))  # noqa: E731
-        wanted = ((flag("light_out") & (F.col("part") == LIGHT)) | flag("rows_of") | flag("pair")
-                  | (flag("heavy_into") & (F.col("part") == HEAVY))
-                  | (flag("grid_a_x") & flag("grid_a_y")) | (flag("grid_c_x") & flag("grid_c_y")))
-        marked = marked.withColumn("row", wanted).where(F.col("row") | flag("degree"))
-        parts = [marked.groupBy("role", "x", F.when(F.col("row"), F.col("y")).alias("y"), "part",
-                                F.when(F.col("row"), F.col(MULTIPLICITY)).alias(MULTIPLICITY), "row",
-                                flag("degree").alias("degree"))
-                 .agg(F.count("*").alias("n")).withColumn("cnt", F.lit(None).cast("bigint"))]
-        if req.light_after:
-            movers = rel.join(F.broadcast(_frame(ctx, rel.schema, ("role", "x"), list(req.light_after))), ["role", "x"])
-            successors = movers.select(_next_role().alias("role"), F.col("y").alias("x")).distinct()
-            parts.append(rel.where(rel["part"] == LIGHT).join(F.broadcast(successors), ["role", "x"]).select(
-                "role", "x", "y", "part", MULTIPLICITY, F.lit(True).alias("row"), F.lit(False).alias("degree"),
-                F.lit(1).cast("bigint").alias("n"), F.lit(None).cast("bigint").alias("cnt")))
-        if req.views:
-            keys = _frame(ctx, rel.schema, ("role", "x", "y"), list(req.views))
-            parts.append(view.withColumnRenamed("z", "y").join(F.broadcast(keys), ["role", "x", "y"]).select(
-                "role", "x", "y", F.lit(None).cast("string").alias("part"), F.lit(None).cast("bigint").alias(MULTIPLICITY),
-                F.lit(False).alias("row"), F.lit(False).alias("degree"), F.lit(0).cast("bigint").alias("n"), "cnt"))
-        union = parts[0]
-        for frame in parts[1:]:
-            union = union.unionByName(frame)
-        table = union.toArrow()
-        fetched = Slice()
-        names = ("role", "x", "y", "part", MULTIPLICITY, "row", "degree", "n", "cnt")
-        for role, x, y, part, m, row, degree, n, cnt in zip(*(table.column(name).to_pylist() for name in names)):
-            if row:
-                fetched.rows[role, x, y] = (part, m)
-            if degree:
-                fetched.degrees[role, x] = (part, fetched.degrees.get((role, x), (part, 0))[1] + n)
-            if cnt is not None:
-                fetched.views[role, x, y] = cnt
-        return fetched
-
-    def _rel_frame(self, ctx: Context, delta: Mapping[tuple, int]) -> DataFrame:
-        rel = ctx.lake.read(self._shared_tables(ctx)["rel"].path)
-        rows = [(role, x, y, part, m) for (role, part, x, y), m in delta.items()]
-        return _frame(ctx, rel.schema, ("role", "x", "y", "part", MULTIPLICITY), rows)
-
-    def _view_frame(self, ctx: Context, delta: Mapping[tuple, int]) -> DataFrame:
-        view = ctx.lake.read(self._shared_tables(ctx)["w"].path)
-        rows = [(role, x, z, c) for (role, x, z), c in delta.items()]
-        return _frame(ctx, view.schema, ("role", "x", "z", "cnt"), rows)
-
     def _shared_tables(self, ctx: Context) -> dict[str, AdditiveTable]:
         """The two state tables: ``rel`` (role, x, y, part, m) and ``w`` (role, x, z, cnt)."""
         if not self._shared:
@@ -194,6 +137,61 @@ class TriangleMaintainer:
             self._shared = {"rel": AdditiveTable(ctx.lake, aux("rel"), ("role", *REL_KEYS), (MULTIPLICITY,)),
                             "w": AdditiveTable(ctx.lake, aux("w"), ("role", *VIEW_KEYS), ("cnt",))}
         return self._shared
+
+
+def _fetch(ctx: Context, rel: DataFrame, view: DataFrame, req: Requests) -> Slice:
+    """The requested rows of the stored ``rel`` and ``view`` (``w``), in one query (semantics:
+    ``slices.answer``). A single scan of ``rel`` marks the rows each request wants through broadcast
+    joins with the driver's key sets; a value's degree comes back as the count of its rows."""
+    from pyspark.sql import functions as F
+
+    on_x, on_y = _Flags(), _Flags()
+    on_x.add("light_out", req.light_out)
+    on_x.add("rows_of", req.rows_of)
+    on_x.add("degree", req.degrees)
+    on_y.add("heavy_into", req.heavy_into)
+    for grid in ("a", "c"):
+        on_x.add(f"grid_{grid}_x", ((role, x) for g, role, x in req.grid_x if g == grid))
+        on_y.add(f"grid_{grid}_y", ((role, y) for g, role, y in req.grid_y if g == grid))
+    pairs = _Flags()
+    pairs.add("pair", req.pairs)
+    marked = rel
+    for flags, on in ((on_x, ["role", "x"]), (on_y, ["role", "y"]), (pairs, ["role", "x", "y"])):
+        marked = flags.join(ctx, marked, on)
+    flag = lambda name: F.coalesce(F.col(name), F.lit(False))  # noqa: E731
+    wanted = ((flag("light_out") & (F.col("part") == LIGHT)) | flag("rows_of") | flag("pair")
+              | (flag("heavy_into") & (F.col("part") == HEAVY))
+              | (flag("grid_a_x") & flag("grid_a_y")) | (flag("grid_c_x") & flag("grid_c_y")))
+    marked = marked.withColumn("row", wanted).where(F.col("row") | flag("degree"))
+    parts = [marked.groupBy("role", "x", F.when(F.col("row"), F.col("y")).alias("y"), "part",
+                            F.when(F.col("row"), F.col(MULTIPLICITY)).alias(MULTIPLICITY), "row",
+                            flag("degree").alias("degree"))
+             .agg(F.count("*").alias("n")).withColumn("cnt", F.lit(None).cast("bigint"))]
+    if req.light_after:
+        movers = rel.join(F.broadcast(_frame(ctx, rel.schema, ("role", "x"), list(req.light_after))), ["role", "x"])
+        successors = movers.select(_next_role().alias("role"), F.col("y").alias("x")).distinct()
+        parts.append(rel.where(rel["part"] == LIGHT).join(F.broadcast(successors), ["role", "x"]).select(
+            "role", "x", "y", "part", MULTIPLICITY, F.lit(True).alias("row"), F.lit(False).alias("degree"),
+            F.lit(1).cast("bigint").alias("n"), F.lit(None).cast("bigint").alias("cnt")))
+    if req.views:
+        keys = _frame(ctx, rel.schema, ("role", "x", "y"), list(req.views))
+        parts.append(view.withColumnRenamed("z", "y").join(F.broadcast(keys), ["role", "x", "y"]).select(
+            "role", "x", "y", F.lit(None).cast("string").alias("part"), F.lit(None).cast("bigint").alias(MULTIPLICITY),
+            F.lit(False).alias("row"), F.lit(False).alias("degree"), F.lit(0).cast("bigint").alias("n"), "cnt"))
+    union = parts[0]
+    for frame in parts[1:]:
+        union = union.unionByName(frame)
+    table = union.toArrow()
+    fetched = Slice()
+    names = ("role", "x", "y", "part", MULTIPLICITY, "row", "degree", "n", "cnt")
+    for role, x, y, part, m, row, degree, n, cnt in zip(*(table.column(name).to_pylist() for name in names)):
+        if row:
+            fetched.rows[role, x, y] = (part, m)
+        if degree:
+            fetched.degrees[role, x] = (part, fetched.degrees.get((role, x), (part, 0))[1] + n)
+        if cnt is not None:
+            fetched.views[role, x, y] = cnt
+    return fetched
 
 
 class _Flags:
@@ -234,11 +232,6 @@ def _collect_changes(rows: DataFrame) -> dict[Any, int] | None:
     if table.num_rows > DRIVER_ROWS:
         return None
     return {(x, y): m for x, y, m in zip(*(table.column(c).to_pylist() for c in ("x", "y", MULTIPLICITY)))}
-
-
-def _add_into(total: dict[Any, int], changes: Iterable[tuple[Any, int]]) -> None:
-    for key, p in changes:
-        total[key] = total.get(key, 0) + p
 
 
 def _live(rel: AdditiveTable, role: str, deltas: Iterable[DataFrame] = ()) -> DataFrame:

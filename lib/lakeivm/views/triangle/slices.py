@@ -3,8 +3,8 @@
 A batch reads few rows of the state: those along the bounded fan-outs of its steps (≤ 2N^(1-ε)
 heavy values into a Δ value, < 3/2 N^ε light tuples out of one) and the rows of the values that
 move. ``first_requests`` names the rows the batch alone determines; ``second_requests`` the ones
-that depend on what the first returned (point lookups at the end of each fan-out, the movers'
-rows and their light successors). A maintainer fetches both, and ``run_on_slice`` applies the
+that depend on what the first returned (the ends of each fan-out, the movers' rows and their light
+successors). A maintainer fetches both, and ``run_on_slice`` applies the
 batch to a ``BatchState`` holding only them. Relations and views are additive, so a row that is
 never read need not be present: the result is the exact change of every relation, view, Q and |D|.
 ``answer`` returns the requested rows of a whole state; it is the oracle the tests use.
