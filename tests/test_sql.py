@@ -85,3 +85,56 @@ def test_delta_query_starts_from_the_delta_along_the_join_graph():
     assert sql.startswith("SELECT /*+ BROADCAST(t) */")
     assert "FROM delta_t AS t, snap_s AS s, snap_r AS r WHERE" in sql  # t, then its neighbour s, then r
     assert "r.a = s.a" in sql and "s.b = t.b" in sql
+
+
+def test_java_method_in_where_is_refused_naming_function_file_and_line():
+    sql = ("SELECT g, COUNT(*) AS c FROM s\n"
+           "WHERE java_method('java.lang.System', 'setProperty', 'lakeivm.pwned', 'yes') IS NOT NULL\nGROUP BY g")
+    with pytest.raises(UnsupportedQuery, match=r"views/x.yaml: line 2: function java_method\(\) is not allowed") as err:
+        parse_query(sql, SCHEMAS, source="views/x.yaml")
+    assert "compute the value into a column" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "expression, name",
+    [
+        ("reflect('java.lang.System', 'getenv', 'HOME')", "reflect"),
+        ("getenv('HOME')", "getenv"),
+        ("my_udf(g)", "my_udf"),
+        ("db.my_udf(g)", "my_udf"),
+        ("hash(g)", "hash"),
+        ("transform(array(b), v -> v + 1)", "transform"),
+    ],
+)
+def test_functions_outside_the_vetted_set_are_refused(expression, name):
+    with pytest.raises(UnsupportedQuery, match=rf"(?i)line 1: function {name}\(\) is not allowed in a view"):
+        parse_query(f"SELECT g, COUNT(*) AS c FROM s WHERE {expression} IS NOT NULL GROUP BY g", SCHEMAS, source="v.yaml")
+
+
+@pytest.mark.parametrize("call", ["rand()", "random()", "uuid()", "now()", "current_timestamp()", "current_date",
+                                  "unix_timestamp()", "monotonically_increasing_id()", "input_file_name()"])
+def test_non_deterministic_functions_are_refused_by_name(call):
+    name = "current_timestamp" if call == "unix_timestamp()" else call.split("(")[0]  # what it reads
+    with pytest.raises(UnsupportedQuery, match=rf"(?i)v.yaml: line 2: non-deterministic function {name}\(\) cannot be "
+                                               "maintained incrementally"):
+        parse_query(f"SELECT g, COUNT(*) AS c FROM s\nWHERE b < 3 AND {call} IS NOT NULL GROUP BY g", SCHEMAS, source="v.yaml")
+
+
+def test_a_regression_feature_may_not_call_refused_functions():
+    from lakeivm.views.fivm.plan import fit_query
+
+    q = parse_query("SELECT COUNT(*) AS c FROM s", SCHEMAS)
+    with pytest.raises(UnsupportedQuery, match=r"feature .*: line 1: function reflect\(\) is not allowed"):
+        fit_query(q, {"features": ["reflect('java.lang.System', 'getenv', 'HOME') AS x"], "label": "b"}, SCHEMAS)
+
+
+def test_vetted_deterministic_functions_are_accepted():
+    sql = ("SELECT UPPER(TRIM(g)) AS ug, YEAR(TO_DATE(g)) AS yr, SUM(CASE WHEN s.b > 0 THEN ABS(s.b) ELSE 0 END) AS sb, "
+           "AVG(COALESCE(ROUND(y, 2), FLOOR(y), CEIL(y))) AS ay, COUNT(*) AS c, MIN(LENGTH(SUBSTRING(g, 1, 2))) AS mn, "
+           "MAX(IF(NULLIF(s.b, 0) IS NULL, 0, CAST(s.b AS DOUBLE))) AS mx "
+           "FROM s JOIN t ON s.b = t.b "
+           "WHERE LOWER(CONCAT(g, 'x')) LIKE 'a%' AND DATEDIFF(DATE_ADD(TO_DATE(g), 1), TO_DATE(g)) = 1 "
+           "AND EXTRACT(MONTH FROM DATE_TRUNC('month', TO_DATE(g))) = MONTH(TO_DATE(g)) "
+           "GROUP BY UPPER(TRIM(g)), YEAR(TO_DATE(g))")
+    q = parse_query(sql, SCHEMAS)
+    assert [o.name for o in q.outputs] == ["ug", "yr", "sb", "ay", "c", "mn", "mx"]

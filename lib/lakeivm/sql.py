@@ -22,6 +22,7 @@ from sqlglot.errors import OptimizeError, ParseError
 from sqlglot.optimizer.qualify import qualify
 
 from lakeivm.errors import UnsupportedQuery
+from lakeivm.sql_functions import check_functions
 
 DIALECT = "spark"
 MULTIPLICITY = "_lakeivm_m"
@@ -130,8 +131,9 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
     """Parse and qualify ``sql`` against table schemas ({table: {column: type}}) into a Query.
 
     Raises UnsupportedQuery naming the source, line and construct for anything outside
-    select-project-join + GROUP BY + SUM/COUNT/AVG/MIN/MAX (subqueries are recorded, not rejected:
-    the classifier decides whether the nested kind takes them).
+    select-project-join + GROUP BY + SUM/COUNT/AVG/MIN/MAX, or calling a function outside the vetted
+    deterministic built-ins (``lakeivm.sql_functions``). Subqueries are recorded, not rejected: the
+    classifier decides whether the nested kind takes them.
     """
     try:
         tree = sqlglot.parse_one(sql, dialect=DIALECT)
@@ -255,6 +257,7 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
             )
         if agg.find(exp.Distinct):
             raise UnsupportedQuery(f"{source}: line {_line(agg, sql)}: DISTINCT inside {agg.key.upper()} is not supported.")
+    check_functions(tree, sql, source)
 
 
 def _relations(tree: exp.Select) -> tuple[Relation, ...]:

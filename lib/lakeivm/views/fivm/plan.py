@@ -32,6 +32,7 @@ from sqlglot import exp
 
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.sql import COUNT, DIALECT, Query
+from lakeivm.sql_functions import check_functions
 from lakeivm.views.fivm.payload import PayloadRing
 from lakeivm.views.fivm.tree import View, ViewTree, build_view_tree
 from lakeivm.views.fivm.vorder import VariableOrder, derive_order, parse_order
@@ -193,6 +194,7 @@ def _feature(item: str, query: Query, owners: Callable[[str], list[str]]) -> Fea
         node = sqlglot.parse_one(f"SELECT {item}", dialect=DIALECT).expressions[0]
     except (sqlglot.errors.ParseError, IndexError) as err:
         raise UnsupportedQuery(f"feature {item!r} does not parse as an SQL expression: {err}") from err
+    check_functions(node, f"SELECT {item}", f"feature {item!r}")  # a feature runs in Spark like the view's SQL
     body = node.this if isinstance(node, exp.Alias) else node
     if isinstance(node, exp.Alias):
         name = node.alias
