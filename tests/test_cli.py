@@ -1,12 +1,15 @@
 """The lakeivm command, in-process: refresh, status, read, audit, and errors with exit code 2."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lakeivm.cli import main
 from tests.helpers import sql
 
 VIEW = "name: by_g\nsql: SELECT g, SUM(x) AS sx FROM r JOIN s ON r.a = s.a GROUP BY g\ndeadline: 60s\n"
+BROKEN = "name: broken\nsql: [\ndeadline: 60s\n"  # malformed YAML: it must not stop by_g
 
 
 @pytest.fixture
@@ -14,6 +17,7 @@ def views(tmp_path):
     folder = tmp_path / "views"
     folder.mkdir()
     (folder / "by_g.yaml").write_text(VIEW)
+    (folder / "broken.yaml").write_text(BROKEN)
     return str(folder)
 
 
@@ -22,10 +26,17 @@ def test_refresh_status_read_audit(lake, spark, views, capsys):
     lake.create_table("s", spark.createDataFrame([(0, 0), (1, 1)], "a int, g int"))
     common = ["--lake", lake.root, "--views", views]
     assert main([*common, "refresh", "by_g"]) == 0
-    assert "run #1 bootstrap" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "run #1 bootstrap" in out
+    warning = f"lakeivm: warning: skipped a view spec that does not load: {views}/broken.yaml: line 2: malformed YAML"
+    assert err.startswith(warning) and err.count("\n") == 1  # one line, naming file and line
     sql(lake, "INSERT INTO {t} VALUES (1, 40)", "r")
     assert main([*common, "status"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert f"{views}/broken.yaml: line 2: malformed YAML" in err
+    assert main([*common, "status", "--json"]) == 0
+    entries = {entry["view"]: entry for entry in json.loads(capsys.readouterr().out)}
+    assert set(entries) == {"by_g", "broken"} and entries["broken"]["source"] == f"{views}/broken.yaml"
     assert "by_g  [fivm]  deadline 60s" in out and "r            watermark    0  head    1  pending rows 1" in out
     assert "refresh now: predicted" in out and "within the deadline 60s" in out and "deadline record: 0/0" in out
     assert main([*common, "refresh", "by_g"]) == 0
@@ -38,7 +49,14 @@ def test_refresh_status_read_audit(lake, spark, views, capsys):
 
 def test_unknown_view_is_a_clear_error(lake, views, capsys):
     assert main(["--lake", lake.root, "--views", views, "refresh", "nope"]) == 2
-    assert "unknown view 'nope'; registered views: by_g" in capsys.readouterr().err
+    assert f"unknown view 'nope'; registered views: by_g; spec files that do not load: {views}/broken.yaml" in capsys.readouterr().err
+
+
+def test_refreshing_a_view_whose_spec_does_not_load_names_the_file_and_fix(tmp_path, views, capsys):
+    assert main(["--lake", str(tmp_path / "lake"), "--views", views, "refresh", "broken"]) == 2  # before any Spark
+    err = capsys.readouterr().err
+    assert f"lakeivm: error: view 'broken' cannot run: its spec does not load:\n{views}/broken.yaml: line 2: malformed YAML" in err
+    assert "write SQL as a block (`sql: |`" in err and f"Fix {views}/broken.yaml" in err
 
 
 def test_datagen_graph_writes_a_power_law_edges_table(lake, capsys):

@@ -1,10 +1,14 @@
 """View specs: YAML + JSON-schema validation with file and field in every error; classification."""
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
-from lakeivm.registry import classify, find_spec, load_spec, load_specs, parse_duration, spec_from_dict
+from lakeivm.registry import (NAME_PATTERN, SCHEMA_PATH, ViewSpec, classify, find_spec, load_spec, load_specs,
+                              parse_duration, spec_from_dict)
 
 GOOD = "name: v1\nsql: SELECT g, COUNT(*) AS c FROM s GROUP BY g\ndeadline: 30s\ntick: 1m\n"
 
@@ -22,7 +26,7 @@ def test_good_spec(tmp_path):
 
 def test_malformed_yaml_names_the_file(tmp_path):
     path = write(tmp_path, "name: [unclosed\nsql: x")
-    with pytest.raises(SpecError, match=f"{path}: malformed YAML"):
+    with pytest.raises(SpecError, match=f"{re.escape(str(path))}: line 1: malformed YAML"):
         load_spec(path)
 
 
@@ -30,7 +34,7 @@ def test_malformed_yaml_names_the_file(tmp_path):
     "text, message",
     [
         ("name: v1\nsql: SELECT 1\n", r"\(top level\): 'deadline' is a required property"),
-        (GOOD.replace("30s", "thirty"), "deadline: 'thirty' is not valid"),
+        (GOOD.replace("30s", "thirty"), "line 3: deadline: 'thirty' is not valid"),
         (GOOD.replace("v1", "Bad-Name"), "name: 'Bad-Name' does not match"),
         (GOOD + "kind: magic\n", "kind: 'magic' is not one of"),
         (GOOD + "colour: blue\n", "Additional properties are not allowed \\('colour' was unexpected\\)"),
@@ -48,11 +52,56 @@ def test_schema_violations_name_file_and_field(tmp_path, text, message):
 def test_duplicate_names_and_unknown_view(tmp_path):
     write(tmp_path, GOOD, "a.yaml")
     specs = load_specs(tmp_path)
-    with pytest.raises(UnknownView, match="unknown view 'nope'; registered views: v1"):
+    with pytest.raises(UnknownView, match="unknown view 'nope'; registered views: v1$"):
         find_spec(specs, "nope")
     write(tmp_path, GOOD, "b.yaml")
-    with pytest.raises(SpecError, match="view 'v1' is already defined"):
-        load_specs(tmp_path)
+    write(tmp_path, GOOD.replace("v1", "v2"), "c.yaml")
+    specs = load_specs(tmp_path)  # neither file of v1 is the view: both are reported, v2 still loads
+    assert list(specs) == ["v2"] and [b.path for b in specs.broken] == [str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]
+    assert specs.broken[0].summary == f"{tmp_path / 'a.yaml'}: line 1: name: view 'v1' is also declared in " \
+                                      f"{tmp_path / 'b.yaml'}; give each view its own name"
+    with pytest.raises(SpecError, match="view 'v1' cannot run: its spec does not load"):
+        find_spec(specs, "v1")
+
+
+BROKEN = "name: broken\nsql: [\ndeadline: 1m\n"  # the issue's `sql: [`: an unclosed flow sequence
+
+
+def test_one_malformed_spec_does_not_stop_the_others(tmp_path):
+    write(tmp_path, GOOD, "good.yaml")
+    broken = write(tmp_path, BROKEN, "broken.yaml")
+    wrong = write(tmp_path, GOOD.replace("v1", "v3").replace("30s", "soon"), "wrong.yml")
+    specs = load_specs(tmp_path)
+    assert list(specs) == ["v1"] and find_spec(specs, "v1").name == "v1"
+    assert [b.path for b in specs.broken] == [str(broken), str(wrong)]
+    first, second = (b.summary for b in specs.broken)
+    assert first.startswith(f"{broken}: line 2: malformed YAML: while parsing a flow sequence") and "\n" not in first
+    assert "(noticed at line 4)" in first and "write SQL as a block (`sql: |`" in first
+    assert second.startswith(f"{wrong}: line 3: deadline: 'soon' is not valid") and "\n" not in second
+    with pytest.raises(SpecError) as err:
+        find_spec(specs, "broken")  # by its name: line, or by its file name
+    assert f"{broken}: line 2: malformed YAML" in str(err.value) and f"Fix {broken}" in str(err.value)
+    with pytest.raises(SpecError, match=f"view 'v3' cannot run.*\n{re.escape(str(wrong))}: line 3: deadline"):
+        find_spec(specs, "v3")
+    with pytest.raises(UnknownView, match=f"registered views: v1; spec files that do not load: {re.escape(str(broken))}"):
+        find_spec(specs, "nope")
+
+
+def test_several_problems_of_one_spec_are_summarized_on_one_line(tmp_path):
+    path = write(tmp_path, "name: Bad-Name\nsql: SELECT 1\ndeadline: soon\n")
+    (entry,) = load_specs(tmp_path).broken
+    assert entry.summary == f"{path}: line 3: deadline: 'soon' is not valid under any of the given schemas (and 1 more problems)"
+    assert entry.names == ("Bad-Name", "v")
+
+
+@pytest.mark.parametrize("name", ["Bad-Name", "v'; DROP TABLE x; --", "", "1v", "v" * 64, "v\n", "v x"])
+def test_a_view_spec_built_in_python_checks_its_name(name):
+    with pytest.raises(SpecError, match=r"<spec>: name: .* is not a view name: use lower-case letters"):
+        ViewSpec(name=name, sql="SELECT 1", deadline_s=1.0)
+
+
+def test_the_name_pattern_is_the_schema_s():
+    assert json.loads(SCHEMA_PATH.read_text())["properties"]["name"]["pattern"] == f"^{NAME_PATTERN.pattern}$"
 
 
 def test_durations():
@@ -73,3 +122,20 @@ def test_classify_first_order_and_rejections():
     assert kind == "first_order" and [a.func for a in query.extrema] == ["MIN"]
     with pytest.raises(UnsupportedQuery, match="kind triangle needs a triangle count"):
         classify(spec_from_dict({"name": "v", "sql": "SELECT COUNT(*) AS c FROM s", "deadline": 5, "kind": "triangle"}), schemas)
+
+
+def test_every_shipped_spec_loads_and_calls_only_vetted_functions():
+    import sqlglot
+
+    from lakeivm.sql import DIALECT
+    from lakeivm.sql_functions import check_functions
+
+    folders = sorted(SCHEMA_PATH.parent.glob("views*"))
+    assert len(folders) >= 3
+    for folder in folders:
+        specs = load_specs(folder)
+        assert specs and not specs.broken, [b.summary for b in specs.broken]
+        for spec in specs.values():
+            check_functions(sqlglot.parse_one(spec.sql, dialect=DIALECT), spec.sql, spec.source)
+            for feature in spec.options.get("features", ()):
+                check_functions(sqlglot.parse_one(f"SELECT {feature}", dialect=DIALECT), feature, spec.source)

@@ -100,15 +100,21 @@ def _lake(settings: Settings):
 def _specs(settings: Settings):
     from lakeivm.registry import load_specs
 
-    return load_specs(settings.views)
+    specs = load_specs(settings.views)
+    for broken in specs.broken:
+        print(f"lakeivm: warning: skipped a view spec that does not load: {broken.summary}", file=sys.stderr)
+    return specs
 
 
 def _status(args, settings: Settings) -> int:
+    """The views folder's specs; each file that does not load is named on stderr and skipped."""
     from lakeivm.engine import status
 
-    report = status(_lake(settings), _specs(settings))
+    specs = _specs(settings)
+    report = status(_lake(settings), specs)
     if args.json:
-        print(json.dumps(report, indent=2, default=str))
+        unloaded = [{"view": broken.names[0], "source": broken.path, "error": broken.problem} for broken in specs.broken]
+        print(json.dumps(report + unloaded, indent=2, default=str))
         return 0
     for entry in report:
         print(f"{entry['view']}  [{entry.get('kind', '?')}]  deadline {entry['deadline_s']:g}s  tick {entry['tick_s']:g}s")

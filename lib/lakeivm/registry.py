@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ SCHEMA_PATH = REPO_ROOT / "schemas" / "view.schema.json"
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 KINDS = ("first_order", "fivm", "triangle", "nested", "join_sample")
 AVAILABLE_KINDS = ("first_order", "triangle", "join_sample", "nested", "fivm")
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,62}")  # = the schema's name pattern (a test checks they agree)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,12 @@ class ViewSpec:
     options: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<spec>"
 
+    def __post_init__(self) -> None:
+        # The name is spliced into SQL (log filters, state paths); a spec built in Python skips the schema.
+        if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
+            raise SpecError(f"{self.source}: name: {self.name!r} is not a view name: use lower-case letters, digits "
+                            "and underscores, starting with a letter (at most 63 characters)")
+
 
 def parse_duration(value: float | int | str) -> float:
     """Seconds in a duration: a number of seconds or '500ms', '30s', '1m', '2h'.
@@ -59,23 +66,30 @@ def parse_duration(value: float | int | str) -> float:
 
 
 def load_spec(path: str | Path) -> ViewSpec:
-    """Read and validate one YAML spec file."""
+    """Read and validate one YAML spec file; a SpecError names the file, the line and what is wrong."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise SpecError(f"{path}: malformed YAML: {err}") from err
-    return spec_from_dict(data, source=str(path))
+        raise SpecError(_yaml_problem(path, err)) from err
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(f"{path}: cannot read the spec: {err}") from err
+    return spec_from_dict(data, source=str(path), lines=_key_lines(text))
 
 
-def spec_from_dict(data: Any, source: str = "<spec>") -> ViewSpec:
-    """Validate a parsed spec against the JSON schema and build a ViewSpec."""
+def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] | None = None) -> ViewSpec:
+    """Validate a parsed spec against the JSON schema and build a ViewSpec.
+
+    ``lines`` maps top-level keys to their line in the file ("" to the mapping's first line), so a
+    schema violation names the line as well as the field.
+    """
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a view spec must be a mapping with name, sql, deadline; got {type(data).__name__}")
     validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.path))
     if errors:
-        raise SpecError("\n".join(f"{source}: {_field(e)}: {e.message}" for e in errors))
+        raise SpecError("\n".join(f"{_where(source, e, lines or {})}: {_field(e)}: {e.message}" for e in errors))
     known = {"name", "sql", "deadline", "tick", "kind", "on_unreadable_changes", "nullable_keys", "max_pending_age", "description"}
     return ViewSpec(
         name=data["name"],
@@ -91,22 +105,67 @@ def spec_from_dict(data: Any, source: str = "<spec>") -> ViewSpec:
     )
 
 
-def load_specs(folder: str | Path) -> dict[str, ViewSpec]:
-    """All specs in a folder (``*.yaml``/``*.yml``), by name; duplicate names are an error."""
-    specs: dict[str, ViewSpec] = {}
+@dataclass(frozen=True)
+class BrokenSpec:
+    """A spec file that does not load: ``problem`` names the file and line (one line per problem);
+    ``names`` are the views it may be meant to declare (its readable ``name:``, its file name)."""
+
+    path: str
+    problem: str
+    names: tuple[str, ...]
+
+    @property
+    def summary(self) -> str:
+        """The first problem, on one line."""
+        first, *more = self.problem.splitlines()
+        return f"{first} (and {len(more)} more problems)" if more else first
+
+
+class Specs(dict[str, ViewSpec]):
+    """The specs of a views folder by name, and ``broken``: the files that did not load."""
+
+    def __init__(self, specs: Mapping[str, ViewSpec], broken: Sequence[BrokenSpec] = ()) -> None:
+        super().__init__(specs)
+        self.broken = tuple(broken)
+
+
+def load_specs(folder: str | Path) -> Specs:
+    """All specs in a folder (``*.yaml``/``*.yml``) by name, each loaded on its own.
+
+    A file that does not load goes to ``broken`` and the others still load (one malformed spec must
+    not stop every view); so does every file of a name declared twice, since neither is the view.
+    """
+    loaded: dict[str, list[ViewSpec]] = {}
+    broken: list[BrokenSpec] = []
     for path in sorted([*Path(folder).glob("*.yaml"), *Path(folder).glob("*.yml")]):
-        spec = load_spec(path)
-        if spec.name in specs:
-            raise SpecError(f"{path}: name: view {spec.name!r} is already defined in {specs[spec.name].source}")
-        specs[spec.name] = spec
-    return specs
+        try:
+            spec = load_spec(path)
+        except SpecError as err:
+            broken.append(BrokenSpec(str(path), str(err), _declared_names(path)))
+            continue
+        loaded.setdefault(spec.name, []).append(spec)
+    for name, same in loaded.items():
+        for spec in same if len(same) > 1 else ():
+            others = ", ".join(other.source for other in same if other is not spec)
+            line = _key_lines(Path(spec.source).read_text()).get("name", 1)
+            broken.append(BrokenSpec(spec.source, f"{spec.source}: line {line}: name: view {name!r} is also declared in "
+                                     f"{others}; give each view its own name", (name,)))
+    specs = {name: same[0] for name, same in loaded.items() if len(same) == 1}
+    return Specs(specs, sorted(broken, key=lambda entry: entry.path))
 
 
 def find_spec(specs: Mapping[str, ViewSpec], name: str) -> ViewSpec:
-    """The spec called ``name``, or UnknownView listing the registered ones."""
-    if name not in specs:
-        raise UnknownView(f"unknown view {name!r}; registered views: {', '.join(sorted(specs)) or 'none'}")
-    return specs[name]
+    """The spec called ``name``; SpecError naming the file and the fix if its spec does not load;
+    otherwise UnknownView listing the registered views."""
+    if name in specs:
+        return specs[name]
+    broken = getattr(specs, "broken", ())
+    for entry in broken:
+        if name in entry.names:
+            raise SpecError(f"view {name!r} cannot run: its spec does not load:\n{entry.problem}\n"
+                            f"Fix {entry.path} (the fields are described in {SCHEMA_PATH}); the other views are not affected.")
+    unloaded = f"; spec files that do not load: {', '.join(entry.path for entry in broken)}" if broken else ""
+    raise UnknownView(f"unknown view {name!r}; registered views: {', '.join(sorted(specs)) or 'none'}{unloaded}")
 
 
 FIVM_OPTIONS = frozenset({"features", "label", "updatable"})  # spec options only the fivm kind reads
@@ -182,6 +241,41 @@ def _check_first_order(spec: ViewSpec, query: Query) -> None:
             f"{spec.source}: a first_order view needs aggregates (SUM/COUNT/AVG with or without GROUP BY); "
             "a plain join is kept as a sample with sample_size."
         )
+
+
+def _yaml_problem(path: Path, err: yaml.YAMLError) -> str:
+    """One line: where the YAML breaks and the fix. An unclosed bracket or quote is reported where it
+    opened (the parser notices it lines later); a block mapping's context would only name line 1."""
+    problem = getattr(err, "problem_mark", None)
+    context = getattr(err, "context", None) or ""
+    mark = (getattr(err, "context_mark", None) if "block" not in context else None) or problem
+    line = mark.line + 1 if mark else 1
+    what = ", ".join(part for part in (context, getattr(err, "problem", None)) if part) or str(err)
+    seen = f" (noticed at line {problem.line + 1})" if problem and problem.line + 1 != line else ""
+    return (f"{path}: line {line}: malformed YAML: {' '.join(what.split())}{seen}; fix the YAML there: quote a value "
+            "with special characters, and write SQL as a block (`sql: |`, the query indented on the lines below)")
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """Line of each top-level key of a YAML mapping, and "" -> the mapping's first line (1-based)."""
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {"": node.start_mark.line + 1, **{str(key.value): key.start_mark.line + 1 for key, _ in node.value}}
+
+
+def _declared_names(path: Path) -> tuple[str, ...]:
+    """The views a file that does not load may be meant to declare: a readable ``name:`` line, its stem."""
+    try:
+        match = re.search(r"^name:\s*[\"']?([A-Za-z0-9_-]+)", path.read_text(), re.MULTILINE)
+    except (OSError, UnicodeDecodeError):
+        match = None
+    return tuple(dict.fromkeys([*([match.group(1)] if match else []), path.stem]))
+
+
+def _where(source: str, error: jsonschema.ValidationError, lines: Mapping[str, int]) -> str:
+    line = lines.get(str(error.path[0]) if error.path else "")
+    return f"{source}: line {line}" if line else source
 
 
 def _field(error: jsonschema.ValidationError) -> str:

@@ -7,11 +7,13 @@ LAKEIVM_SPARK_MASTER names a cluster; both call the same entry point, ``jobs/ref
 """
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from lakeivm.config import REPO_ROOT, Settings, load_settings
+from lakeivm.errors import SpecError
 from lakeivm.registry import ViewSpec, load_specs
 
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"  # = lakeivm.spark.DELTA_PACKAGE (not imported: no Spark at parse time)
@@ -27,15 +29,30 @@ def view_asset_uri(settings: Settings, view: str) -> str:
 
 
 def build_dags(settings: Settings | None = None) -> dict[str, Any]:
-    """``{dag_id: DAG}`` for every spec in the views folder."""
+    """``{dag_id: DAG}`` for every spec in the views folder that loads; one that does not is logged
+    here and raised by ``check_specs`` from a DAG file of its own, so the other views keep their DAGs."""
     settings = settings or load_settings()
-    return {f"lakeivm__{name}": build_dag(spec, settings) for name, spec in load_specs(settings.views).items()}
+    specs = load_specs(settings.views)
+    for broken in specs.broken:
+        logging.getLogger("lakeivm").error("lakeivm: no DAG for a view spec that does not load: %s", broken.summary)
+    return {f"lakeivm__{name}": build_dag(spec, settings) for name, spec in specs.items()}
+
+
+def check_specs(settings: Settings | None = None) -> None:
+    """Raise SpecError naming every view spec of the views folder that does not load (file and line).
+
+    Airflow shows it as the import error of the DAG file calling it (``lakeivm_spec_errors.py``). That
+    file is not ``lakeivm_views.py`` because Airflow 3 marks every DAG of a file with an import error
+    stale, which would stop the views whose specs are fine.
+    """
+    broken = load_specs((settings or load_settings()).views).broken
+    if broken:
+        raise SpecError(f"{len(broken)} view spec(s) do not load, so their views have no DAG "
+                        "(the other views' DAGs are in lakeivm_views.py):\n" + "\n".join(entry.summary for entry in broken))
 
 
 async def deadline_missed(view: str, deadline_s: float, **context: Any) -> None:
     """Deadline alert callback (runs in the triggerer): a run of ``view`` outlived its deadline."""
-    import logging
-
     logging.getLogger("lakeivm").warning(
         "lakeivm: a run of view %s did not finish within its deadline of %gs; `lakeivm status` shows "
         "the backlog and the predicted refresh time (raise the deadline, tick more often or calibrate).",
