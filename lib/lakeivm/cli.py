@@ -98,6 +98,7 @@ def _lake(settings: Settings):
 
 
 def _specs(settings: Settings):
+    """The views folder's specs; each file that does not load is named on stderr and skipped."""
     from lakeivm.registry import load_specs
 
     specs = load_specs(settings.views)
@@ -107,7 +108,6 @@ def _specs(settings: Settings):
 
 
 def _status(args, settings: Settings) -> int:
-    """The views folder's specs; each file that does not load is named on stderr and skipped."""
     from lakeivm.engine import status
 
     specs = _specs(settings)
