@@ -67,6 +67,10 @@ def test_hidden_group_key_when_not_selected():
         ("SELECT b, COUNT(*) FROM s GROUP BY g", "neither a GROUP BY key nor an aggregate"),
         ("SELECT a FROM r UNION SELECT a FROM s", "must be one SELECT"),
         ("SELEC a FROM r", "does not parse"),
+        ("SELECT TRANSFORM(a, x) USING 'id' AS (u, v) FROM r", r"TRANSFORM \.\.\. USING \(a script\) is not supported"),
+        ("SELECT g, COUNT(*) FROM s TABLESAMPLE (10 PERCENT) GROUP BY g", "TABLESAMPLE is not supported"),
+        ("SELECT g, COUNT(*) FROM s WHERE b = ? GROUP BY g", "a query parameter is not supported"),
+        ("SELECT g, COUNT(*) FROM s WHERE g = '${env:AWS_SECRET_ACCESS_KEY}' GROUP BY g", r"\$\{\.\.\.\} is not allowed"),
     ],
 )
 def test_unsupported_sql_is_named(sql, message):
@@ -126,6 +130,8 @@ def test_a_regression_feature_may_not_call_refused_functions():
     q = parse_query("SELECT COUNT(*) AS c FROM s", SCHEMAS)
     with pytest.raises(UnsupportedQuery, match=r"feature .*: line 1: function reflect\(\) is not allowed"):
         fit_query(q, {"features": ["reflect('java.lang.System', 'getenv', 'HOME') AS x"], "label": "b"}, SCHEMAS)
+    with pytest.raises(UnsupportedQuery, match=r"feature .*: \$\{\.\.\.\} is not allowed"):
+        fit_query(q, {"features": ["LENGTH('${env:HOME}') AS x"], "label": "b"}, SCHEMAS)
 
 
 def test_vetted_deterministic_functions_are_accepted():

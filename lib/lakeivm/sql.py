@@ -231,6 +231,10 @@ def _build(sql: str, tree: exp.Select, source: str) -> Query:
 
 
 def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
+    if "${" in sql:  # Spark substitutes ${env:...}, ${system:...}, ${spark:...} before parsing, in literals too
+        line = sql.count("\n", 0, sql.index("${")) + 1
+        raise UnsupportedQuery(f"{source}: line {line}: ${{...}} is not allowed: Spark replaces it with an "
+                               "environment variable, system property or setting; write the value itself.")
     checks = [
         (tree.args.get("with"), "a WITH clause (CTE)", "inline the CTE as a join"),
         (tree.args.get("distinct"), "SELECT DISTINCT", "GROUP BY the columns instead"),
@@ -239,6 +243,9 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
         (tree.args.get("limit"), "LIMIT", "limit when reading the view"),
         (tree.find(exp.Window), "a window function", "window functions are not maintained incrementally"),
         (tree.find(exp.Union, exp.Intersect, exp.Except), "a set operation", "register one view per branch"),
+        (tree.find(exp.QueryTransform), "TRANSFORM ... USING (a script)", "it runs a program; compute the column upstream"),
+        (tree.find(exp.TableSample), "TABLESAMPLE", "a sample differs between runs; keep one with sample_size: k"),
+        (tree.find(exp.Parameter, exp.Placeholder), "a query parameter", "write the value in the SQL"),
     ]
     for node, construct, fix in checks:
         if node:

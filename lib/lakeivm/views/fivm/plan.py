@@ -195,6 +195,8 @@ def _feature(item: str, query: Query, owners: Callable[[str], list[str]]) -> Fea
     except (sqlglot.errors.ParseError, IndexError) as err:
         raise UnsupportedQuery(f"feature {item!r} does not parse as an SQL expression: {err}") from err
     check_functions(node, f"SELECT {item}", f"feature {item!r}")  # a feature runs in Spark like the view's SQL
+    if "${" in item:
+        raise UnsupportedQuery(f"feature {item!r}: ${{...}} is not allowed: Spark replaces it with an environment variable or setting.")
     body = node.this if isinstance(node, exp.Alias) else node
     if isinstance(node, exp.Alias):
         name = node.alias
