@@ -1,6 +1,7 @@
 """The Airflow DAGs: parsing is clean and Spark-free; dag.test() runs plan -> apply -> validate."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -39,6 +40,47 @@ def test_dag_folder_parses_without_errors_spark_or_connections():
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=os.environ.copy())
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+@pytest.fixture
+def views_with_a_broken_spec(tmp_path):
+    views = tmp_path / "views"
+    views.mkdir()
+    (views / "by_g.yaml").write_text(VIEW)
+    (views / "broken.yaml").write_text("name: broken\nsql: [\ndeadline: 60s\n")  # malformed YAML
+    return views
+
+
+def test_a_broken_spec_is_an_import_error_of_its_own_and_the_other_dags_load(views_with_a_broken_spec):
+    folder = REPO_ROOT / "dags"
+    probe = (
+        "import json\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"bag = DagBag(dag_folder={str(folder)!r})\n"
+        "print(json.dumps({'dags': sorted(bag.dag_ids), 'errors': bag.import_errors}))\n"
+    )
+    env = {**os.environ, "LAKEIVM_VIEWS": str(views_with_a_broken_spec)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert parsed["dags"] == ["lakeivm__by_g"]
+    # Not lakeivm_views.py: Airflow 3 marks every DAG of a file with an import error stale.
+    ((path, error),) = parsed["errors"].items()
+    assert path.endswith("lakeivm_spec_errors.py")
+    assert f"{views_with_a_broken_spec}/broken.yaml: line 2: malformed YAML" in error
+
+
+def test_build_dags_skips_and_logs_a_broken_spec_check_specs_raises(views_with_a_broken_spec, caplog):
+    from lakeivm.errors import SpecError
+    from lakeivm.scheduling import build_dags, check_specs
+
+    settings = Settings(lake="/tmp/lake", views=str(views_with_a_broken_spec))
+    assert list(build_dags(settings)) == ["lakeivm__by_g"]
+    assert f"{views_with_a_broken_spec}/broken.yaml: line 2: malformed YAML" in caplog.text
+    with pytest.raises(SpecError, match=r"1 view spec\(s\) do not load.*\n.*broken.yaml: line 2: malformed YAML"):
+        check_specs(settings)
+    (views_with_a_broken_spec / "broken.yaml").unlink()
+    check_specs(settings)
 
 
 def test_dag_shape_local_and_cluster(tmp_path):
