@@ -1,26 +1,8 @@
-"""spark-submit entry point: one maintenance run of a view, then (optionally) its validation.
+"""spark-submit entry point from a source checkout; the job itself is ``lakeivm/jobs/refresh.py``.
 
     spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 jobs/refresh.py VIEW [--mode refresh] [--validate]
 """
-from __future__ import annotations
-
-import argparse
-import json
-
-from lakeivm import tasks
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="jobs/refresh.py", description=__doc__.splitlines()[0])
-    parser.add_argument("view")
-    parser.add_argument("--mode", choices=["tick", "refresh", "rebuild"], default="tick")
-    parser.add_argument("--validate", action="store_true", help="run the view's expectation suite afterwards")
-    args = parser.parse_args(argv)
-    summary = tasks.apply(args.view, {"mode": args.mode})
-    if args.validate:
-        summary = tasks.validate(args.view, summary)
-    print(json.dumps(summary))
-
+from lakeivm.jobs.refresh import main
 
 if __name__ == "__main__":
     main()

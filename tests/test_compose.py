@@ -1,9 +1,11 @@
 """docker-compose.yml wiring, checked by parsing (no Docker engine runs here)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
-from lakeivm.config import REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 COMPOSE = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]

@@ -6,15 +6,18 @@ import os
 import subprocess
 import sys
 import tempfile
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
 
-from lakeivm.config import REPO_ROOT, Settings
+from lakeivm.config import SHIPPED_VIEWS, Settings
 
+REPO_DAGS = Path(__file__).resolve().parents[1] / "dags"
+SHIPPED_DAGS = Path(str(files("lakeivm") / "dags"))
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-home"))
 os.environ.update({"AIRFLOW_HOME": str(AIRFLOW_HOME), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                   "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags")})
+                   "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_DAGS)})
 
 VIEW = """name: by_g
 sql: SELECT g, SUM(x) AS sx, COUNT(*) AS c FROM r JOIN s ON r.a = s.a GROUP BY g
@@ -23,15 +26,16 @@ tick: 5m
 """
 
 
-def test_dag_folder_parses_without_errors_spark_or_connections():
+@pytest.mark.parametrize("folder", [REPO_DAGS, SHIPPED_DAGS], ids=["repo", "shipped"])
+def test_dag_folder_parses_without_errors_spark_or_connections(folder):
     from lakeivm.registry import load_specs
 
-    expected = sorted(f"lakeivm__{name}" for name in load_specs(REPO_ROOT / "schemas" / "views"))
+    expected = sorted(f"lakeivm__{name}" for name in load_specs(SHIPPED_VIEWS))
     assert "lakeivm__revenue_by_nation" in expected
     probe = (
         "import sys\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
-        f"bag = DagBag(dag_folder={str(REPO_ROOT / 'dags')!r})\n"
+        f"bag = DagBag(dag_folder={str(folder)!r})\n"
         "assert not bag.import_errors, bag.import_errors\n"
         f"assert sorted(bag.dag_ids) == {expected!r}, bag.dag_ids\n"
         "heavy = [m for m in ('pyspark', 'great_expectations', 'delta') if m in sys.modules]\n"
@@ -51,8 +55,8 @@ def views_with_a_broken_spec(tmp_path):
     return views
 
 
-def test_a_broken_spec_is_an_import_error_of_its_own_and_the_other_dags_load(views_with_a_broken_spec):
-    folder = REPO_ROOT / "dags"
+@pytest.mark.parametrize("folder", [REPO_DAGS, SHIPPED_DAGS], ids=["repo", "shipped"])
+def test_a_broken_spec_is_an_import_error_of_its_own_and_the_other_dags_load(folder, views_with_a_broken_spec):
     probe = (
         "import json\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
@@ -95,7 +99,8 @@ def test_dag_shape_local_and_cluster(tmp_path):
     assert not local.deadline  # dag.test() in Airflow 3.3.2 cannot run DAGs with deadline alerts
     cluster = build_dag(spec, Settings(lake="s3a://bucket/lake", spark_master="spark://master:7077"))
     submit = cluster.get_task("apply_and_validate")
-    assert type(submit).__name__ == "SparkSubmitOperator" and submit.application.endswith("jobs/refresh.py")
+    assert type(submit).__name__ == "SparkSubmitOperator" and submit.application.endswith("lakeivm/jobs/refresh.py")
+    assert Path(submit.application).is_file()
     assert "--validate" in submit.application_args
     assert [a.uri for a in cluster.get_task("publish").outlets] == ["s3a://bucket/lake/views/v/result"]
     (alert,) = cluster.deadline if isinstance(cluster.deadline, list) else [cluster.deadline]

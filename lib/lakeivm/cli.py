@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakeivm", description="Incremental materialized views over Delta Lake.")
     parser.add_argument("--lake", help="lake root (default: LAKEIVM_LAKE or ./lake)")
-    parser.add_argument("--views", help="folder of view specs (default: LAKEIVM_VIEWS or schemas/views)")
+    parser.add_argument("--views", help="folder of view specs (default: LAKEIVM_VIEWS or the views shipped in lakeivm/schemas/views)")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     p = sub.add_parser("demo", help="TPC-H lake, change stream, DAG runs via dag.test(), views and audit printed")

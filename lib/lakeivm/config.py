@@ -1,21 +1,25 @@
 """Settings: lake root, Spark master, views folder -- from env vars and an optional lakeivm.toml.
 
+The views folder defaults to the example views shipped in the package (``SHIPPED_VIEWS``).
+
 Precedence: environment (LAKEIVM_*) over ``lakeivm.toml`` in the working directory over defaults.
 
 Example lakeivm.toml::
 
     lake = "s3a://bucket/lake"
     spark_master = "spark://spark-master:7077"
-    views = "schemas/views"
+    views = "/opt/lakeivm/views"
 """
 from __future__ import annotations
 
 import os
 import tomllib
 from dataclasses import dataclass, replace
+from importlib.resources import files
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = Path(str(files("lakeivm") / "schemas"))  # package data: view.schema.json, system/*.json, example views
+SHIPPED_VIEWS = SCHEMAS / "views"
 _ENV = {"lake": "LAKEIVM_LAKE", "spark_master": "LAKEIVM_SPARK_MASTER", "views": "LAKEIVM_VIEWS"}
 
 
@@ -25,7 +29,7 @@ class Settings:
 
     lake: str = "lake"
     spark_master: str = "local[*]"
-    views: str = str(REPO_ROOT / "schemas" / "views")
+    views: str = str(SHIPPED_VIEWS)
     shuffle_partitions: int = 4
 
     @property

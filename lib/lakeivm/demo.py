@@ -10,9 +10,10 @@ import os
 import subprocess
 import sys
 import time
+from importlib.resources import files
 from pathlib import Path
 
-from lakeivm.config import REPO_ROOT, Settings
+from lakeivm.config import Settings
 
 AIRFLOW_HOME = Path(".lakeivm-airflow")
 GRAPH_SCALE, GRAPH_EDGES, GRAPH_BATCH = 10, 4000, 200  # the demo's R-MAT edges table and its batches
@@ -35,13 +36,13 @@ def build_lake(settings: Settings, scale: float):
 
 
 def prepare_airflow(settings: Settings) -> None:
-    """Point Airflow at a local SQLite home and this repo's DAGs; migrate its DB once."""
+    """Point Airflow at a local SQLite home and the DAG file shipped in the package; migrate its DB once."""
     home = AIRFLOW_HOME.resolve()
     os.environ.update({
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(files("lakeivm") / "dags"),
         "LAKEIVM_LAKE": str(Path(settings.lake).resolve()) if "://" not in settings.lake else settings.lake,
         "LAKEIVM_VIEWS": settings.views,
         "LAKEIVM_SPARK_MASTER": settings.spark_master,

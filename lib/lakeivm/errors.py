@@ -7,7 +7,7 @@ class LakeIVMError(Exception):
 
 
 class SpecError(LakeIVMError):
-    """A view spec (YAML) is malformed or violates schemas/view.schema.json."""
+    """A view spec (YAML) is malformed or violates lakeivm/schemas/view.schema.json."""
 
 
 class UnsupportedQuery(LakeIVMError):

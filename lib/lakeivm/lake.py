@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from lakeivm.config import REPO_ROOT
+from lakeivm.config import SCHEMAS
 from lakeivm.errors import StateError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-SYSTEM_SCHEMAS = REPO_ROOT / "schemas" / "system"
+SYSTEM_SCHEMAS = SCHEMAS / "system"
 CDF = "delta.enableChangeDataFeed"
 
 
@@ -97,7 +97,7 @@ class Lake:
                 for name in self.table_names()}
 
     def ensure_system_tables(self) -> None:
-        """Create ``_system/log`` and ``_system/costs`` (schemas in schemas/system/) if missing."""
+        """Create ``_system/log`` and ``_system/costs`` (schemas in lakeivm/schemas/system/) if missing."""
         for path, schema_file in ((self.log_path, "log.json"), (self.costs_path, "costs.json")):
             if not self.is_delta(path):
                 ddl = ", ".join(f"`{c}` {t}" for c, t in self.system_schema(schema_file).items())

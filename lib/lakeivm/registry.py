@@ -1,6 +1,6 @@
 """View specs (YAML) -> validated ViewSpec objects; the classifier that picks each view's kind.
 
-A spec is validated against ``schemas/view.schema.json``; every error names the file and field.
+A spec is validated against ``lakeivm/schemas/view.schema.json`` (package data); every error names the file and field.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from lakeivm.config import REPO_ROOT
+from lakeivm.config import SCHEMAS
 from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
 from lakeivm.sql import Query, parse_query
 from lakeivm.views.join_sample.plan import plan_sample
@@ -22,7 +22,7 @@ from lakeivm.views.nested.shape import diagnose, nested_shape
 from lakeivm.views.fivm.plan import build_plan, fit_query
 from lakeivm.views.triangle.shape import triangle_shape
 
-SCHEMA_PATH = REPO_ROOT / "schemas" / "view.schema.json"
+SCHEMA_PATH = SCHEMAS / "view.schema.json"
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 KINDS = ("first_order", "fivm", "triangle", "nested", "join_sample")
 AVAILABLE_KINDS = ("first_order", "triangle", "join_sample", "nested", "fivm")

@@ -3,23 +3,24 @@
 Parsing a DAG file imports neither Spark nor Great Expectations and opens no connection: the
 tasks import the engine when they run. Spark runs in the task's process on the embedded default
 (``local[*]``), or through ``SparkSubmitOperator`` (connection ``spark_default``) when
-LAKEIVM_SPARK_MASTER names a cluster; both call the same entry point, ``jobs/refresh.py``.
+LAKEIVM_SPARK_MASTER names a cluster; both call the same entry point, ``lakeivm/jobs/refresh.py``.
 """
 from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta, timezone
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from lakeivm.config import REPO_ROOT, Settings, load_settings
+from lakeivm.config import Settings, load_settings
 from lakeivm.errors import SpecError
 from lakeivm.registry import ViewSpec, load_specs
 
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"  # = lakeivm.spark.DELTA_PACKAGE (not imported: no Spark at parse time)
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
-REFRESH_JOB = REPO_ROOT / "jobs" / "refresh.py"
+REFRESH_JOB = Path(str(files("lakeivm") / "jobs" / "refresh.py"))  # spark-submit runs the shipped file
 
 
 def view_asset_uri(settings: Settings, view: str) -> str:

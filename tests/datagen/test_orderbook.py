@@ -76,7 +76,7 @@ def test_bad_arguments_named() -> None:
 def test_written_book_and_event_batches_feed_the_shipped_order_book_views(lake) -> None:
     """End to end on Spark: write_orderbook, two event batches (deletes of one copy included), shipped order-book
     views maintained over them and equal to their SQL."""
-    from lakeivm.config import REPO_ROOT
+    from lakeivm.config import SCHEMAS
     from lakeivm.datagen.orderbook import apply_orderbook_events, write_orderbook
     from lakeivm.engine import audit, run_view
     from lakeivm.registry import load_specs
@@ -85,7 +85,7 @@ def test_written_book_and_event_batches_feed_the_shipped_order_book_views(lake) 
     assert sum(counts.values()) == 60
     gen = OrderBookGenerator(seed=4, tick=Decimal("0.01"))
     gen.initial_book(60)  # the same book write_orderbook wrote
-    specs = {n: s for n, s in load_specs(REPO_ROOT / "schemas" / "views-orderbook").items() if n in ("nested_vwap", "nested_mst")}
+    specs = {n: s for n, s in load_specs(SCHEMAS / "views-orderbook").items() if n in ("nested_vwap", "nested_mst")}
     assert len(specs) == 2  # one view over bids, one over both tables (the others are tested in tests/views/nested)
     for spec in specs.values():
         run_view(lake, spec)

@@ -1,7 +1,7 @@
 """TPC-H generation and its change stream, with the shipped views maintained over it."""
 from __future__ import annotations
 
-from lakeivm.config import REPO_ROOT
+from lakeivm.config import SHIPPED_VIEWS
 from lakeivm.datagen.graph import apply_edge_batch, edge_stream, rmat_edges, write_graph
 from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
 from lakeivm.engine import audit, run_view
@@ -13,7 +13,7 @@ def test_shipped_views_follow_the_tpch_change_stream(lake):
     assert counts["nation"] == 25 and counts["lineitem"] > 1000
     edges = rmat_edges(7, 300, seed=1)  # the shipped graph_triangles view reads an edges table
     write_graph(lake, edges)
-    specs = load_specs(REPO_ROOT / "schemas" / "views")
+    specs = load_specs(SHIPPED_VIEWS)
     for spec in specs.values():
         run_view(lake, spec)
     stream = TpchChangeStream(lake, seed=3)

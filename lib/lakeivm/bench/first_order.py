@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from lakeivm.bench import machine, save, use_agg
-from lakeivm.config import REPO_ROOT, Settings
+from lakeivm.config import SHIPPED_VIEWS, Settings
 
 REPEATS = 3
 
@@ -41,7 +41,7 @@ def run_first_order_bench(settings: Settings, scales: list[float], fractions: li
     from lakeivm.spark import get_spark
 
     spark = get_spark(settings)
-    spec = load_spec(REPO_ROOT / "schemas" / "views" / "revenue_by_nation.yaml")
+    spec = load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml")
     results = {"machine": machine(), "view": spec.name, "repeats": REPEATS, "runs": []}
     for scale in scales:
         root = f"{out}/lake-sf{scale}"

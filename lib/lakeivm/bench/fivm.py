@@ -1,7 +1,7 @@
 """``lakeivm bench fivm``: per-batch seconds of F-IVM vs first-order IVM vs recomputation.
 
 Workloads over TPC-H at each scale factor: the revenue-by-nation view (customer ⋈ orders ⋈
-lineitem ⋈ nation, ``schemas/views/revenue_by_nation.yaml``) and a regression of
+lineitem ⋈ nation, ``lakeivm/schemas/views/revenue_by_nation.yaml``) and a regression of
 ``l_extendedprice`` over lineitem ⋈ orders ⋈ partsupp with 5 and with 10 features. For the
 regression, first-order IVM and recomputation maintain the same aggregates as plain SQL: COUNT(*),
 SUM(x_i) and SUM(x_i * x_j) for i ≤ j (1 + m + m(m+1)/2 aggregates, §7.2). By default each batch
@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lakeivm.bench import machine, save, use_agg
-from lakeivm.config import REPO_ROOT, Settings
+from lakeivm.config import SHIPPED_VIEWS, Settings
 
 JOIN = ("FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
         "JOIN partsupp ON l_partkey = ps_partkey AND l_suppkey = ps_suppkey")
@@ -68,7 +68,7 @@ def workload_specs(name: str) -> dict:
     from lakeivm.registry import load_spec, spec_from_dict
 
     if name == "revenue":
-        spec = load_spec(REPO_ROOT / "schemas" / "views" / "revenue_by_nation.yaml")
+        spec = load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml")
         raw = {"sql": spec.sql, "deadline": spec.deadline_s}
         return {"fivm": spec_from_dict({**raw, "name": "bench_revenue_fivm", "kind": "fivm"}),
                 "fivm_u": spec_from_dict({**raw, "name": "bench_revenue_fivm_u", "kind": "fivm", "updatable": ["lineitem"]}),

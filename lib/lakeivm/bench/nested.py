@@ -17,7 +17,7 @@ The two baselines are timed on the first ``--sample`` versions and extrapolated 
 (the JSON says which numbers are extrapolated); their results are checked against the index's on
 those versions. JSON + PNG under ``--out``.
 
-**TPC-H Q17** (``--query q17``; the shipped view ``schemas/views/tpch_q17.yaml``, issue 6).
+**TPC-H Q17** (``--query q17``; the shipped view ``lakeivm/schemas/views/tpch_q17.yaml``, issue 6).
 Workload (:func:`q17_workload`, numpy, no Spark): a lineitem multiset of N = 6M x SF rows
 ``(partkey, quantity, extendedprice)`` over P = 200k x SF parts, part keys uniform or Zipf over
 part ranks (``p(rank r) ~ r^-s``, ranks shuffled over the keys), quantities uniform 1..50,
@@ -210,7 +210,7 @@ def _plot(results: dict, path: Path) -> None:
 
 
 # -- TPC-H Q17 --------------------------------------------------------------------------------------
-Q17_VIEW = "schemas/views/tpch_q17.yaml"
+Q17_VIEW = "tpch_q17.yaml"  # in the shipped views
 Q17_SCHEMAS = {
     "lineitem": {"l_orderkey": "bigint", "l_partkey": "bigint", "l_quantity": "decimal(15,2)",
                  "l_extendedprice": "decimal(15,2)"},
@@ -224,11 +224,11 @@ BRANDS = [f"Brand#{m}{n}" for m in range(1, 6) for n in range(1, 6)]
 
 def q17_shape():
     """The nested shape of the shipped Q17 view, bound by the classifier (as the maintainer gets it)."""
-    from lakeivm.config import REPO_ROOT
+    from lakeivm.config import SHIPPED_VIEWS
     from lakeivm.registry import classify, load_spec
     from lakeivm.views.nested.shape import nested_shape
 
-    kind, query = classify(load_spec(REPO_ROOT / Q17_VIEW), Q17_SCHEMAS)
+    kind, query = classify(load_spec(SHIPPED_VIEWS / Q17_VIEW), Q17_SCHEMAS)
     shape = nested_shape(query)
     assert kind == "nested" and shape is not None and shape.name == "q17", f"{Q17_VIEW} is not the q17 shape"
     return shape

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from lakeivm.bench import machine, save, use_agg
-from lakeivm.config import REPO_ROOT, Settings
+from lakeivm.config import SHIPPED_VIEWS, Settings
 
 BACKLOG_TICKS = 600  # ticks of backlog kept for the plot: several of NAIVE's and ONLINE's flushes on the paper's stream
 STREAMS = {"constant": None, "SS": (0.5, 1.0), "SU": (0.5, 5.0), "FS": (0.9, 1.0), "FU": (0.9, 5.0)}
@@ -101,7 +101,7 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     lake = open_lake(spark, settings.with_(lake=root))
     generate_tpch(lake, args.scale, tables=("partsupp", "supplier", "nation", "region"))
     file, extra = SPARK_VIEWS[args.view]
-    base = load_spec(REPO_ROOT / "schemas" / "views" / file)
+    base = load_spec(SHIPPED_VIEWS / file)
     specs = {policy: spec_from_dict({"name": f"{args.view}_{policy}", "sql": base.sql, "deadline": args.deadline or 3600,
                                      "planner": policy, **extra}) for policy in ("lgm", "naive")}
     for spec in specs.values():

@@ -96,7 +96,7 @@ def write_orderbook(lake, rows: int, seed: int = 1, mode: str = "error") -> dict
     """Write an initial book of ``rows`` rows as Delta tables ``bids`` and ``asks`` (CDF on).
 
     Prices are cents (DECIMAL(12,2)), volumes BIGINT, as the order-book views expect
-    (``schemas/views-orderbook``). Returns the row count per table.
+    (``lakeivm/schemas/views-orderbook``). Returns the row count per table.
     """
     gen = OrderBookGenerator(seed=seed, tick=Decimal("0.01"))
     gen.initial_book(rows)

@@ -16,7 +16,7 @@ import pytest
 import sqlglot
 
 from lakeivm import commit
-from lakeivm.config import REPO_ROOT
+from lakeivm.config import SHIPPED_VIEWS
 from lakeivm.engine import InjectedFailure, audit, prepare, run_view
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.registry import classify, load_spec, spec_from_dict
@@ -121,7 +121,7 @@ def test_chain_random_streams_with_asymmetric_plans(lake, spark):
 
 def test_q5_like_revenue_by_nation(lake, spark):
     rng = random.Random(11)
-    spec = load_spec(REPO_ROOT / "schemas" / "views" / "revenue_by_nation.yaml")
+    spec = load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml")
     tables = {t: TPCH[t] for t in ("nation", "customer", "orders", "lineitem")}
     create(lake, spark, rng, tables)
     assert run_view(lake, spec).kind == "fivm"
@@ -137,7 +137,7 @@ def test_updatable_fact_table_only(lake, spark):
     lineitem batches are applied incrementally, other tables' changes rebuild the state; mixed
     runs, rebuild-then-delta and delta-then-rebuild, and a crash mid-rebuild stay exact."""
     rng = random.Random(12)
-    base = load_spec(REPO_ROOT / "schemas" / "views" / "revenue_by_nation.yaml")
+    base = load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml")
     spec = replace(base, name="revenue_u", options={**base.options, "updatable": ["lineitem"]})
     tables = {t: TPCH[t] for t in ("nation", "customer", "orders", "lineitem")}
     create(lake, spark, rng, tables)

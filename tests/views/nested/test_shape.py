@@ -102,10 +102,10 @@ def test_recompute_reads_inner_tables_from_the_outer_sources():
 
 
 def test_shipped_view_specs_classify_as_nested():
-    from lakeivm.config import REPO_ROOT
+    from lakeivm import config
     from lakeivm.registry import load_specs
 
-    specs = {**load_specs(REPO_ROOT / "schemas" / "views-orderbook"), "tpch_q17": load_specs(REPO_ROOT / "schemas" / "views")["tpch_q17"]}
+    specs = {**load_specs(config.SCHEMAS / "views-orderbook"), "tpch_q17": load_specs(config.SHIPPED_VIEWS)["tpch_q17"]}
     shapes = {name: nested_shape(classify(spec, SCHEMAS)[1]).name for name, spec in specs.items()}
     assert shapes == {"nested_example_2_1": "example_2_1", "nested_vwap": "vwap", "nested_mst": "mst",
                       "nested_psp": "psp", "tpch_q17": "q17"}

@@ -1,0 +1,28 @@
+"""spark-submit entry point: one maintenance run of a view, then (optionally) its validation.
+
+Shipped in the package so an installed lakeivm can submit it (``lakeivm.scheduling.REFRESH_JOB``)::
+
+    spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 <site-packages>/lakeivm/jobs/refresh.py VIEW [--mode refresh] [--validate]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from lakeivm import tasks
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="refresh.py", description=__doc__.splitlines()[0])
+    parser.add_argument("view")
+    parser.add_argument("--mode", choices=["tick", "refresh", "rebuild"], default="tick")
+    parser.add_argument("--validate", action="store_true", help="run the view's expectation suite afterwards")
+    args = parser.parse_args(argv)
+    summary = tasks.apply(args.view, {"mode": args.mode})
+    if args.validate:
+        summary = tasks.validate(args.view, summary)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
