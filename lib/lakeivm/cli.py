@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="TPC-H lake, change stream, DAG runs via dag.test(), views and audit printed")
     p.add_argument("--scale", type=float, default=0.01, help="TPC-H scale factor (default 0.01)")
     p.add_argument("--batches", type=int, default=3, help="change batches (default 3)")
+    p.add_argument("--keep-server", action="store_true", help="leave the Spark Connect server the demo started running")
     p.set_defaults(func=_demo)
 
     p = sub.add_parser("init-demo", help="only build the TPC-H demo lake")
@@ -83,6 +84,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=10_000, help="orderbook: initial bids+asks rows (default 10000)")
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=_datagen)
+
+    p = sub.add_parser("spark", help="the long-lived Spark Connect server every caller uses: start | stop | status")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--master", default="local[2]", help="Spark master of the server (default local[2]; spark://host:7077 for a cluster)")
+    p.add_argument("--remote", default=None, help="sc://host:port to listen on (default: the spark_remote setting or sc://127.0.0.1:15002)")
+    p.set_defaults(func=_spark)
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG under bench-results/); `lakeivm bench SUITE --help`")
     p.add_argument("suite", choices=[*BENCH_SUITES, "all"])
@@ -132,6 +139,26 @@ def _status(args, settings: Settings) -> int:
             print(f"  last plan: {entry['last_plan']}")
             print(f"  deadline record: {record['met']}/{record['refreshes']} on-demand refreshes met it; "
                   f"recent (run, seconds, met): {record['recent']}")
+    return 0
+
+
+def _spark(args, settings: Settings) -> int:
+    from lakeivm import server
+    from lakeivm.config import DEFAULT_REMOTE
+
+    remote = args.remote or settings.spark_remote or DEFAULT_REMOTE
+    if args.action == "start":
+        info = server.start(settings, master=args.master, remote=remote, progress=print)
+        print(f"export LAKEIVM_SPARK_REMOTE={info.remote}   # or spark_remote in lakeivm.toml: every lakeivm caller then connects to it")
+    elif args.action == "stop":
+        info = server.stop(remote)
+        print(f"lakeivm: stopped the Spark Connect server at {remote} (pid {info.pid})" if info else f"lakeivm: no server recorded for {remote}")
+    else:
+        info = server.status(remote)
+        if info is None or not info.alive:
+            print(f"lakeivm: no Spark Connect server running at {remote}")
+            return 1
+        print(f"lakeivm: Spark Connect server at {info.remote}: pid {info.pid}, master {info.master}, log {info.log}")
     return 0
 
 
@@ -227,7 +254,7 @@ def _init_demo(args, settings: Settings) -> int:
 def _demo(args, settings: Settings) -> int:
     from lakeivm.demo import run_demo
 
-    return run_demo(settings, scale=args.scale, batches=args.batches)
+    return run_demo(settings, scale=args.scale, batches=args.batches, keep_server=args.keep_server)
 
 
 # Each suite is a module of lakeivm.bench with ``main(argv, settings) -> int`` parsing its own options.

@@ -9,18 +9,24 @@ Example lakeivm.toml::
     lake = "s3a://bucket/lake"
     spark_master = "spark://spark-master:7077"
     views = "/opt/lakeivm/views"
+    spark_remote = "sc://127.0.0.1:15002"   # a Spark Connect server (`lakeivm spark start`)
+
+    [spark_conf]                             # extra Spark settings, on every master
+    "spark.executor.memory" = "8g"
 """
 from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
 
 SCHEMAS = Path(str(files("lakeivm") / "schemas"))  # package data: view.schema.json, system/*.json, example views
 SHIPPED_VIEWS = SCHEMAS / "views"
-_ENV = {"lake": "LAKEIVM_LAKE", "spark_master": "LAKEIVM_SPARK_MASTER", "views": "LAKEIVM_VIEWS"}
+_ENV = {"lake": "LAKEIVM_LAKE", "spark_master": "LAKEIVM_SPARK_MASTER", "views": "LAKEIVM_VIEWS",
+        "spark_remote": "LAKEIVM_SPARK_REMOTE", "jars": "LAKEIVM_JARS"}
+DEFAULT_REMOTE = "sc://127.0.0.1:15002"  # where ``lakeivm spark start`` listens by default
 
 
 @dataclass(frozen=True)
@@ -31,11 +37,14 @@ class Settings:
     spark_master: str = "local[*]"
     views: str = str(SHIPPED_VIEWS)
     shuffle_partitions: int = 4
+    spark_remote: str = ""  # sc://host:port of a Spark Connect server (``lakeivm spark start``); empty: no server
+    jars: str = ""  # folder of Delta's JARs (default: ~/.cache/lakeivm/jars/<delta version>)
+    spark_conf: dict = field(default_factory=dict, hash=False)  # extra Spark settings ([spark_conf] in lakeivm.toml)
 
     @property
     def in_process(self) -> bool:
-        """True when Spark runs inside the calling process (local mode, the embedded default)."""
-        return self.spark_master.startswith("local")
+        """True when Spark runs inside the calling process (local mode, no Connect server)."""
+        return not self.spark_remote and self.spark_master.startswith("local")
 
     def with_(self, **changes: object) -> Settings:
         """A copy with some fields replaced."""

@@ -1,32 +1,61 @@
-"""A SparkSession with Delta Lake configured (local mode by default).
+"""A SparkSession with Delta Lake configured: a Spark Connect client, or Spark in this process.
 
-Delta's JARs come from Maven Central through ``spark.jars.packages``; resolution uses the shipped
-``ivysettings.xml`` (Central only). ``python -m lakeivm.spark --fetch-jars`` starts one session so
-the JARs are cached at set-up time.
+With ``spark_remote`` set (``sc://host:port``, the server ``lakeivm spark start`` runs) every caller
+is a thin Spark Connect client: no JVM starts in the calling process. Otherwise Spark runs in this
+process (``local[*]`` by default; the tests' fallback).
+
+Delta's JARs are resolved from Maven Central once, at set-up (``python -m lakeivm.spark
+--fetch-jars``), and copied into a folder of their own (``jars`` setting, default
+``~/.cache/lakeivm/jars/<delta version>``). From then on every JVM -- in-process, the Connect server,
+spark-submit -- loads those files directly (``spark.jars``): no Ivy, no network, no resolution report.
 """
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import shutil
+import sys
 from importlib.resources import files
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lakeivm.config import Settings, load_settings
+from lakeivm.errors import LakeIVMError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+MANIFEST = "jars.txt"
 
-_LOCAL_CONF = {
-    "spark.ui.enabled": "false",
+# JVM settings: fixed when a JVM starts (in-process session, Connect server, spark-submit).
+STATIC_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.ui.showConsoleProgress": "false",
+}
+# Session settings that matter for correctness or speed, applied on every master (and to each
+# Connect session): UTC timestamps, small Delta snapshot reconstructions, adaptive execution.
+SESSION_CONF = {
+    "spark.sql.session.timeZone": "UTC",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.adaptive.enabled": "true",
-    "spark.driver.memory": "4g",
-    "spark.sql.session.timeZone": "UTC",
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+    # Constraint propagation over the deep unions of buffered deltas (views/state.py) trips a
+    # Spark 4.2 analyzer bug ("key not found" in Union.rewriteConstraints); it only prunes filters.
+    "spark.sql.constraintPropagation.enabled": "false",
+    "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+}
+# Only for a JVM on this machine (in-process or the local Connect server).
+LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.driver.memory": "4g",
     "spark.default.parallelism": "4",
 }
 
 
-def get_spark(settings: Settings | None = None, app_name: str = "lakeivm"):
+def get_spark(settings: Settings | None = None, app_name: str = "lakeivm") -> SparkSession:
     """Return the active SparkSession, or build one with Delta configured.
 
     Example::
@@ -34,52 +63,153 @@ def get_spark(settings: Settings | None = None, app_name: str = "lakeivm"):
         spark = get_spark()
         spark.read.format("delta").load("lake/tables/orders")
     """
+    settings = settings or load_settings()
+    if settings.spark_remote:
+        return connect(settings.spark_remote, settings)
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    settings = settings or load_settings()
-    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", _python()))
-    builder = (
-        SparkSession.builder.master(settings.spark_master)
-        .appName(app_name)
-        .config("spark.jars.packages", DELTA_PACKAGE)
-        .config("spark.jars.ivySettings", str(files("lakeivm") / "ivysettings.xml"))
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
-        .config("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-        # Constraint propagation over the deep unions of buffered deltas (views/state.py) trips a
-        # Spark 4.2 analyzer bug ("key not found" in Union.rewriteConstraints); it only prunes filters.
-        .config("spark.sql.constraintPropagation.enabled", "false")
-    )
-    if settings.in_process:
-        for key, value in _LOCAL_CONF.items():
-            builder = builder.config(key, value)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
+    for key, value in jvm_conf(settings).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def _python() -> str:
-    import sys
+def connect(remote: str, settings: Settings | None = None, session_id: str | None = None) -> SparkSession:
+    """A Spark Connect session at ``remote`` (``sc://host:port``), with the session settings applied.
 
-    return sys.executable
+    ``session_id`` (a UUID) attaches to that server-side session: the tasks of one DAG run share it.
+    """
+    from pyspark.sql import SparkSession
+
+    quiet_client_logs()
+    url = with_params(remote, session_id=session_id) if session_id else remote
+    try:
+        spark = SparkSession.builder.remote(url).getOrCreate()
+        for key, value in session_conf(settings or load_settings()).items():
+            spark.conf.set(key, value)
+    except Exception as err:  # grpc's UNAVAILABLE, through pyspark
+        if "UNAVAILABLE" in str(err) or "Connection refused" in str(err):
+            raise LakeIVMError(f"no Spark Connect server answers at {remote}: start one with `lakeivm spark start` "
+                               "or unset LAKEIVM_SPARK_REMOTE / spark_remote to run Spark in-process.") from err
+        raise
+    return spark
+
+
+def with_params(remote: str, **params: str) -> str:
+    """``remote`` (``sc://host:port[/;k=v;...]``) with more parameters.
+
+    >>> with_params("sc://h:15002/;token=x", session_id="s")
+    'sc://h:15002/;token=x;session_id=s'
+    """
+    base, _, existing = remote.partition("/;")
+    parts = [p for p in existing.split(";") if p] + [f"{k}={v}" for k, v in params.items()]
+    return f"{base.rstrip('/')}/;{';'.join(parts)}"
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def deployment(spark: SparkSession) -> str:
+    """Where runs on ``spark`` execute: ``connect`` (a long-lived server), ``local`` (a JVM in this
+    process) or ``cluster`` (this process's driver in front of a cluster). Costs differ per deployment."""
+    if is_connect(spark):
+        return "connect"
+    return "local" if spark.sparkContext.master.startswith("local") else "cluster"
+
+
+def session_conf(settings: Settings) -> dict[str, str]:
+    """The per-session settings: SESSION_CONF, shuffle partitions, the user's own SQL settings."""
+    extra = {k: str(v) for k, v in settings.spark_conf.items() if k.startswith("spark.sql.") or k.startswith("spark.databricks.")}
+    return {**SESSION_CONF, "spark.sql.shuffle.partitions": str(settings.shuffle_partitions), **extra}
+
+
+def jvm_conf(settings: Settings, local: bool | None = None) -> dict[str, str]:
+    """Every setting a new JVM of lakeivm's gets: Delta's JARs as files, Delta's extension, the
+    session settings, the local-machine settings when the master is local, the user's extras."""
+    local = settings.spark_master.startswith("local") if local is None else local
+    conf = {"spark.jars": ",".join(delta_jars(settings)), **STATIC_CONF, **session_conf(settings)}
+    if local:
+        conf.update(LOCAL_CONF)
+    conf.update({k: str(v) for k, v in settings.spark_conf.items()})
+    return conf
+
+
+def jars_folder(settings: Settings) -> Path:
+    """Where Delta's JARs are kept (the ``jars`` setting, or a per-version folder under ~/.cache)."""
+    if settings.jars:
+        return Path(settings.jars).expanduser()
+    return Path.home() / ".cache" / "lakeivm" / "jars" / DELTA_PACKAGE.replace(":", "_")
+
+
+def delta_jars(settings: Settings) -> list[str]:
+    """The JAR files of ``DELTA_PACKAGE`` and its dependencies, fetched once if not there yet."""
+    folder = jars_folder(settings)
+    manifest = folder / MANIFEST
+    if manifest.exists():
+        names = manifest.read_text().split()
+        if names and all((folder / n).exists() for n in names):
+            return [str(folder / n) for n in names]
+    print(f"lakeivm: fetching Delta's JARs ({DELTA_PACKAGE}) into {folder} (once)", file=sys.stderr, flush=True)
+    return fetch_jars(folder)
+
+
+def fetch_jars(folder: Path) -> list[str]:
+    """Resolve ``DELTA_PACKAGE`` with Ivy (Maven Central only, shipped ivysettings.xml) in a
+    throw-away JVM and copy the resolved files into ``folder`` with a manifest."""
+    import subprocess
+
+    script = (
+        "from pyspark.sql import SparkSession\n"
+        f"s = SparkSession.builder.master('local[1]').config('spark.jars.packages', {DELTA_PACKAGE!r})"
+        f".config('spark.jars.ivySettings', {str(files('lakeivm') / 'ivysettings.xml')!r})"
+        ".config('spark.ui.enabled', 'false').getOrCreate()\n"
+        "print('JARS=' + s.sparkContext.getConf().get('spark.jars'))\n"
+        "s.stop()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    found = [line[5:] for line in run.stdout.splitlines() if line.startswith("JARS=")]
+    if run.returncode or not found:
+        raise LakeIVMError(f"could not resolve {DELTA_PACKAGE} from Maven Central (is the network up?):\n"
+                           + "\n".join(run.stderr.strip().splitlines()[-15:]))
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for uri in filter(None, found[0].split(",")):
+        source = Path(uri.removeprefix("file://").removeprefix("file:"))
+        shutil.copy2(source, folder / source.name)
+        names.append(source.name)
+    (folder / MANIFEST).write_text("\n".join(names) + "\n")
+    return [str(folder / n) for n in names]
+
+
+def quiet_client_logs() -> None:
+    """Keep the console to lakeivm's own lines: pyspark's Connect client logs every server error
+    (with its JVM stack trace) before raising it; the raised error carries the same text."""
+    for name in ("pyspark", "py4j", "SQLQueryContextLogger"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Start a session once (downloads Delta's JARs) and check Delta works."""
+    """Fetch Delta's JARs once (set-up), then start a session from those files and check Delta works."""
     parser = argparse.ArgumentParser(prog="python -m lakeivm.spark")
-    parser.add_argument("--fetch-jars", action="store_true", help="resolve Delta's JARs and exit")
+    parser.add_argument("--fetch-jars", action="store_true", help="fetch Delta's JARs if missing, then check a session")
     parser.parse_args(argv)
     import tempfile
 
-    spark = get_spark(load_settings().with_(spark_master="local[1]"))
+    settings = load_settings().with_(spark_master="local[1]", spark_remote="")
+    jars = delta_jars(settings)
+    spark = get_spark(settings)
     with tempfile.TemporaryDirectory() as folder:
         spark.range(3).write.format("delta").save(folder)
         rows = spark.read.format("delta").load(folder).count()
-    print(f"Spark {spark.version} with {DELTA_PACKAGE}: Delta write/read ok ({rows} rows)")
+    print(f"Spark {spark.version} with {DELTA_PACKAGE} ({len(jars)} JARs in {jars_folder(settings)}): Delta write/read ok ({rows} rows)")
     spark.stop()
 
 
