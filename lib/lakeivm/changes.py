@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from lakeivm import storage
 from lakeivm.errors import ChangeRangeError
 from lakeivm.lake import CDF, Lake
 from lakeivm.sql import MULTIPLICITY
@@ -40,13 +41,13 @@ def pending_rows(lake: Lake, table: str, watermark: int, head: int) -> int:
 
 def pending_age_seconds(lake: Lake, table: str, watermark: int, head: int) -> float:
     """Seconds since the oldest commit in (watermark, head] was written (0 when nothing is pending)."""
-    from datetime import datetime
+    from datetime import datetime, timezone
 
     history = _history(lake, table, watermark, head)
     if not history:
         return 0.0
     oldest = min(row["timestamp"] for row in history)
-    return max(0.0, (datetime.now() - oldest).total_seconds())
+    return max(0.0, (datetime.now(timezone.utc) - oldest).total_seconds())
 
 
 def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str]) -> None:
@@ -70,10 +71,9 @@ def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: I
         )
     for row in sorted(history, key=lambda r: r["version"]):
         _check_commit(table, row)
-    before = lake.read(path, watermark).schema
-    after = lake.read(path, head).schema
+    before, after = lake.schema_at(path, watermark), lake.schema_at(path, head)
     for column in columns:
-        old, new = _field(before, column), _field(after, column)
+        old, new = before.get(column), after.get(column)
         if old != new:
             raise ChangeRangeError(
                 f"table {table!r}: column {column!r} changed between versions {watermark} and {head} "
@@ -126,14 +126,11 @@ def net(changes: Iterable[tuple[Mapping[str, object], str]]) -> dict[tuple, int]
 
 
 def _history(lake: Lake, table: str, watermark: int, head: int) -> list:
-    """Commits (watermark, head] of ``table``; cached on the lake (committed versions never change)."""
-    from delta.tables import DeltaTable
-
+    """Commits (watermark, head] of ``table``, read from its commit files in this process (no Spark
+    job); cached on the lake (committed versions never change)."""
     key = ("history", table, watermark, head)
     if key not in lake.cache:
-        history = DeltaTable.forPath(lake.spark, lake.table_path(table)).history()
-        lake.cache[key] = history.where(f"version > {watermark} AND version <= {head}").select(
-            "version", "timestamp", "operation", "operationParameters", "operationMetrics").collect()
+        lake.cache[key] = storage.history(lake.table_path(table), watermark, head)
     return lake.cache[key]
 
 
@@ -165,13 +162,6 @@ def _cdf_off(table: str, version: int) -> str:
         f"cannot be read. Turn it back on (ALTER TABLE ... SET TBLPROPERTIES ({CDF} = true)) and "
         "rebuild the view from a snapshot."
     )
-
-
-def _field(schema, column: str) -> str | None:
-    for f in schema.fields:
-        if f.name == column:
-            return f.dataType.simpleString()
-    return None
 
 
 def _explain_read_error(table: str, watermark: int, head: int, err: Exception) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from lakeivm import storage, system_tables
 from lakeivm.errors import LeaseHeld, StateError
 from lakeivm.lake import Lake
 
@@ -51,19 +52,17 @@ class LogRow:
     deadline_met: bool | None = None
     plan: str = ""
     message: str = ""
+    fingerprint: str | None = None  # the view definition's (lakeivm.fingerprint); None in rows of older lakes
+    deployment: str | None = None  # where the run ran: connect, local or cluster (cost models are per deployment)
 
 
 def append_log(lake: Lake, row: LogRow) -> None:
     """Append ``row`` to ``_system/log`` (a blind append: concurrent appends never conflict)."""
-    columns = Lake.system_schema("log.json")
-    values = {**row.__dict__, "applied": list(row.applied)}
-    ddl = ", ".join(f"`{c}` {t}" for c, t in columns.items())
     key = ("log", row.view)
     if key in lake.cache:
         _view_log(lake, row.view)  # bring the cached rows up to the log's head first
-    df = lake.spark.createDataFrame([tuple(values[c] for c in columns)], ddl)
-    df.write.format("delta").mode("append").save(lake.log_path)
-    cached, head = lake.cache.get(key), lake.head_version(lake.log_path)
+    head = system_tables.append(lake.log_path, "log.json", [row.__dict__])
+    cached = lake.cache.get(key)
     if cached and head == cached[0] + 1:  # ours is the only commit since: extend the cached rows
         lake.cache[key] = (head, [*cached[1], _as_read(row)])
 
@@ -85,20 +84,18 @@ def _view_log(lake: Lake, view: str) -> list[LogRow]:
     if cached and cached[0] < head and _only_other_views(lake, view, cached[0], head):
         cached = lake.cache[key] = (head, cached[1])
     if not cached or cached[0] != head:
-        df = lake.read(lake.log_path, version=head).where(f"view = '{view}'").orderBy("seq")
-        cached = lake.cache[key] = (head, [_to_row(r.asDict()) for r in df.collect()])
+        rows = sorted(system_tables.read(lake.log_path, [("view", "=", view)]), key=lambda r: r["seq"])
+        cached = lake.cache[key] = (head, [_to_row(r) for r in rows])
     return cached[1]
 
 
 def _only_other_views(lake: Lake, view: str, after: int, upto: int) -> bool:
     """Whether log commits ``after``+1..``upto`` are blind appends of files holding no row of ``view``."""
-    fs, log = lake.fs(f"{lake.log_path}/_delta_log")
     for version in range(after + 1, upto + 1):
-        text = _read_text(fs, log.suffix(f"/{version:020d}.json"))
-        if text is None:
+        actions = storage.commit_actions(lake.log_path, version)
+        if actions is None:
             return False
-        for line in filter(None, text.splitlines()):
-            action = json.loads(line)
+        for action in actions:
             if "commitInfo" in action:
                 continue
             stats = json.loads(action["add"].get("stats") or "{}") if set(action) == {"add"} else {}
@@ -116,11 +113,10 @@ def _as_read(row: LogRow) -> LogRow:
 
 def record_costs(lake: Lake, view: str, models: Mapping[str, tuple[float, float, int]]) -> None:
     """Append calibrated cost models {table: (a, b, samples)} to ``_system/costs``."""
-    columns = Lake.system_schema("costs.json")
-    ddl = ", ".join(f"`{c}` {t}" for c, t in columns.items())
     now = datetime.now(timezone.utc)
-    rows = [(view, table, float(a), float(b), int(n), now) for table, (a, b, n) in models.items()]
-    lake.spark.createDataFrame(rows, ddl).write.format("delta").mode("append").save(lake.costs_path)
+    system_tables.append(lake.costs_path, "costs.json", [
+        {"view": view, "table": table, "a": float(a), "b": float(b), "samples": int(n), "updated_at": now}
+        for table, (a, b, n) in models.items()])
 
 
 def calibrated_costs(lake: Lake, view: str) -> dict[str, Any]:
@@ -129,7 +125,7 @@ def calibrated_costs(lake: Lake, view: str) -> dict[str, Any]:
 
     key = ("costs", view, lake.head_version(lake.costs_path))
     if key not in lake.cache:
-        rows = lake.read(lake.costs_path).where(f"view = '{view}'").orderBy("updated_at").collect()
+        rows = sorted(system_tables.read(lake.costs_path, [("view", "=", view)]), key=lambda r: r["updated_at"])
         lake.cache[key] = {r["table"]: LinearCost(r["a"], r["b"]) for r in rows}
     return lake.cache[key]
 
@@ -183,11 +179,11 @@ def lease(lake: Lake, view: str, seconds: float = LEASE_SECONDS) -> Iterator[dic
     The lease is a file created atomically (create-if-absent) under ``_system/leases``. A lease
     whose holder died on this host, or that expired, is taken over.
     """
-    fs, path = lake.fs(lake.lease_path(view))
+    path = lake.lease_path(view)
     me = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex,
           "acquired": time.time(), "expires": time.time() + seconds}
-    if not _create(fs, path, me):
-        holder = _read(fs, path)
+    if not storage.create_exclusive(path, json.dumps(me)):
+        holder = _read(path)
         if holder and not _stale(holder):
             raise LeaseHeld(
                 f"view {view!r} is being maintained by another run (host {holder.get('host')}, pid "
@@ -195,54 +191,25 @@ def lease(lake: Lake, view: str, seconds: float = LEASE_SECONDS) -> Iterator[dic
                 "Wait for it to finish; if it died elsewhere, delete "
                 f"{lake.lease_path(view)} after it expires."
             )
-        fs.delete(path, False)
-        if not _create(fs, path, me):
+        storage.delete_file(path)
+        if not storage.create_exclusive(path, json.dumps(me)):
             raise LeaseHeld(f"view {view!r}: another run took the lease first; try again.")
     try:
         yield me
     finally:
-        holder = _read(fs, path)
+        holder = _read(path)
         if holder and holder.get("token") == me["token"]:
-            fs.delete(path, False)
+            storage.delete_file(path)
 
 
-def _create(fs, path, content: dict[str, Any]) -> bool:
-    fs.mkdirs(path.getParent())
-    try:
-        stream = fs.create(path, False)
-    except Exception:  # FileAlreadyExistsException, through Py4J
-        return False
-    stream.writeBytes(json.dumps(content))  # ASCII JSON
-    stream.close()
-    return True
-
-
-def _read(fs, path) -> dict[str, Any] | None:
-    text = _read_text(fs, path)
+def _read(path: str) -> dict[str, Any] | None:
+    text = storage.read_text(path)
     if text is None:
         return None
     try:
         return json.loads(text or "{}")
     except ValueError:
         return {}
-
-
-def _read_text(fs, path) -> str | None:
-    """The file's UTF-8 text; None if it does not exist (e.g. a lease released meanwhile)."""
-    try:
-        stream = fs.open(path)
-    except Exception:  # FileNotFoundException
-        return None
-    try:
-        return _utf8(stream)
-    finally:
-        stream.close()
-
-
-def _utf8(stream) -> str:
-    from pyspark import SparkContext
-
-    return SparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
 
 
 def _stale(holder: Mapping[str, Any]) -> bool:

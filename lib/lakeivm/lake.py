@@ -9,19 +9,16 @@ views/<view>/sample         reservoir samples    _system/log, _system/costs, _sy
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from lakeivm.config import SCHEMAS
-from lakeivm.errors import StateError
+from lakeivm import storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-SYSTEM_SCHEMAS = SCHEMAS / "system"
 CDF = "delta.enableChangeDataFeed"
 
 
@@ -63,20 +60,22 @@ class Lake:
         return path
 
     def is_delta(self, path: str) -> bool:
-        from delta.tables import DeltaTable
-
-        return DeltaTable.isDeltaTable(self.spark, path)
+        return storage.is_delta(path)
 
     def head_version(self, path: str) -> int:
-        """The newest committed version of the Delta table at ``path``: the highest commit file
-        ``_delta_log/<version>.json`` (Delta writes each atomically, so a listed one is committed).
-        One directory listing instead of a Spark job over the table's history."""
-        fs, log = self.fs(f"{path}/_delta_log")
-        names = [s.getPath().getName() for s in fs.listStatus(log)] if fs.exists(log) else []
-        versions = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
-        if not versions:
-            raise StateError(f"{path} is not a Delta table (no commit in {path}/_delta_log); create it first.")
-        return max(versions)
+        """The newest committed version of the Delta table at ``path`` (one listing of its log)."""
+        return storage.head_version(path)
+
+    def merge(self, path: str, source: DataFrame, on: str, *clauses: str) -> None:
+        """``MERGE INTO`` the Delta table at ``path`` (alias ``t``) from ``source`` (alias ``s``).
+
+        SQL, so that it works the same in-process and over Spark Connect (Delta's Python
+        ``DeltaTable`` needs a server plugin Connect servers lack). Example::
+
+            lake.merge(path, rows, "t.k <=> s.k", "WHEN MATCHED THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *")
+        """
+        self.spark.sql(f"MERGE INTO delta.`{path}` AS t USING {{source}} AS s ON {on} {' '.join(clauses)}",
+                       source=source).collect()
 
     def read(self, path: str, version: int | None = None) -> DataFrame:
         reader = self.spark.read.format("delta")
@@ -86,35 +85,36 @@ class Lake:
 
     def table_names(self) -> list[str]:
         """Base tables present under ``tables/``."""
-        fs, path = self.fs(f"{self.root}/tables")
-        if not fs.exists(path):
-            return []
-        return sorted(s.getPath().getName() for s in fs.listStatus(path) if s.isDirectory())
+        return storage.list_names(f"{self.root}/tables", directories=True)
 
     def table_schemas(self) -> dict[str, dict[str, str]]:
-        """{table: {column: Spark SQL type}} of every base table at its head version."""
-        return {name: {f.name: f.dataType.simpleString() for f in self.read(self.table_path(name)).schema.fields}
+        """{table: {column: Spark SQL type}} of every base table at its head version (read from the
+        Delta logs in this process; cached per version)."""
+        return {name: self.schema_at(self.table_path(name), self.head_version(self.table_path(name)))
                 for name in self.table_names()}
+
+    def row_count(self, path: str) -> int:
+        """Rows of the Delta table at ``path`` from its files' statistics (no scan; an upper bound
+        when deletion vectors hide rows)."""
+        return storage.row_count(path)
+
+    def schema_at(self, path: str, version: int) -> dict[str, str]:
+        """{column: Spark SQL type} of the Delta table at ``path`` as of ``version``."""
+        key = ("schema", path, version)
+        if key not in self.cache:
+            try:
+                self.cache[key] = storage.schema_at(path, version)
+            except Exception:  # a table feature delta-rs cannot read: ask Spark
+                self.cache[key] = {f.name: f.dataType.simpleString() for f in self.read(path, version).schema.fields}
+        return self.cache[key]
 
     def ensure_system_tables(self) -> None:
         """Create ``_system/log`` and ``_system/costs`` (schemas in lakeivm/schemas/system/) if missing."""
-        for path, schema_file in ((self.log_path, "log.json"), (self.costs_path, "costs.json")):
-            if not self.is_delta(path):
-                ddl = ", ".join(f"`{c}` {t}" for c, t in self.system_schema(schema_file).items())
-                self.spark.createDataFrame([], ddl).write.format("delta").mode("ignore").save(path)
+        from lakeivm import system_tables
 
-    @staticmethod
-    def system_schema(schema_file: str) -> dict[str, str]:
-        return json.loads((SYSTEM_SCHEMAS / schema_file).read_text())["columns"]
+        for path, schema_file in ((self.log_path, "log.json"), (self.costs_path, "costs.json")):
+            system_tables.ensure(path, schema_file)
 
     def delete(self, path: str) -> None:
         """Remove a folder (state of a view being dropped or rebuilt from scratch)."""
-        fs, hpath = self.fs(path)
-        if fs.exists(hpath):
-            fs.delete(hpath, True)
-
-    def fs(self, path: str):
-        """(Hadoop FileSystem, Hadoop Path) for ``path``: works for any URI scheme Spark can read."""
-        jvm = self.spark.sparkContext._jvm
-        hpath = jvm.org.apache.hadoop.fs.Path(path)
-        return hpath.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()), hpath
+        storage.delete_tree(path)

@@ -94,7 +94,6 @@ def workload_specs(name: str) -> dict:
 def change_lineitem(lake, rows: int, seed: int) -> None:
     """``rows`` lineitem changes in two commits: rows/2 copies of random lines under fresh line
     numbers (their orders and partsupp rows exist), then deletes of rows/2 other random lines."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     path = lake.table_path("lineitem")
@@ -104,15 +103,12 @@ def change_lineitem(lake, rows: int, seed: int) -> None:
     inserted = picked.limit(rows // 2).withColumn("l_linenumber", F.col("l_linenumber") + F.lit(top + 1))
     inserted.write.format("delta").mode("append").save(path)
     doomed = picked.exceptAll(picked.limit(rows // 2)).select("l_orderkey", "l_linenumber")
-    (DeltaTable.forPath(lake.spark, path).alias("t")
-     .merge(doomed.alias("d"), "t.l_orderkey = d.l_orderkey AND t.l_linenumber = d.l_linenumber")
-     .whenMatchedDelete().execute())
+    lake.merge(path, doomed, "t.l_orderkey = s.l_orderkey AND t.l_linenumber = s.l_linenumber", "WHEN MATCHED THEN DELETE")
 
 
 def change_orders(lake, rows: int, seed: int) -> None:
     """``rows`` random orders updated in one MERGE: each moves to the next customer key (keys 1..N all
     exist) and to the next order priority, so both the revenue and the regression views change."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     path = lake.table_path("orders")
@@ -121,9 +117,8 @@ def change_orders(lake, rows: int, seed: int) -> None:
     next_priority = F.element_at(priorities, F.substring("o_orderpriority", 1, 1).cast("int") % 5 + 1)
     picked = (_random_rows(lake.read(path), rows, seed)
               .select("o_orderkey", (F.col("o_custkey") % customers + 1).alias("custkey"), next_priority.alias("priority")))
-    (DeltaTable.forPath(lake.spark, path).alias("t")
-     .merge(picked.alias("s"), "t.o_orderkey = s.o_orderkey")
-     .whenMatchedUpdate(set={"o_custkey": "s.custkey", "o_orderpriority": "s.priority"}).execute())
+    lake.merge(path, picked, "t.o_orderkey = s.o_orderkey",
+               "WHEN MATCHED THEN UPDATE SET o_custkey = s.custkey, o_orderpriority = s.priority")
 
 
 CHANGES = {"lineitem": change_lineitem, "orders": change_orders}

@@ -104,7 +104,9 @@ def run(settings: Settings, sizes: list[int], batch_sizes: list[int], epsilons: 
 
 def _timed(spark, timeout: float, action):
     """(seconds, result) of ``action``, or (None, None) when it was cancelled after ``timeout``."""
-    timer = threading.Timer(timeout, spark.sparkContext.cancelAllJobs)
+    from lakeivm.spark import is_connect
+
+    timer = threading.Timer(timeout, spark.interruptAll if is_connect(spark) else spark.sparkContext.cancelAllJobs)
     timer.start()
     t0 = time.perf_counter()
     try:

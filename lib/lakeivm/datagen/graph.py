@@ -159,13 +159,10 @@ def write_graph(lake, edges: Iterable[Edge], table: str = "edges") -> int:
 
 def apply_edge_batch(lake, batch: EdgeBatch, table: str = "edges") -> None:
     """Commit one batch to ``table``: a MERGE deleting its deletes, then an append of its inserts."""
-    from delta.tables import DeltaTable
-
     path = lake.table_path(table)
     if batch.deletes:
         gone = lake.spark.createDataFrame(EdgeBatch((), batch.deletes).to_table().to_pandas()).drop("sign")
-        (DeltaTable.forPath(lake.spark, path).alias("t").merge(gone.alias("s"), "t.src = s.src AND t.dst = s.dst")
-         .whenMatchedDelete().execute())
+        lake.merge(path, gone, "t.src = s.src AND t.dst = s.dst", "WHEN MATCHED THEN DELETE")
     if batch.inserts:
         added = lake.spark.createDataFrame(EdgeBatch(batch.inserts, ()).to_table().to_pandas()).drop("sign")
         added.write.format("delta").mode("append").save(path)

@@ -117,8 +117,6 @@ def apply_orderbook_events(lake, events: list[Event]) -> dict[str, int]:
     """
     from collections import Counter
 
-    from delta.tables import DeltaTable
-
     net: dict[str, Counter] = {t: Counter() for t in BOOK_TABLES}
     for event in events:
         net[event.table][(event.row.broker_id, event.row.price, event.row.volume)] += event.sign
@@ -133,9 +131,8 @@ def apply_orderbook_events(lake, events: list[Event]) -> dict[str, int]:
             if short:
                 raise InvalidInput(f"{table}: the batch deletes rows that are not in the table, e.g. {short[0]}")
             keys = lake.spark.createDataFrame(lowered, BOOK_DDL)
-            DeltaTable.forPath(lake.spark, path).alias("t").merge(
-                keys.alias("k"), "t.broker_id <=> k.broker_id AND t.price <=> k.price AND t.volume <=> k.volume",
-            ).whenMatchedDelete().execute()
+            lake.merge(path, keys, "t.broker_id <=> s.broker_id AND t.price <=> s.price AND t.volume <=> s.volume",
+                       "WHEN MATCHED THEN DELETE")
             appended += [row for row in lowered for _ in range(present[row] + change[row])]
             commits[table] += 1
         if appended:

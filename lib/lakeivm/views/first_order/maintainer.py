@@ -120,7 +120,6 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
 
     MIN/MAX values of the touched groups are re-read from their (already flushed) multisets.
     """
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     query, path = ctx.query, ctx.lake.view_path(ctx.view)
@@ -135,13 +134,13 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
         touched = _with_extremum(touched, ctx.lake.read(multiset), agg, keys)
     # Materialize the (small) set of touched groups: MERGE evaluates its source more than once.
     updated = finalize(query, touched).localCheckpoint(eager=True)
-    target = DeltaTable.forPath(ctx.spark, path).alias("t")
-    merge = target.merge(updated.alias("s"), " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true")
+    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true"
     if keys:
-        merge = merge.whenMatchedDelete(f"s.{COUNT} = 0").whenMatchedUpdateAll().whenNotMatchedInsertAll(f"s.{COUNT} > 0")
+        clauses = (f"WHEN MATCHED AND s.{COUNT} = 0 THEN DELETE", "WHEN MATCHED THEN UPDATE SET *",
+                   f"WHEN NOT MATCHED AND s.{COUNT} > 0 THEN INSERT *")
     else:
-        merge = merge.whenMatchedUpdateAll().whenNotMatchedInsertAll()
-    merge.execute()
+        clauses = ("WHEN MATCHED THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *")
+    ctx.lake.merge(path, updated, on, *clauses)
 
 
 def _with_extremum(groups: DataFrame, multiset: DataFrame, agg: Aggregate, keys: list[str]) -> DataFrame:

@@ -1,0 +1,200 @@
+"""The lake's files read and written from Python: Delta commit files, leases, folders.
+
+Everything here runs in the calling process with ``pyarrow.fs`` -- no JVM, no Spark job -- so a
+Spark Connect client pins versions, reads commit histories and holds leases itself, in
+milliseconds. Local paths and ``file:`` URIs use the local file system; ``s3://``/``s3a://``,
+``gs://``, ``abfs(s)://`` and ``hdfs://`` go through pyarrow's file systems (credentials from the
+environment, as pyarrow reads them).
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from datetime import datetime, timezone
+from functools import lru_cache
+from typing import Any
+from urllib.parse import urlparse
+
+from lakeivm.errors import StateError
+
+_SCHEMES = {"s3a": "s3", "s3n": "s3", "abfss": "abfs", "gcs": "gs"}
+
+
+def exists(uri: str) -> bool:
+    fs, path = _resolve(uri)
+    from pyarrow.fs import FileType
+
+    return fs.get_file_info(path).type != FileType.NotFound
+
+
+def list_names(uri: str, directories: bool | None = None) -> list[str]:
+    """Names of the entries directly under ``uri`` (only folders, only files, or all); [] if absent."""
+    from pyarrow.fs import FileSelector, FileType
+
+    fs, path = _resolve(uri)
+    infos = fs.get_file_info(FileSelector(path, allow_not_found=True))
+    wanted = {True: (FileType.Directory,), False: (FileType.File,), None: (FileType.Directory, FileType.File)}[directories]
+    return sorted(i.base_name for i in infos if i.type in wanted)
+
+
+def read_text(uri: str) -> str | None:
+    """The file's UTF-8 text; None if it does not exist."""
+    fs, path = _resolve(uri)
+    try:
+        with fs.open_input_stream(path) as stream:
+            return stream.read().decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if "not found" in str(err).lower() or "no such file" in str(err).lower():
+            return None
+        raise
+
+
+def create_exclusive(uri: str, text: str) -> bool:
+    """Create the file with ``text`` unless it exists; whether this call created it.
+
+    On a local disk the file appears whole or not at all (written aside, then hard-linked: a link
+    fails if the name exists), so a reader never sees it empty. Other stores: check, then write.
+    """
+    fs, path = _resolve(uri)
+    if _is_local(fs):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        aside = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(aside, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        try:
+            os.link(aside, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(aside)
+    if exists(uri):
+        return False
+    with fs.open_output_stream(path) as stream:
+        stream.write(text.encode("utf-8"))
+    return True
+
+
+def delete_file(uri: str) -> None:
+    fs, path = _resolve(uri)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def delete_tree(uri: str) -> None:
+    """Remove a folder and everything under it (nothing if it does not exist)."""
+    fs, path = _resolve(uri)
+    if exists(uri):
+        fs.delete_dir(path)
+
+
+# -- Delta transaction logs, read directly ---------------------------------------------------------
+
+def is_delta(table: str) -> bool:
+    """Whether ``table`` has a Delta log with at least one commit or checkpoint."""
+    return any(_version_of(n) is not None or n.endswith(".checkpoint.parquet") for n in list_names(f"{table}/_delta_log", False))
+
+
+def head_version(table: str) -> int:
+    """The newest committed version: the highest ``_delta_log/<version>.json`` (each is written
+    atomically, so a listed one is committed). One listing; no Spark job, no snapshot."""
+    versions = [v for v in map(_version_of, list_names(f"{table}/_delta_log", False)) if v is not None]
+    if not versions:
+        raise StateError(f"{table} is not a Delta table (no commit in {table}/_delta_log); create it first.")
+    return max(versions)
+
+
+def commit_actions(table: str, version: int) -> list[dict[str, Any]] | None:
+    """The actions of commit ``version`` (one JSON object per line), or None if its file is gone."""
+    text = read_text(f"{table}/_delta_log/{version:020d}.json")
+    if text is None:
+        return None
+    try:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except ValueError as err:
+        raise StateError(f"{table}: commit file {version:020d}.json is damaged ({err}); the table's history "
+                         "cannot be read. Restore the file from a backup, or rebuild what reads this table.") from err
+
+
+def history(table: str, after: int, upto: int) -> list[dict[str, Any]]:
+    """The commitInfo of versions ``after``+1..``upto`` that still exist, oldest first: version,
+    timestamp (UTC), operation, operationParameters, operationMetrics -- as ``DESCRIBE HISTORY``."""
+    rows = []
+    for version in range(after + 1, upto + 1):
+        actions = commit_actions(table, version)
+        if actions is None:
+            continue
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        stamp = info.get("inCommitTimestamp") or info.get("timestamp") or 0
+        rows.append({"version": version, "timestamp": datetime.fromtimestamp(stamp / 1000, timezone.utc),
+                     "operation": info.get("operation", ""), "operationParameters": info.get("operationParameters") or {},
+                     "operationMetrics": info.get("operationMetrics") or {}})
+    return rows
+
+
+def schema_at(table: str, version: int | None = None) -> dict[str, str]:
+    """{column: Spark SQL type} of the Delta table at ``version`` (newest if None), read from its
+    log by delta-rs: no Spark job, no snapshot on a server."""
+    from deltalake import DeltaTable
+
+    fields = json.loads(DeltaTable(table, version=version).schema().to_json())["fields"]
+    return {f["name"]: _spark_type(f["type"]) for f in fields}
+
+
+def row_count(table: str) -> int:
+    """Rows in the table's current files, from the log's per-file statistics (delta-rs; no scan)."""
+    from deltalake import DeltaTable
+
+    actions = DeltaTable(table).get_add_actions(flatten=True)
+    return int(sum(n or 0 for n in actions.column("num_records").to_pylist())) if actions.num_rows else 0
+
+
+_PRIMITIVES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
+
+
+def _spark_type(kind: Any) -> str:
+    """A Delta protocol type (JSON) as Spark's ``simpleString``."""
+    if isinstance(kind, str):
+        return _PRIMITIVES.get(kind, kind)
+    if kind["type"] == "array":
+        return f"array<{_spark_type(kind['elementType'])}>"
+    if kind["type"] == "map":
+        return f"map<{_spark_type(kind['keyType'])},{_spark_type(kind['valueType'])}>"
+    return "struct<" + ",".join(f"{f['name']}:{_spark_type(f['type'])}" for f in kind["fields"]) + ">"
+
+
+def _version_of(name: str) -> int | None:
+    stem = name[:-5] if name.endswith(".json") else ""
+    return int(stem) if stem.isdigit() else None
+
+
+@lru_cache(maxsize=32)
+def _filesystem(scheme: str, netloc: str):
+    from pyarrow import fs
+
+    if scheme in ("", "file"):
+        return fs.LocalFileSystem()
+    return fs.FileSystem.from_uri(f"{_SCHEMES.get(scheme, scheme)}://{netloc}/")[0]
+
+
+def _resolve(uri: str):
+    """(pyarrow FileSystem, path within it) for a local path or URI."""
+    url = urlparse(uri)
+    scheme = url.scheme if len(url.scheme) > 1 else ""  # C:\\ is not a scheme
+    if scheme in ("", "file"):
+        return _filesystem("", ""), os.path.abspath(url.path if scheme else uri)
+    try:
+        fs = _filesystem(scheme, url.netloc)
+    except Exception as err:
+        raise StateError(f"cannot open the lake at {uri}: pyarrow has no file system for {scheme}:// ({err}); "
+                         "use a local path, s3a://, gs://, abfss:// or hdfs://.") from err
+    return fs, f"{url.netloc}{url.path}".rstrip("/")
+
+
+def _is_local(fs) -> bool:
+    return type(fs).__name__ == "LocalFileSystem"

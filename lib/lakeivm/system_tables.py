@@ -1,0 +1,105 @@
+"""The system tables (``_system/log``, ``_system/costs``) read and appended in this process.
+
+They are small Delta tables of one row per run, read and appended once or twice per run. Going
+through Spark cost 0.3-1.4 s per read or append (a job, a snapshot, a commit); with delta-rs
+(the ``deltalake`` package) a read takes ~15 ms and an append ~15 ms, with no JVM -- so a run's
+bookkeeping costs milliseconds and a refresh with nothing pending needs no Spark at all. They stay
+ordinary Delta tables (CDF readers, Spark, DuckDB read them); appends are blind, so concurrent
+writers never conflict, and creation is idempotent under concurrent first runs.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from lakeivm.config import SCHEMAS
+from lakeivm.errors import StateError
+
+
+def columns(schema_file: str) -> dict[str, str]:
+    """{column: Spark SQL type} of a system table (``lakeivm/schemas/system/<schema_file>``)."""
+    return json.loads((SCHEMAS / "system" / schema_file).read_text())["columns"]
+
+
+def arrow_schema(schema_file: str):
+    """The table's Arrow schema, from its Spark SQL column types."""
+    import pyarrow as pa
+
+    return pa.schema([(name, _arrow_type(kind)) for name, kind in columns(schema_file).items()])
+
+
+def ensure(path: str, schema_file: str) -> None:
+    """Create the table if it does not exist; a concurrent creator winning the race is fine."""
+    from lakeivm import storage
+
+    if storage.is_delta(path):
+        return
+    from deltalake import write_deltalake
+
+    schema = arrow_schema(schema_file)
+    try:
+        write_deltalake(path, schema.empty_table(), mode="ignore")
+    except Exception:  # another run created version 0 between our check and our commit
+        if not storage.is_delta(path):
+            raise
+
+
+def read(path: str, where: Sequence[tuple[str, str, Any]] = ()) -> list[dict[str, Any]]:
+    """The rows (optionally filtered, e.g. ``[("view", "=", "v")]``) as dicts; timestamps naive
+    local time and maps as dicts, as Spark's ``collect`` gave them."""
+    from deltalake import DeltaTable
+
+    try:
+        table = DeltaTable(path).to_pyarrow_table(filters=list(where) or None)
+    except Exception as err:
+        raise StateError(f"system table {path} cannot be read ({str(err).splitlines()[0]}); if its _delta_log "
+                         "was damaged, restore it from a backup or move the table aside and rebuild the views.") from err
+    return [_from_arrow(row) for row in table.to_pylist()]
+
+
+def append(path: str, schema_file: str, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Append ``rows`` (dicts by column name) in one blind commit; returns the new table version.
+    A log written before a column existed gains it (schema merge)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    schema = arrow_schema(schema_file)
+    data = pa.Table.from_pylist([{c: _to_arrow(row.get(c)) for c in schema.names} for row in rows], schema=schema)
+    write_deltalake(path, data, mode="append", schema_mode="merge")
+    return DeltaTable(path).version()
+
+
+def _arrow_type(kind: str):
+    import pyarrow as pa
+
+    kind = kind.strip().upper()
+    if kind.startswith("MAP<"):
+        key, value = kind[4:-1].split(",", 1)
+        return pa.map_(_arrow_type(key), _arrow_type(value))
+    if kind.startswith("ARRAY<"):
+        return pa.list_(_arrow_type(kind[6:-1]))
+    return {"STRING": pa.string(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(),
+            "TIMESTAMP": pa.timestamp("us", tz="UTC")}[kind]
+
+
+def _to_arrow(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return list(value.items())
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.astimezone(timezone.utc)  # naive values are local time, as Spark's collect returns them
+    return value
+
+
+def _from_arrow(row: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, list) and value and isinstance(value[0], tuple):
+            value = dict(value)
+        elif isinstance(value, datetime) and value.tzinfo is not None:
+            value = datetime.fromtimestamp(value.timestamp())
+        out[key] = value
+    return out
