@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING
 from lakeivm import changes, commit
 from lakeivm.config import Settings, load_settings
 from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError
+from lakeivm.fingerprint import fingerprint
 from lakeivm.lake import Lake
 from lakeivm.registry import ViewSpec, classify, find_spec, load_specs
+from lakeivm.spark import deployment
 from lakeivm.sql import recompute_sql
 from lakeivm.views.base import Context, Maintainer
 
@@ -130,19 +132,29 @@ def run_view(
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     started = time.perf_counter()
     with commit.lease(lake, spec.name):
-        ctx, maintainer = prepare(lake, spec, fail_at)
         history = commit.log_rows(lake, spec.name, status=None)
         last, seq = commit.last_of(history), commit.next_seq(history)
+        definition = fingerprint(spec)
+        changed = last is not None and last.fingerprint is not None and last.fingerprint != definition
+        if mode != "rebuild" and last is not None and not changed and _caught_up(lake, last):
+            progress(f"{spec.name}: nothing to apply")  # a no-op costs a listing per table: no Spark, no write
+            return None
+        ctx, maintainer = prepare(lake, spec, fail_at)
+        ctx.fingerprint = definition
         restored = commit.recover(lake, last, maintainer.state_tables(ctx))
         if restored:
             progress(f"{spec.name}: recovered from an interrupted run ({'; '.join(restored)})")
         ctx.pins = changes.pin(lake, ctx.query.tables)
-        if last is None or mode == "rebuild" or set(last.watermarks) != set(ctx.query.tables):
-            reason = "first run" if last is None else ("rebuild requested" if mode == "rebuild" else "the view's tables changed")
+        if last is None or mode == "rebuild" or changed or set(last.watermarks) != set(ctx.query.tables):
+            reason = ("first run" if last is None else "rebuild requested" if mode == "rebuild" else
+                      f"the view's definition changed (fingerprint {last.fingerprint} -> {definition})" if changed else
+                      "the view's tables changed")
             return _bootstrap(ctx, maintainer, seq, "bootstrap" if last is None else "rebuild", reason, started, progress)
         ctx.watermarks = dict(last.watermarks)
         pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
-        plan = plan_run(ctx, mode, pending, history=[r for r in history if r.status == "committed"], tables=tables)
+        here = deployment(lake.spark)
+        committed = [r for r in history if r.status == "committed" and r.deployment in (None, here)]
+        plan = plan_run(ctx, mode, pending, history=committed, tables=tables)
         if not plan.tables and mode == "tick":
             if not any(pending.values()):
                 progress(f"{spec.name}: nothing to apply")
@@ -154,6 +166,11 @@ def run_view(
         except ChangeRangeError as err:
             return _unreadable(ctx, maintainer, last, seq, err, started, progress)
         return _commit(ctx, maintainer, seq, mode, plan, applied, started)
+
+
+def _caught_up(lake: Lake, last: commit.LogRow) -> bool:
+    """Whether every table of the last committed run is still at its watermark (one listing each)."""
+    return last.consistent and all(lake.head_version(lake.table_path(t)) == w for t, w in last.watermarks.items())
 
 
 def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[str, int],
@@ -191,6 +208,7 @@ def _unreadable(ctx: Context, maintainer: Maintainer, last: commit.LogRow | None
         view=ctx.view, seq=seq, status="failed", mode="tick", kind=_kind(maintainer),
         pins=ctx.pins, watermarks=dict(last.watermarks) if last else {}, state_versions=dict(last.state_versions) if last else {},
         consistent=False, seconds=time.perf_counter() - started, message=str(err), plan="policy fail",
+        fingerprint=ctx.fingerprint, deployment=deployment(ctx.spark),
     )
     commit.recover(ctx.lake, last, maintainer.state_tables(ctx))
     commit.append_log(ctx.lake, failed)
@@ -212,6 +230,7 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
         pending_rows=pending, seconds=seconds,
         predicted_seconds=None if plan.predicted_seconds is None else float(plan.predicted_seconds), deadline_s=ctx.spec.deadline_s,
         deadline_met=(seconds <= ctx.spec.deadline_s) if mode == "refresh" else None, plan=str(plan),
+        fingerprint=ctx.fingerprint, deployment=deployment(lake.spark),
     )
     ctx.checkpoint("before_log")
     commit.append_log(lake, row)

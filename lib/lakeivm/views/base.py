@@ -28,6 +28,7 @@ class Context:
     pins: dict[str, int]
     watermarks: dict[str, int]
     seed: int = 0
+    fingerprint: str | None = None  # of the view's definition (lakeivm.fingerprint), recorded in the log row
     checkpoint: Callable[[str], None] = field(default=lambda label: None)
 
     @property

@@ -6,6 +6,12 @@ added to, and a key whose payloads all reach zero is deleted. Within a run, delt
 (locally checkpointed) and the table is read as *stored ⊎ buffered deltas* without aggregating:
 joins and sums are linear in the payload, so duplicate keys are harmless there. ``flush`` MERGEs
 the summed delta once per run; the engine's commit protocol versions the table.
+
+An ``append_only`` table (for readers that only join and sum it, like F-IVM's views) skips the
+MERGE: a run appends its summed delta (one cheap commit; a Delta MERGE costs seconds even for a
+handful of rows), so the stored table is itself a bag whose per-key sums are the state. It is
+compacted -- rewritten consolidated -- when its appended rows outgrow COMPACT_RATIO of the rows
+at its last rewrite or when COMPACT_COMMITS appends have piled up (cost amortized over the runs).
 """
 from __future__ import annotations
 
@@ -21,10 +27,12 @@ if TYPE_CHECKING:
 class AdditiveTable:
     """One Delta table of ``keys`` + additive ``payloads`` with buffered deltas (see module doc)."""
 
-    def __init__(self, lake: Lake, path: str, keys: Sequence[str], payloads: Sequence[str], alive: str | None = None) -> None:
+    def __init__(self, lake: Lake, path: str, keys: Sequence[str], payloads: Sequence[str], alive: str | None = None,
+                 append_only: bool = False) -> None:
         self.lake, self.path = lake, path
         self.keys, self.payloads = tuple(keys), tuple(payloads)
         self.alive = alive  # the payload whose zero means the key is gone (default: all payloads zero)
+        self.append_only = append_only
         self._deltas: list[DataFrame] = []
         self._replacement: DataFrame | None = None
 
@@ -57,12 +65,23 @@ class AdditiveTable:
         self.lake.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
     def flush(self) -> None:
-        """Write the buffered change: an overwrite after ``replace``, else one MERGE of the summed delta."""
+        """Write the buffered change: an overwrite after ``replace``, else the summed delta -- one
+        MERGE, or for an append-only table one append (and now and then a compaction)."""
         if self._replacement is not None:
             write_overwrite(self._replacement, self.path)
-        if self._deltas:
+        if self._deltas and self.append_only:
+            summed = consolidate(_union(self._deltas), self.keys, self.payloads)
+            summed.write.format("delta").mode("append").save(self.path)
+            if _needs_compaction(self.path):
+                write_overwrite(self.consolidated_stored(), self.path)
+        elif self._deltas:
             merge_add(self.lake, self.path, self._deltas, self.keys, self.payloads, self.alive)
         self._deltas, self._replacement = [], None
+
+    def consolidated_stored(self) -> DataFrame:
+        """The stored rows summed per key (computed: the table can be overwritten with it)."""
+        stored = self.lake.read(self.path).select(*self.keys, *self.payloads)
+        return consolidate(stored, self.keys, self.payloads, self.alive).localCheckpoint(eager=True)
 
 
 def consolidate(rows: DataFrame, keys: Sequence[str], payloads: Sequence[str], alive: str | None = None) -> DataFrame:
@@ -75,6 +94,34 @@ def consolidate(rows: DataFrame, keys: Sequence[str], payloads: Sequence[str], a
 
 def write_overwrite(rows: DataFrame, path: str) -> None:
     rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+
+
+COMPACT_RATIO = 0.25  # appended rows, as a fraction of the rows at the last rewrite, that trigger a compaction
+COMPACT_COMMITS = 40  # appends that trigger one whatever their size (each is a file every scan opens)
+
+
+def _union(frames: Sequence[DataFrame]) -> DataFrame:
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def _needs_compaction(path: str) -> bool:
+    """Whether the appends since the table's last rewrite (read from its commit files, newest first)
+    hold more than COMPACT_RATIO of the rows that rewrite wrote, or number COMPACT_COMMITS."""
+    from lakeivm import storage
+
+    head, appended = storage.head_version(path), 0
+    for version in range(head, max(head - COMPACT_COMMITS, -1), -1):
+        actions = storage.commit_actions(path, version) or []
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        rows = int((info.get("operationMetrics") or {}).get("numOutputRows", 0))
+        mode = (info.get("operationParameters") or {}).get("mode") if info.get("operation") == "WRITE" else None
+        if mode == "Overwrite":
+            return appended > COMPACT_RATIO * max(rows, 1000)
+        appended += rows if mode == "Append" else 0  # table properties, RESTOREs: no rows of their own
+    return True
 
 
 BROADCAST_ROWS = 2_000_000  # a batch side up to this many rows is shipped to every task (small_side)
@@ -93,7 +140,6 @@ def small_side(frame: DataFrame) -> DataFrame:
 def merge_add(lake: Lake, path: str, deltas: Sequence[DataFrame], keys: Sequence[str], payloads: Sequence[str],
               alive: str | None = None) -> None:
     """MERGE the sum of ``deltas`` into the table: payloads added, all-zero keys (or zero ``alive``) deleted."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     change = deltas[0]
@@ -104,11 +150,7 @@ def merge_add(lake: Lake, path: str, deltas: Sequence[DataFrame], keys: Sequence
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true"
     zero_after = f"t.`{alive}` + s.`{alive}` = 0" if alive else " AND ".join(f"t.`{p}` + s.`{p}` = 0" for p in payloads)
     nonzero = f"s.`{alive}` != 0" if alive else " OR ".join(f"s.`{p}` != 0" for p in payloads)
-    (
-        DeltaTable.forPath(lake.spark, path).alias("t")
-        .merge(change.alias("s"), on)
-        .whenMatchedDelete(zero_after)
-        .whenMatchedUpdate(set={f"`{p}`": F.expr(f"t.`{p}` + s.`{p}`") for p in payloads})
-        .whenNotMatchedInsert(condition=nonzero, values={f"`{c}`": F.col(f"s.`{c}`") for c in (*keys, *payloads)})
-        .execute()
-    )
+    updates = ", ".join(f"t.`{p}` = t.`{p}` + s.`{p}`" for p in payloads)
+    columns = ", ".join(f"`{c}`" for c in (*keys, *payloads))
+    lake.merge(path, change, on, f"WHEN MATCHED AND ({zero_after}) THEN DELETE", f"WHEN MATCHED THEN UPDATE SET {updates}",
+               f"WHEN NOT MATCHED AND ({nonzero}) THEN INSERT ({columns}) VALUES ({', '.join('s.' + c for c in columns.split(', '))})")

@@ -116,7 +116,7 @@ class FivmMaintainer:
         change = self._root_deltas[0]
         for more in self._root_deltas[1:]:
             change = change.unionByName(more)
-        if not keys or self._rebuilt:  # the whole result: a rebuilt root (+ later deltas), or one row
+        if not keys or self._rebuilt or ctx.lake.row_count(path) <= REWRITE_ROWS:  # the whole result: rebuilt, or small
             root = change if self._rebuilt else root_rows(plan, stored).unionByName(change)
             if keys:
                 root = root.groupBy(*keys).agg(*[F.sum(c).alias(c) for c in columns]).where(F.col(ALIVE) != 0)
@@ -151,7 +151,8 @@ class FivmMaintainer:
         plan = self.plan(ctx)
         if vid == plan.tree.root.id:
             return root_rows(plan, ctx.lake.read(ctx.lake.view_path(ctx.view), state_versions["result"]))
-        return ctx.lake.read(self._state(ctx)[vid].path, state_versions[vid])
+        table = self._state(ctx)[vid]  # append-only: the stored bag summed per key
+        return consolidate(ctx.lake.read(table.path, state_versions[vid]), table.keys, table.payloads, table.alive)
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         df = ctx.lake.read(ctx.lake.view_path(ctx.view), version)
@@ -168,7 +169,7 @@ class FivmMaintainer:
             plan = self.plan(ctx)
             self._tables = {
                 vid: AdditiveTable(ctx.lake, ctx.lake.view_path(ctx.view, f"aux/{vid}"), view.keys,
-                                   plan.payload_columns(view), alive=ALIVE)
+                                   plan.payload_columns(view), alive=ALIVE, append_only=True)  # read by joins + sums only
                 for vid, view in plan.tree.views.items() if vid in plan.tree.stored and vid != plan.tree.root.id
             }
         return self._tables
@@ -200,6 +201,9 @@ class FivmMaintainer:
         if view.id in plan.tree.stored:
             return store(view, rows)
         return rows.localCheckpoint(eager=True)
+
+
+REWRITE_ROWS = 20_000  # a result this small is rewritten whole: cheaper than a Delta MERGE of its touched groups
 
 
 def _create(ctx: Context, tables: Mapping[str, AdditiveTable], view: View, rows: DataFrame) -> DataFrame:
@@ -298,12 +302,10 @@ def _render(plan: FivmPlan, root: DataFrame, types: Mapping[str, str], exact: Ma
 
 def _merge_result(ctx: Context, plan: FivmPlan, rows: DataFrame) -> None:
     """Touched groups into the result: updated, inserted, or deleted when their count is gone."""
-    from delta.tables import DeltaTable
-
-    on = " AND ".join(f"t.`{name}` <=> s.`{name}`" for name, _ in plan.group_key_variables())
+    on = " AND ".join(f"t.`{name}` <=> s.`{name}`" for name, _ in plan.group_key_variables()) or "true"
     gone = f"s.`{COUNT}` = 0"
-    (DeltaTable.forPath(ctx.spark, ctx.lake.view_path(ctx.view)).alias("t").merge(rows.alias("s"), on)
-     .whenMatchedDelete(gone).whenMatchedUpdateAll().whenNotMatchedInsertAll(f"NOT ({gone})").execute())
+    ctx.lake.merge(ctx.lake.view_path(ctx.view), rows, on, f"WHEN MATCHED AND {gone} THEN DELETE",
+                   "WHEN MATCHED THEN UPDATE SET *", f"WHEN NOT MATCHED AND NOT ({gone}) THEN INSERT *")
 
 
 def coefficients(lake, spec, latest: bool = False) -> list[tuple[dict[str, object], dict[str, float] | None]]:

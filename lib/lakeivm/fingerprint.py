@@ -1,0 +1,41 @@
+"""A view definition's fingerprint: what its maintained state depends on, hashed.
+
+The log row of every run records it; a run whose spec no longer has the fingerprint of the last
+committed run rebuilds the view from snapshots (an edited WHERE, another ``epsilon``, other
+``features``...) instead of applying changes to state built for another definition. Settings that
+only steer *when* a view is refreshed (deadline, tick, planner, cost priors) are left out: editing
+them keeps the state.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from lakeivm.registry import ViewSpec
+
+# Spec options that do not change what the state holds.
+SCHEDULING_OPTIONS = frozenset({"planner", "cost_prior", "fit_costs", "headroom", "refresh_policy", "description"})
+
+
+def fingerprint(spec: ViewSpec) -> str:
+    """16 hex digits of SHA-256 over the normalized SQL, the kind and the state-shaping options.
+
+    >>> a = ViewSpec("v", "SELECT a FROM t WHERE x > 0", 30.0)
+    >>> fingerprint(a) == fingerprint(ViewSpec("v", "select  A from T where X > 0", 60.0))
+    True
+    >>> fingerprint(a) == fingerprint(ViewSpec("v", "SELECT a FROM t WHERE x > 20", 30.0))
+    False
+    """
+    options = {k: v for k, v in sorted(spec.options.items()) if k not in SCHEDULING_OPTIONS}
+    payload = json.dumps({"sql": normalized_sql(spec.sql), "kind": spec.kind, "options": options}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def normalized_sql(sql: str) -> str:
+    """The SQL re-rendered by sqlglot: case of keywords and identifiers, spacing and comments do not count."""
+    import sqlglot
+
+    try:
+        return sqlglot.parse_one(sql, dialect="spark").sql(dialect="spark", normalize=True, comments=False)
+    except sqlglot.errors.ParseError:
+        return " ".join(sql.split())
