@@ -96,7 +96,10 @@ def test_dag_shape_local_and_cluster(tmp_path):
     assert local.dag_id == "lakeivm__v" and set(local.task_ids) == {"plan", "apply", "validate"}
     assert local.max_active_runs == 1 and local.catchup is False and "refresh" in local.params
     assert [a.uri for a in local.get_task("validate").outlets] == [f"file://{tmp_path}/views/v/result"]
-    assert not local.deadline  # dag.test() in Airflow 3.3.2 cannot run DAGs with deadline alerts
+    assert local.deadline  # every deployment gets the alert; only dag.test() callers opt out:
+    assert not build_dag(spec, Settings(lake=str(tmp_path)), deadline_alert=False).deadline  # Airflow 3.3.2's dag.test() fails on one
+    remote = build_dag(spec, Settings(lake=str(tmp_path), spark_master="spark://master:7077", spark_remote="sc://127.0.0.1:15002"))
+    assert set(remote.task_ids) == {"plan", "apply", "validate"}  # a Connect server: TaskFlow tasks, no spark-submit
     cluster = build_dag(spec, Settings(lake="s3a://bucket/lake", spark_master="spark://master:7077"))
     submit = cluster.get_task("apply_and_validate")
     assert type(submit).__name__ == "SparkSubmitOperator" and submit.application.endswith("lakeivm/jobs/refresh.py")

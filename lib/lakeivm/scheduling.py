@@ -1,9 +1,11 @@
 """Airflow 3 DAGs: one maintenance DAG per view spec, tasks plan -> apply -> validate (ARCHITECTURE §6).
 
 Parsing a DAG file imports neither Spark nor Great Expectations and opens no connection: the
-tasks import the engine when they run. Spark runs in the task's process on the embedded default
-(``local[*]``), or through ``SparkSubmitOperator`` (connection ``spark_default``) when
-LAKEIVM_SPARK_MASTER names a cluster; both call the same entry point, ``lakeivm/jobs/refresh.py``.
+tasks import the engine when they run. With a Spark Connect server (``spark_remote``, or Airflow's
+``spark_connect_default`` connection) the tasks are Connect clients sharing one server-side session
+per DAG run; on the embedded default (``local[*]``, no server) Spark runs in the task's process;
+with LAKEIVM_SPARK_MASTER naming a cluster and no server, one ``SparkSubmitOperator`` task
+(connection ``spark_default``) runs ``lakeivm/jobs/refresh.py``.
 """
 from __future__ import annotations
 
@@ -29,14 +31,14 @@ def view_asset_uri(settings: Settings, view: str) -> str:
     return f"{root}/views/{view}/result"
 
 
-def build_dags(settings: Settings | None = None) -> dict[str, Any]:
+def build_dags(settings: Settings | None = None, deadline_alerts: bool = True) -> dict[str, Any]:
     """``{dag_id: DAG}`` for every spec in the views folder that loads; one that does not is logged
     here and raised by ``check_specs`` from a DAG file of its own, so the other views keep their DAGs."""
     settings = settings or load_settings()
     specs = load_specs(settings.views)
     for broken in specs.broken:
         logging.getLogger("lakeivm").error("lakeivm: no DAG for a view spec that does not load: %s", broken.summary)
-    return {f"lakeivm__{name}": build_dag(spec, settings) for name, spec in specs.items()}
+    return {f"lakeivm__{name}": build_dag(spec, settings, deadline_alerts) for name, spec in specs.items()}
 
 
 def check_specs(settings: Settings | None = None) -> None:
@@ -60,17 +62,35 @@ async def deadline_missed(view: str, deadline_s: float, **context: Any) -> None:
         view, deadline_s)
 
 
-def build_dag(spec: ViewSpec, settings: Settings):
+def _delta_jars_or_package(settings: Settings) -> dict[str, str]:
+    """spark-submit's arguments for Delta: the fetched JAR files (offline, no Ivy) when set-up fetched
+    them, else the Maven package. Reads a manifest only: parsing never fetches."""
+    from lakeivm.spark import MANIFEST, jars_folder
+
+    manifest = jars_folder(settings) / MANIFEST
+    if manifest.exists():
+        return {"jars": ",".join(str(manifest.parent / name) for name in manifest.read_text().split())}
+    return {"packages": DELTA_PACKAGE}
+
+
+def _session(dag_run: Any) -> str | None:
+    """The Spark Connect session shared by one DAG run's tasks (None outside a run)."""
+    from lakeivm.tasks import session_for
+
+    return session_for(dag_run.dag_id, dag_run.run_id) if dag_run is not None else None
+
+
+def build_dag(spec: ViewSpec, settings: Settings, deadline_alert: bool = True):
     """The maintenance DAG of one view: every ``tick``; ``{"refresh": true}`` refreshes on demand."""
     from airflow.sdk import Asset, Param, dag, task
     from airflow.sdk.definitions.deadline import AsyncCallback, DeadlineAlert, DeadlineReference
 
     asset = Asset(name=f"lakeivm__{spec.name}", uri=view_asset_uri(settings, spec.name))
     # Airflow 3 deadline alert: a run (an on-demand refresh above all) not done within the view's
-    # deadline of being queued calls deadline_missed, which logs it against the view. Only on a
-    # scheduler deployment: Airflow 3.3.2's in-process dag.test() fails on any DAG with a deadline
-    # alert (StatementError "'dict' object has no attribute 'hex'" in DeadlineAlert.get_by_id).
-    deadline = None if settings.in_process else DeadlineAlert(
+    # deadline of being queued calls deadline_missed, which logs it against the view. Left out only
+    # for dag.test() (the demo passes deadline_alert=False): Airflow 3.3.2's in-process dag.test()
+    # fails on any DAG with a deadline alert (StatementError "'dict' object has no attribute 'hex'").
+    deadline = None if not deadline_alert else DeadlineAlert(
         reference=DeadlineReference.DAGRUN_QUEUED_AT,
         interval=timedelta(seconds=spec.deadline_s),
         callback=AsyncCallback(deadline_missed, kwargs={"view": spec.name, "deadline_s": spec.deadline_s}),
@@ -89,27 +109,27 @@ def build_dag(spec: ViewSpec, settings: Settings):
     )
     def maintenance():
         @task
-        def plan(params: dict[str, Any] | None = None) -> dict[str, Any]:
+        def plan(params: dict[str, Any] | None = None, dag_run: Any = None) -> dict[str, Any]:
             """Decide the run's mode and report the backlog."""
             from lakeivm import tasks
 
-            return tasks.plan(spec.name, refresh=bool((params or {}).get("refresh")))
+            return tasks.plan(spec.name, refresh=bool((params or {}).get("refresh")), session=_session(dag_run))
 
         decision = plan()
-        if settings.in_process:
+        if settings.in_process or settings.spark_remote:
             @task
-            def apply(decision: dict[str, Any]) -> dict[str, Any]:
-                """Run the maintenance run the plan decided, in this process."""
+            def apply(decision: dict[str, Any], dag_run: Any = None) -> dict[str, Any]:
+                """Run the maintenance run the plan decided (on the Spark Connect server, or in this process)."""
                 from lakeivm import tasks
 
-                return tasks.apply(spec.name, decision)
+                return tasks.apply(spec.name, decision, session=_session(dag_run))
 
             @task(outlets=[asset])
-            def validate(summary: dict[str, Any]) -> dict[str, Any]:
+            def validate(summary: dict[str, Any], dag_run: Any = None) -> dict[str, Any]:
                 """Check the stored view with its expectation suite; a failure names the expectation."""
                 from lakeivm import tasks
 
-                return tasks.validate(spec.name, summary)
+                return tasks.validate(spec.name, summary, session=_session(dag_run))
 
             validate(apply(decision))
         else:
@@ -119,7 +139,7 @@ def build_dag(spec: ViewSpec, settings: Settings):
                 task_id="apply_and_validate",
                 application=str(REFRESH_JOB),
                 conn_id="spark_default",
-                packages=DELTA_PACKAGE,
+                **_delta_jars_or_package(settings),
                 application_args=[spec.name, "--mode", "{{ ti.xcom_pull(task_ids='plan')['mode'] }}", "--validate"],
                 name=f"lakeivm-{spec.name}",
             )

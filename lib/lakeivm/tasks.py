@@ -1,52 +1,69 @@
-"""What the DAG's tasks and ``jobs/refresh.py`` call: plan, apply, validate one view.
+"""What the DAG's tasks and the refresh job call: plan, apply, validate one view.
 
-Each returns a small JSON-able dict (an Airflow XCom). The Spark session is the process's own
-(in-process local mode) or the one spark-submit started.
+Each returns a small JSON-able dict (an Airflow XCom). Spark is the long-lived Spark Connect
+server when one is configured -- the Airflow connection ``spark_connect_default`` (Airflow's Spark
+provider, connection type ``spark_connect``) or the ``spark_remote`` setting -- and then every task
+of one DAG run attaches to the same server-side session (``session``): no task starts a JVM.
+Without a server, Spark runs in the task's process (local mode) or is the driver spark-submit started.
 """
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
-from lakeivm.config import load_settings
+from lakeivm.config import Settings, load_settings
+
+CONNECTION_ID = "spark_connect_default"
 
 
-def plan(view: str, refresh: bool) -> dict[str, Any]:
-    """The run's mode and the view's backlog per table (rows of change feed pending)."""
-    from lakeivm.engine import open_lake, status
-    from lakeivm.registry import find_spec, load_specs
+def session_for(dag_id: str, run_id: str) -> str:
+    """The Spark Connect session id the tasks of one DAG run share (a UUID derived from the run)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"lakeivm/{dag_id}/{run_id}"))
 
-    settings = load_settings()
+
+def plan(view: str, refresh: bool, session: str | None = None) -> dict[str, Any]:
+    """The run's mode and the view's backlog per table (change-feed rows pending), from the log's
+    last committed row and the tables' commit files."""
+    from lakeivm import changes, commit
+
+    settings = resolve(load_settings())
     mode = "refresh" if refresh else "tick"
-    if not settings.in_process:
-        return {"mode": mode}
-    spec = find_spec(load_specs(settings.views), view)
-    report = status(open_lake(settings=settings), {view: spec})[0]
-    return {"mode": mode, "pending_rows": report.get("pending_rows", {})}
+    lake = _open(settings, session)
+    last = commit.last_committed(lake, view)
+    if last is None:
+        return {"mode": mode, "pending_rows": {}, "note": "first run: builds the view from snapshots"}
+    heads = changes.pin(lake, last.watermarks)
+    pending = {t: changes.pending_rows(lake, t, w, heads[t]) for t, w in last.watermarks.items()}
+    return {"mode": mode, "pending_rows": pending}
 
 
-def apply(view: str, decision: dict[str, Any]) -> dict[str, Any]:
+def apply(view: str, decision: dict[str, Any], session: str | None = None) -> dict[str, Any]:
     """Run one maintenance run; returns what its log row says."""
-    from lakeivm.engine import open_lake, run_view
+    from lakeivm.engine import run_view
     from lakeivm.registry import find_spec, load_specs
 
-    settings = load_settings()
+    settings = resolve(load_settings())
     spec = find_spec(load_specs(settings.views), view)
-    row = run_view(open_lake(settings=settings), spec, mode=decision.get("mode", "tick"), progress=print)
+    row = run_view(_open(settings, session), spec, mode=decision.get("mode", "tick"), progress=print)
     if row is None:
         return {"view": view, "applied": [], "note": "nothing to apply"}
     return {"view": view, "seq": row.seq, "mode": row.mode, "applied": list(row.applied), "delta_rows": dict(row.delta_rows),
-            "seconds": round(row.seconds, 3), "deadline_met": row.deadline_met, "consistent": row.consistent}
+            "seconds": round(row.seconds, 3), "predicted_seconds": row.predicted_seconds, "deadline_met": row.deadline_met,
+            "consistent": row.consistent}
 
 
-def validate(view: str, summary: dict[str, Any]) -> dict[str, Any]:
-    """Validate the stored view with its expectation suite; raises ExpectationFailed naming it."""
+def validate(view: str, summary: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+    """Validate the stored view with its expectation suite; raises ExpectationFailed naming it.
+    A run that applied nothing left the validated state as it was: nothing to check again."""
     from lakeivm import commit
-    from lakeivm.engine import open_lake, prepare
+    from lakeivm.engine import prepare
     from lakeivm.quality import validate as run_suite
     from lakeivm.registry import find_spec, load_specs
 
-    settings = load_settings()
-    lake = open_lake(settings=settings)
+    if summary.get("note") == "nothing to apply":
+        return {**summary, "expectations": 0}
+    settings = resolve(load_settings())
+    lake = _open(settings, session)
     spec = find_spec(load_specs(settings.views), view)
     ctx, maintainer = prepare(lake, spec)
     row = commit.last_committed(lake, view)
@@ -54,3 +71,29 @@ def validate(view: str, summary: dict[str, Any]) -> dict[str, Any]:
     report = run_suite(stored, spec, ctx.query)
     report.raise_if_failed()
     return {**summary, "expectations": report.evaluated}
+
+
+def resolve(settings: Settings) -> Settings:
+    """``settings`` with the Spark Connect server of Airflow's ``spark_connect_default`` connection,
+    when running under Airflow and that connection exists (it wins over ``spark_remote``)."""
+    try:
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+        from airflow.sdk.exceptions import AirflowRuntimeError
+    except ImportError:
+        return settings
+    try:
+        return settings.with_(spark_remote=SparkConnectHook(CONNECTION_ID).get_connection_url())
+    except (AirflowRuntimeError, RuntimeError, KeyError, ValueError, LookupError):
+        return settings  # no such connection (or not inside a task): the settings decide
+    except Exception as err:  # Airflow raises its own not-found types, which differ between contexts
+        if "not defined" in str(err) or "NotFound" in type(err).__name__ or "CONNECTION_NOT_FOUND" in str(err):
+            return settings
+        raise
+
+
+def _open(settings: Settings, session: str | None):
+    from lakeivm.engine import open_lake
+    from lakeivm.spark import connect, get_spark
+
+    spark = connect(settings.spark_remote, settings, session) if settings.spark_remote else get_spark(settings)
+    return open_lake(spark, settings)
