@@ -1,0 +1,471 @@
+"""The deployment users run, without Docker, on loopback under one folder (ARCHITECTURE §6).
+
+``start_stack`` starts, each bound to 127.0.0.1 on free ports and waited on by a health check:
+
+1. **PostgreSQL** from the machine's binaries (``initdb``, ``postgres``, ``pg_isready``, ``createdb``
+   under ``/usr/lib/postgresql/*/bin`` or on PATH; as root the server runs as user ``postgres``);
+2. a **Spark standalone master and worker** from pyspark's own ``bin/spark-class``;
+3. lakeivm's **Spark Connect server** in front of that master (``lakeivm.server``);
+4. **Airflow 3** -- ``airflow db migrate``, then api-server, scheduler, dag-processor, triggerer --
+   with LocalExecutor on PostgreSQL, the DAG folder shipped in the package, the connection
+   ``spark_connect_default`` naming the Connect server and ``LAKEIVM_*`` exported to every process.
+
+It returns a ``Stack``, a context manager whose ``stop()`` ends every process it started by its
+pid and process group. Airflow 3.3's log servers (scheduler, triggerer) listen on all interfaces
+and have no host setting, so they are not started (``--skip-serve-logs``): with LocalExecutor
+every task log is a local file the api-server reads itself. The api-server uses SimpleAuthManager
+with every user an admin (``simple_auth_manager_all_admins``), fit for loopback only.
+
+Example::
+
+    with start_stack(Path("/tmp/stack"), lake="/tmp/stack/lake") as stack:
+        print(stack.ui_url)
+
+``python -m lakeivm.deploy`` (``make cluster-demo``) runs it for a person.
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+
+from lakeivm import server
+from lakeivm.airflow_api import AirflowAPI
+from lakeivm.config import Settings, load_settings
+from lakeivm.errors import LakeIVMError
+
+HOST = "127.0.0.1"
+DAGS_FOLDER = Path(str(files("lakeivm") / "dags"))
+HEALTH_TIMEOUT = 240.0
+# Started after the api-server is healthy; keyed by the name the api-server's health check gives them.
+AIRFLOW_SERVICES = {"scheduler": ["scheduler", "--skip-serve-logs"], "dag_processor": ["dag-processor"],
+                    "triggerer": ["triggerer", "--skip-serve-logs"]}
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Service:
+    """One process of the stack (the leader of its own process group) and its log file."""
+
+    name: str
+    process: subprocess.Popen
+    log: Path
+    stop_signal: int = signal.SIGTERM
+    started: float = field(default_factory=time.perf_counter)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Signal the process group (and any descendant that left it), then kill what is left."""
+        pids = {self.process.pid, *_descendants(self.process.pid)}
+        _signal_all(self.process.pid, pids, self.stop_signal)
+        deadline = time.time() + timeout
+        while time.time() < deadline and any(_alive(pid) for pid in pids):
+            self.process.poll()
+            time.sleep(0.2)
+        left = {pid for pid in pids if _alive(pid)}
+        if left:
+            _signal_all(self.process.pid, left, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+
+@dataclass
+class Stack:
+    """A running stack: where each service listens, the environment Airflow runs with, the processes."""
+
+    root: Path
+    settings: Settings
+    env: dict[str, str] = field(default_factory=dict)
+    services: list[Service] = field(default_factory=list)
+    connect: server.ServerInfo | None = None
+    postgres_url: str = ""
+    spark_master: str = ""
+    spark_ui: str = ""
+    api_url: str = ""
+    timings: dict[str, float] = field(default_factory=dict)  # seconds each service took to become healthy
+
+    @property
+    def ui_url(self) -> str:
+        return self.api_url
+
+    @property
+    def api(self) -> AirflowAPI:
+        return AirflowAPI(self.api_url)
+
+    def pids(self) -> list[int]:
+        """Every process the stack started (the Connect server included)."""
+        return [s.process.pid for s in self.services] + ([self.connect.pid] if self.connect else [])
+
+    def alive(self) -> list[int]:
+        return [pid for pid in self.pids() if _alive(pid)]
+
+    def stop(self) -> None:
+        """Stop every service, newest first: Airflow, the Connect server, Spark, PostgreSQL; a failure
+        to stop one does not keep the others running."""
+        errors = []
+        for service in reversed(self.services):
+            if service.name == "spark-worker":
+                errors += _attempt(self._stop_connect)
+            errors += _attempt(service.stop)
+        errors += _attempt(self._stop_connect)
+        if errors:
+            raise LakeIVMError("could not stop every service: " + "; ".join(map(str, errors)))
+
+    def _stop_connect(self) -> None:
+        if self.connect is not None:
+            with _lakeivm_home(self.root):
+                server.stop(self.connect.remote)
+            self.connect = None
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_stack(root: Path, lake: str, views: str | None = None, settings: Settings | None = None,
+                progress: Progress = print) -> Stack:
+    """Start the whole stack under ``root`` for the lake ``lake``; stops what it started if a step fails."""
+    root = Path(root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    base = settings or load_settings()
+    stack = Stack(root, base.with_(lake=lake, views=views or base.views))
+    try:
+        start_postgres(stack, progress)
+        start_spark_cluster(stack, progress)
+        start_connect_server(stack, progress)
+        start_airflow(stack, progress)
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
+def start_postgres(stack: Stack, progress: Progress) -> None:
+    """initdb a fresh cluster under ``root/postgres`` and run ``postgres`` on loopback (TCP only)."""
+    t0 = time.perf_counter()
+    user = _postgres_user()
+    data = stack.root / "postgres"
+    data.mkdir(mode=0o700)
+    if user is not None:
+        _grant_traversal(data)
+        shutil.chown(data, user.pw_uid, user.pw_gid)
+    as_user = {"user": user.pw_uid, "group": user.pw_gid} if user else {}
+    _run([postgres_binary("initdb"), "-D", str(data), "-U", "airflow", "--auth=trust", "-E", "UTF8", "--no-sync"],
+         stack.root / "initdb.log", **as_user)
+    port = free_port()
+    command = [postgres_binary("postgres"), "-D", str(data), "-h", HOST, "-p", str(port),
+               "-c", "unix_socket_directories=", "-c", "fsync=off"]  # a scratch cluster: no durability needed
+    stack.services.append(_spawn("postgres", command, stack.root / "postgres.log", os.environ.copy(),
+                                 stop_signal=signal.SIGINT, **as_user))  # SIGINT: PostgreSQL's fast shutdown
+    _wait(lambda: subprocess.run([postgres_binary("pg_isready"), "-h", HOST, "-p", str(port)],
+                                 capture_output=True).returncode == 0, "PostgreSQL", stack.services[-1])
+    _run([postgres_binary("createdb"), "-h", HOST, "-p", str(port), "-U", "airflow", "airflow"], stack.root / "createdb.log")
+    stack.postgres_url = f"postgresql+psycopg2://airflow@{HOST}:{port}/airflow"
+    _ready(stack, "postgres", t0, f"PostgreSQL on {HOST}:{port}", progress)
+
+
+def start_spark_cluster(stack: Stack, progress: Progress) -> None:
+    """A standalone master and one worker (``spark-class``), both on loopback."""
+    env = {**os.environ, "SPARK_LOCAL_IP": HOST, "SPARK_LOG_DIR": str(stack.root / "spark-logs"),
+           "SPARK_LOCAL_DIRS": str(stack.root / "spark-local"),
+           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}  # its REST server has a fixed port (6066)
+    t0 = time.perf_counter()
+    port, ui = free_port(), free_port()
+    stack.services.append(_spawn("spark-master", [_spark_class(), "org.apache.spark.deploy.master.Master", "--host", HOST,
+                                                  "--port", str(port), "--webui-port", str(ui)],
+                                 stack.root / "spark-master.log", env))
+    stack.spark_master, stack.spark_ui = f"spark://{HOST}:{port}", f"http://{HOST}:{ui}"
+    _wait(lambda: _listening(port) and _http_ok(stack.spark_ui), "the Spark master", stack.services[-1])
+    _ready(stack, "spark-master", t0, f"Spark master {stack.spark_master} (UI {stack.spark_ui})", progress)
+    t0 = time.perf_counter()
+    stack.services.append(_spawn("spark-worker", [_spark_class(), "org.apache.spark.deploy.worker.Worker", "--host", HOST,
+                                                  "--port", str(free_port()), "--webui-port", str(free_port()),
+                                                  "--cores", "2", "--memory", "2g", "--work-dir", str(stack.root / "spark-work"),
+                                                  stack.spark_master],
+                                 stack.root / "spark-worker.log", env))
+    _wait(lambda: _json(f"{stack.spark_ui}/json/").get("aliveworkers", 0) >= 1, "the Spark worker", stack.services[-1])
+    _ready(stack, "spark-worker", t0, "Spark worker registered (2 cores, 2g)", progress)
+
+
+def start_connect_server(stack: Stack, progress: Progress) -> None:
+    """lakeivm's Spark Connect server in front of the standalone master (its cold start, paid once)."""
+    t0 = time.perf_counter()
+    remote = f"sc://{HOST}:{free_port()}"
+    settings = stack.settings.with_(spark_conf={"spark.driver.memory": "2g", **stack.settings.spark_conf})
+    with _lakeivm_home(stack.root):
+        stack.connect = server.start(settings, master=stack.spark_master, remote=remote)
+    stack.settings = stack.settings.with_(spark_remote=remote, spark_master=stack.spark_master)
+    _ready(stack, "spark-connect", t0, f"Spark Connect server {remote} (master {stack.spark_master})", progress)
+
+
+def start_airflow(stack: Stack, progress: Progress) -> None:
+    """``airflow db migrate``, the api-server (waited on first), then scheduler, dag-processor and triggerer."""
+    port = free_port()
+    stack.api_url = f"http://{HOST}:{port}"
+    stack.env = airflow_env(stack, port)
+    t0 = time.perf_counter()
+    _run([_airflow(), "db", "migrate"], stack.root / "airflow-db-migrate.log", env=stack.env)
+    _ready(stack, "airflow-db-migrate", t0, "airflow db migrate (PostgreSQL)", progress)
+    t0 = time.perf_counter()
+    stack.services.append(_spawn("api-server", [_airflow(), "api-server", "--host", HOST, "--port", str(port), "--workers", "1"],
+                                 stack.root / "airflow-api-server.log", stack.env))
+    _wait(lambda: _health(stack).get("metadatabase", {}).get("status") == "healthy", "the Airflow api-server", stack.services[-1])
+    _ready(stack, "api-server", t0, f"Airflow api-server {stack.api_url}", progress)
+    for name, args in AIRFLOW_SERVICES.items():
+        stack.services.append(_spawn(name, [_airflow(), *args], stack.root / f"airflow-{name}.log", stack.env))
+    for service in stack.services[-len(AIRFLOW_SERVICES):]:
+        name = service.name
+        _wait(lambda: _health(stack).get(name, {}).get("status") == "healthy", f"the Airflow {name}", service)
+        _ready(stack, name, service.started, f"Airflow {name.replace('_', '-')}", progress)
+
+
+def airflow_env(stack: Stack, api_port: int) -> dict[str, str]:
+    """The environment of every Airflow process (and of CLI calls against the stack)."""
+    settings = stack.settings
+    remote_port = int(settings.spark_remote.rsplit(":", 1)[1])
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(stack.root / "airflow"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": stack.postgres_url,
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{HOST}:{api_port}/execution/",
+        "AIRFLOW__API__HOST": HOST,
+        "AIRFLOW__API__PORT": str(api_port),
+        "AIRFLOW__API__BASE_URL": f"http://{HOST}:{api_port}",
+        "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": HOST, "port": remote_port}),
+        "LAKEIVM_LAKE": settings.lake,
+        "LAKEIVM_VIEWS": settings.views,
+        "LAKEIVM_SPARK_REMOTE": settings.spark_remote,
+        "LAKEIVM_SPARK_MASTER": settings.spark_master,
+        "LAKEIVM_HOME": str(stack.root),
+        "NO_PROXY": f"{HOST},localhost",
+        "no_proxy": f"{HOST},localhost",
+    }
+
+
+def postgres_binary(name: str) -> str:
+    """The path of a PostgreSQL program (newest version under /usr/lib/postgresql first, then PATH)."""
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), key=lambda p: int(Path(p).parts[-3]), reverse=True)
+    path = found[0] if found else shutil.which(name)
+    if not path:
+        raise LakeIVMError(f"PostgreSQL's `{name}` was not found (looked in /usr/lib/postgresql/*/bin and on PATH); "
+                           "install PostgreSQL, e.g. `apt-get install -y postgresql` on Debian/Ubuntu.")
+    return path
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lakeivm.deploy [--scale S] [--root DIR]``: the stack for a person (``make cluster-demo``)."""
+    import argparse
+
+    from lakeivm.datagen.tpch import generate_tpch
+    from lakeivm.engine import open_lake
+    from lakeivm.spark import connect
+
+    parser = argparse.ArgumentParser(prog="python -m lakeivm.deploy", description=main.__doc__)
+    parser.add_argument("--scale", type=float, default=0.01, help="TPC-H scale factor of the demo lake")
+    parser.add_argument("--root", help="folder for the stack (default: a new temp folder)")
+    args = parser.parse_args(argv)
+    root = Path(args.root or tempfile.mkdtemp(prefix="lakeivm-cluster-"))
+    with start_stack(root, lake=str(root / "lake")) as stack:
+        generate_tpch(open_lake(connect(stack.settings.spark_remote, stack.settings), stack.settings), args.scale,
+                      tables=("nation", "customer", "orders", "lineitem"))
+        dag_id = "lakeivm__revenue_by_nation"
+        stack.api.wait_for_dag(dag_id)
+        stack.api.unpause(dag_id)
+        run = stack.api.wait_for_run(dag_id, stack.api.trigger(dag_id, {"refresh": True}))
+        print(f"{dag_id}: on-demand refresh {run['dag_run_id']} {run['state']}")
+        print(f"\nAirflow UI: {stack.ui_url}   (every user is admin; loopback only)\nSpark master UI: {stack.spark_ui}\n"
+              f"Spark Connect: {stack.settings.spark_remote}   lake: {stack.settings.lake}   logs: {root}\n"
+              f"CLI against it: LAKEIVM_SPARK_REMOTE={stack.settings.spark_remote} LAKEIVM_LAKE={stack.settings.lake} "
+              f"lakeivm status\nPress Ctrl-C to stop everything.", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while not any(s.process.poll() is not None for s in stack.services):
+                time.sleep(1)
+        print("stopping every service ...", flush=True)
+    return 0
+
+
+def _ready(stack: Stack, name: str, t0: float, what: str, progress: Progress) -> None:
+    stack.timings[name] = round(time.perf_counter() - t0, 2)
+    progress(f"deploy: {what} ready in {stack.timings[name]:.1f} s")
+
+
+def _spawn(name: str, command: list[str], log: Path, env: dict[str, str], stop_signal: int = signal.SIGTERM,
+           **as_user: int) -> Service:
+    with log.open("ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                   start_new_session=True, cwd=log.parent, **as_user)
+    return Service(name, process, log, stop_signal)
+
+
+def _run(command: list[str], log: Path, env: dict[str, str] | None = None, **as_user: int) -> None:
+    with log.open("ab") as out:
+        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=log.parent, **as_user)
+    if result.returncode:
+        raise LakeIVMError(f"`{' '.join(command[:3])} ...` failed ({result.returncode}); its log ({log}) ends:\n{_tail(log)}")
+
+
+def _wait(check: Callable[[], bool], what: str, service: Service, timeout: float = HEALTH_TIMEOUT) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if service.process.poll() is not None:
+            raise LakeIVMError(f"{service.name} exited ({service.process.returncode}) while starting; "
+                               f"its log ({service.log}) ends:\n{_tail(service.log)}")
+        with contextlib.suppress(OSError, ValueError):
+            if check():
+                return
+        time.sleep(0.5)
+    raise LakeIVMError(f"{what} was not healthy within {timeout:.0f} s; see {service.log}:\n{_tail(service.log)}")
+
+
+def _health(stack: Stack) -> dict:
+    return _json(f"{stack.api_url}/api/v2/monitor/health")
+
+
+def _json(url: str) -> dict:
+    with _OPENER.open(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def _http_ok(url: str) -> bool:
+    with _OPENER.open(url, timeout=5) as response:
+        return response.status == 200
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex((HOST, port)) == 0
+
+
+def _tail(log: Path, lines: int = 25) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no log)"
+
+
+def _spark_class() -> str:
+    from pyspark.find_spark_home import _find_spark_home
+
+    return str(Path(_find_spark_home()) / "bin" / "spark-class")
+
+
+def _airflow() -> str:
+    return str(Path(sys.executable).parent / "airflow")
+
+
+def _postgres_user() -> pwd.struct_passwd | None:
+    """None unless running as root, where PostgreSQL refuses to run: then the ``postgres`` user."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError:
+        raise LakeIVMError("PostgreSQL cannot run as root and there is no `postgres` user: run as another user, "
+                           "or create one (installing the `postgresql` package does).") from None
+
+
+def _grant_traversal(folder: Path) -> None:
+    """Let the ``postgres`` user reach ``folder``: add o+x to its parents inside the temp folder.
+    Anywhere else a parent that others cannot enter is an error, not something to change."""
+    temp = Path(tempfile.gettempdir()).resolve()
+    for parent in folder.parents:
+        mode = parent.stat().st_mode
+        if mode & stat.S_IXOTH:
+            continue
+        if temp not in (parent, *parent.parents) or parent == temp:
+            raise LakeIVMError(f"PostgreSQL runs as user `postgres` (not root), which cannot enter {parent}; "
+                               f"put the stack under {temp} or run as a non-root user.")
+        parent.chmod(mode | stat.S_IXOTH)
+
+
+@contextlib.contextmanager
+def _lakeivm_home(root: Path) -> Iterator[None]:
+    """``lakeivm.server`` keeps its run folder under LAKEIVM_HOME: here, inside the stack's folder."""
+    before = os.environ.get("LAKEIVM_HOME")
+    os.environ["LAKEIVM_HOME"] = str(root)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("LAKEIVM_HOME", None)
+        else:
+            os.environ["LAKEIVM_HOME"] = before
+
+
+def _attempt(step: Callable[[], None]) -> list[Exception]:
+    try:
+        step()
+    except Exception as err:  # keep stopping the other services; reported together by Stack.stop
+        return [err]
+    return []
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (from /proc), so a child that started its own session is stopped too."""
+    children: dict[int, list[int]] = {}
+    for stat_file in glob.glob("/proc/[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(stat_file).read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(Path(stat_file).parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _signal_all(group: int, pids: set[int], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, sig)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except (OSError, IndexError):
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

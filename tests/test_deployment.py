@@ -1,0 +1,100 @@
+"""The deployment users run, started for real on loopback (``lakeivm.deploy``): PostgreSQL, a Spark
+standalone master and worker, the Spark Connect server, Airflow's api-server, scheduler,
+dag-processor and triggerer with LocalExecutor (issue 20, item 2).
+
+One view, revenue_by_nation, with its deadline cut to 1 s (a spec in a temp views folder) so the
+on-demand run outlives it: Airflow deletes a run's deadline row when the run finishes in time, and
+keeps it, marked missed, when the DeadlineAlert fires. Unpausing the DAG starts its first scheduled
+run at once (catchup off: the tick that just ended), which builds the view; then a TPC-H change
+batch is committed and an on-demand refresh (``{"refresh": true}``) triggered through the REST API.
+Every process of the stack is stopped by its pid at the end, also when the test fails.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg2
+import pytest
+import yaml
+
+from lakeivm.config import SHIPPED_VIEWS
+from lakeivm.deploy import start_stack
+
+pytestmark = [pytest.mark.deployment, pytest.mark.timeout(600)]
+
+VIEW = "revenue_by_nation"
+DAG = f"lakeivm__{VIEW}"
+TABLES = ("nation", "customer", "orders", "lineitem")
+
+
+def test_scheduled_and_on_demand_runs_of_a_view(tmp_path):
+    from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
+    from lakeivm.engine import open_lake
+    from lakeivm.spark import connect
+
+    views = _views_with_short_deadline(tmp_path / "views")
+    stack = start_stack(tmp_path / "stack", lake=str(tmp_path / "lake"), views=str(views))
+    with stack:
+        spark = connect(stack.settings.spark_remote, stack.settings)
+        try:
+            lake = open_lake(spark, stack.settings)
+            generate_tpch(lake, 0.01, tables=TABLES)
+            api = stack.api
+            api.wait_for_dag(DAG)
+            api.unpause(DAG)
+            scheduled = _first_scheduled_run(stack)
+            assert scheduled["state"] == "success", _logs(stack, scheduled["dag_run_id"])
+            stream = TpchChangeStream(lake, seed=3)
+            stream.rf1(20), stream.rf2(20)
+            manual = api.wait_for_run(DAG, api.trigger(DAG, {"refresh": True}))
+            assert manual["state"] == "success", _logs(stack, manual["dag_run_id"])
+            print("task seconds (on demand):", api.task_durations(DAG, manual["dag_run_id"]))
+        finally:
+            spark.stop()
+        audit = subprocess.run([str(Path(sys.executable).parent / "lakeivm"), "audit", VIEW], env=stack.env,
+                               capture_output=True, text=True, timeout=300)
+        assert audit.returncode == 0 and "no difference" in audit.stdout, audit.stdout + audit.stderr
+        emitted = {event["source_run_id"] for event in api.asset_events(DAG)}
+        assert {scheduled["dag_run_id"], manual["dag_run_id"]} <= emitted
+        missed = _deadline_rows(stack.postgres_url, manual["dag_run_id"])
+        assert missed == [True], f"deadline rows of the on-demand run (missed?): {missed}"
+    assert stack.alive() == [], "processes left running"
+
+
+def _views_with_short_deadline(folder: Path) -> Path:
+    spec = yaml.safe_load((SHIPPED_VIEWS / f"{VIEW}.yaml").read_text())
+    folder.mkdir()
+    (folder / f"{VIEW}.yaml").write_text(yaml.safe_dump({**spec, "deadline": "1s"}))
+    return folder
+
+
+def _first_scheduled_run(stack, timeout: float = 180.0) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        runs = [run for run in stack.api.runs(DAG) if run["run_type"] == "scheduled"]
+        if runs:
+            return stack.api.wait_for_run(DAG, runs[0]["dag_run_id"])
+        time.sleep(1.0)
+    raise AssertionError(f"no scheduled run of {DAG} within {timeout:.0f} s of unpausing it")
+
+
+def _deadline_rows(url: str, run_id: str) -> list[bool]:
+    """``missed`` of each deadline row of the run, once the scheduler has handled the missed deadline."""
+    query = "SELECT d.missed FROM deadline d JOIN dag_run r ON r.id = d.dagrun_id WHERE r.dag_id = %s AND r.run_id = %s"
+    with psycopg2.connect(url.replace("postgresql+psycopg2", "postgresql")) as db, db.cursor() as cursor:
+        for _ in range(30):
+            cursor.execute(query, (DAG, run_id))
+            rows = [missed for (missed,) in cursor.fetchall()]
+            if rows and all(rows):
+                return rows
+            time.sleep(1.0)
+    return rows
+
+
+def _logs(stack, run_id: str) -> str:
+    """The tail of each task log of a run, for a failure message."""
+    logs = sorted((stack.root / "airflow" / "logs").glob(f"dag_id={DAG}/run_id={run_id}/task_id=*/*.log"))
+    return "\n".join(f"== {log}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-30:]) for log in logs)
