@@ -8,8 +8,8 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# Install the pinned stack, then start one SparkSession so Delta's JARs are fetched from Maven
-# Central now: a missing install step fails here, not in the middle of a run.
+# Install the pinned stack, then fetch Delta's JARs from Maven Central once (into ~/.cache/lakeivm/jars)
+# and check a session loads them: a missing install step fails here, not in the middle of a run.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
@@ -21,10 +21,15 @@ demo: $(STAMP)
 	$(BIN)/lakeivm demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -p no:cacheprovider
+	$(BIN)/python -m pytest -m "not slow" -p no:cacheprovider --durations=25
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider
+
+# The real deployment on loopback (PostgreSQL, Spark standalone, the Connect server, Airflow 3; lakeivm/deploy.py):
+# a small lake, one on-demand refresh, then the UI's URL; Ctrl-C stops every service.
+cluster-demo: $(STAMP)
+	$(BIN)/python -m lakeivm.deploy
 
 bench: $(STAMP)
 	$(BIN)/lakeivm bench all

@@ -158,3 +158,19 @@ def test_cached_log_equals_a_fresh_read(lake, spark):
     for view, rows in cached.items():
         assert len(rows) == {"by_g": 4, "by_a": 3}[view] and rows == commit.log_rows(fresh, view, status=None)
     assert cached["by_g"][-1].status == "failed"
+
+
+def test_an_edited_definition_rebuilds_and_a_noop_writes_nothing(lake, spark):
+    make_tables(lake, spark)
+    run_view(lake, JOIN_VIEW)
+    log_head = lake.head_version(lake.log_path)
+    assert run_view(lake, JOIN_VIEW) is None and run_view(lake, JOIN_VIEW, mode="tick") is None
+    assert lake.head_version(lake.log_path) == log_head  # nothing pending: no log row, no state write
+    edited = spec_from_dict({"name": "by_g", "deadline": "1m",  # same tables, another WHERE
+                             "sql": JOIN_VIEW.sql.replace("GROUP BY", "WHERE x > 2 GROUP BY")})
+    row = run_view(lake, edited)
+    assert row.mode == "rebuild" and "definition changed" in row.plan
+    assert_matches_sql(lake, edited)
+    same = spec_from_dict({"name": "by_g", "deadline": "2m", "tick": "5m",  # scheduling only: state kept
+                           "sql": edited.sql.lower().replace("  ", " ")})
+    assert run_view(lake, same) is None

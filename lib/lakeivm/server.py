@@ -142,6 +142,12 @@ def _listening(remote: str) -> bool:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a child of ours that exited is reaped here, not taken for alive)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child: ask the kernel
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

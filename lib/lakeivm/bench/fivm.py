@@ -11,7 +11,8 @@ customer, another priority): a delta on the other side of the fact table's join.
 run on the same snapshots: ``run_view`` of the fivm view (every table updatable), of the fivm view
 with ``updatable: [lineitem]`` (``fivm_u``: Fig. 5's μ stores only the views a lineitem update
 needs), of the first_order view (each selectable with ``--approaches``), and recomputation (the SQL
-over the snapshots, written as a Delta table).
+over the snapshots, written as a Delta table), and DuckDB recomputing the same SQL over the same
+snapshots read with delta-rs (``duckdb``, its read and compute seconds also apart).
 Also reported: rows stored per approach. Results: JSON + PNG under ``--out``.
 """
 from __future__ import annotations
@@ -142,6 +143,7 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
                    out: str, audit_views: bool = True, approaches: list[str] | tuple[str, ...] = APPROACHES,
                    changes: str = "lineitem") -> dict:
     """Run the benchmark; returns (and writes) the results. Recomputation always runs (the first_order view's SQL)."""
+    from lakeivm.bench.duckdb_baseline import recompute_duckdb
     from lakeivm.datagen.tpch import generate_tpch
     from lakeivm.engine import audit, open_lake, recompute, run_view
     from lakeivm.lake import Lake
@@ -175,6 +177,9 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
                     recompute(lake, every_spec[name]["first_order"], row.pins).write.format("delta").mode("overwrite").save(
                         f"{root}/recomputed_{name}")
                     timings[name]["recompute"].append(time.perf_counter() - t0)
+                    duck = recompute_duckdb(lake, every_spec[name]["first_order"].sql, row.pins)
+                    for key, value in (("duckdb", duck.seconds), ("duckdb_read", duck.read_s), ("duckdb_compute", duck.compute_s)):
+                        timings[name].setdefault(key, []).append(value)
             for name, specs in workloads.items():
                 medians = {a: statistics.median(t) for a, t in timings[name].items()}
                 ratios = _ratios(medians)
@@ -198,7 +203,8 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
 def _ratios(medians: dict[str, float]) -> dict[str, float]:
     """Speed-ups of each F-IVM variant that ran over recomputation and over first-order IVM (when it ran)."""
     return {f"{a}_vs_{b}": medians[b] / medians[a]
-            for a in ("fivm", "fivm_u") if a in medians for b in ("recompute", "first_order") if b in medians}
+            for a in ("fivm", "fivm_u", "first_order") if a in medians
+            for b in ("recompute", "duckdb", "first_order") if b in medians and b != a}
 
 
 def _plot(results: dict, path: Path) -> None:
@@ -210,9 +216,9 @@ def _plot(results: dict, path: Path) -> None:
     x = range(len(runs))
     fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(runs)), 4.5))
     bars = (("fivm", "F-IVM (all updatable)"), ("fivm_u", "F-IVM (updatable: lineitem)"),
-            ("first_order", "first-order IVM"), ("recompute", "recomputation"))
+            ("first_order", "first-order IVM"), ("recompute", "Spark recomputation"), ("duckdb", "DuckDB recomputation"))
     for k, (approach, label) in enumerate(bars):
-        ax.bar([i + (k - 1.5) * 0.2 for i in x], [r["median_s"].get(approach, 0.0) for r in runs], 0.2, label=label)
+        ax.bar([i + (k - 2) * 0.16 for i in x], [r["median_s"].get(approach, 0.0) for r in runs], 0.16, label=label)
     ax.set_xticks(list(x), labels, fontsize=8)
     ax.set_ylabel("seconds per batch (median)")
     ax.set_title(f"F-IVM vs first-order IVM vs recomputation ({results['machine']['cpus']} cores)")

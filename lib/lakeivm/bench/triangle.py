@@ -50,6 +50,7 @@ def main(argv: list[str], settings: Settings) -> int:
 def run(settings: Settings, sizes: list[int], batch_sizes: list[int], epsilons: list[float], repeats: int,
         edge_factor: int, timeout: float, out: Path) -> dict:
     from lakeivm.datagen.graph import apply_edge_batch, edge_stream, rmat_edges, write_graph
+    from lakeivm.bench.duckdb_baseline import recompute_duckdb
     from lakeivm.engine import open_lake, recompute, run_view
     from lakeivm.lake import Lake
     from lakeivm.registry import spec_from_dict
@@ -89,9 +90,14 @@ def run(settings: Settings, sizes: list[int], batch_sizes: list[int], epsilons: 
                 pins = {"edges": lake.head_version(lake.table_path("edges"))}
                 seconds, recomputed = _timed(spark, timeout, lambda: recompute(lake, specs[epsilons[0]], pins).first()[0])
                 entry["recompute_s"], entry["recomputed_count"] = seconds, recomputed
+                duck = recompute_duckdb(lake, specs[epsilons[0]].sql, pins)
+                entry["duckdb_s"], entry["duckdb_read_s"] = duck.seconds, duck.read_s
+                if recomputed is not None and duck.rows[0][0] != recomputed:
+                    raise SystemExit(f"DuckDB counts {duck.rows[0][0]} triangles, Spark {recomputed}")
                 entry["all_equal"] = recomputed is None or all(c == recomputed for c in entry["counts"].values())
                 results["runs"].append(entry)
-                print(f"  batch {batch_size} #{repeat}: recompute {_fmt(seconds)}; " + ", ".join(
+                print(f"  batch {batch_size} #{repeat}: recompute {_fmt(seconds)}, DuckDB {_fmt(duck.seconds)} "
+                      f"(read {_fmt(duck.read_s)}); " + ", ".join(
                     f"ε={e} {_fmt(s)}" for e, s in entry["incremental_s"].items()) + f"; counts equal: {entry['all_equal']}",
                     flush=True)
                 if not entry["all_equal"]:
@@ -133,12 +139,13 @@ def _summary(runs: list[dict], sizes: list[int], batch_sizes: list[int], epsilon
     for size in sizes:
         for batch in batch_sizes:
             mine = [r for r in runs if r["edges"] == size and r["batch"] == batch]
-            cell = {"recompute_s": median(r["recompute_s"] for r in mine)}
+            cell = {"recompute_s": median(r["recompute_s"] for r in mine), "duckdb_s": median(r.get("duckdb_s") for r in mine)}
             for e in epsilons:
                 cell[str(e)] = median(r["incremental_s"][e] for r in mine)
             table[f"{size}/{batch}"] = cell
             speed = {e: (cell["recompute_s"] / cell[str(e)]) if cell["recompute_s"] and cell[str(e)] else None for e in epsilons}
-            lines.append(f"{size} edges, batches of {batch}: recompute {_fmt(cell['recompute_s'])}; " + ", ".join(
+            lines.append(f"{size} edges, batches of {batch}: recompute {_fmt(cell['recompute_s'])}, "
+                         f"DuckDB {_fmt(cell['duckdb_s'])}; " + ", ".join(
                 f"ε={e} {_fmt(cell[str(e)])} ({speed[e]:.1f}x)" if speed[e] else f"ε={e} {_fmt(cell[str(e)])}" for e in epsilons))
     growth = {}
     for small, large in zip(sizes, sizes[1:]):

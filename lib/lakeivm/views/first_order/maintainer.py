@@ -116,7 +116,8 @@ def finalize(query: Query, state: DataFrame) -> DataFrame:
 
 
 def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, str] | None = None) -> None:
-    """Add a state delta into the stored view (MERGE); delete groups whose count reaches zero.
+    """Add a state delta into the stored view (MERGE, or a rewrite of a small view); delete groups
+    whose count reaches zero.
 
     MIN/MAX values of the touched groups are re-read from their (already flushed) multisets.
     """
@@ -134,6 +135,9 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
         touched = _with_extremum(touched, ctx.lake.read(multiset), agg, keys)
     # Materialize the (small) set of touched groups: MERGE evaluates its source more than once.
     updated = finalize(query, touched).localCheckpoint(eager=True)
+    if ctx.lake.row_count(path) <= REWRITE_ROWS:
+        _rewrite(ctx, path, updated, keys)
+        return
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true"
     if keys:
         clauses = (f"WHEN MATCHED AND s.{COUNT} = 0 THEN DELETE", "WHEN MATCHED THEN UPDATE SET *",
@@ -141,6 +145,23 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
     else:
         clauses = ("WHEN MATCHED THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *")
     ctx.lake.merge(path, updated, on, *clauses)
+
+
+REWRITE_ROWS = 20_000  # a view this small is rewritten whole: cheaper than a Delta MERGE of its touched groups
+
+
+def _rewrite(ctx: Context, path: str, updated: DataFrame, keys: list[str]) -> None:
+    """The stored view with its touched groups replaced by ``updated`` (a group whose count reached
+    zero dropped), written as one overwrite."""
+    from pyspark.sql import functions as F
+
+    stored = ctx.lake.read(path)
+    rows = updated
+    if keys:
+        on = F.expr(" AND ".join(f"c.`{k}` <=> u.`{k}`" for k in keys))
+        rows = stored.alias("c").join(updated.alias("u"), on, "left_anti").unionByName(updated.where(f"{COUNT} > 0"))
+    rows = rows.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in stored.schema.fields])
+    rows.localCheckpoint(eager=True).write.format("delta").mode("overwrite").save(path)  # computed before the table is replaced
 
 
 def _with_extremum(groups: DataFrame, multiset: DataFrame, agg: Aggregate, keys: list[str]) -> DataFrame:

@@ -220,10 +220,12 @@ def _frame(ctx: Context, schema: Any, names: tuple[str, ...], rows: list[tuple])
     """A Spark frame of driver rows with the given columns typed as in ``schema`` (via Arrow)."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import StructType
 
     columns = list(zip(*rows)) if rows else [() for _ in names]
     arrays = {name: pa.array(list(values), to_arrow_type(schema[name].dataType)) for name, values in zip(names, columns)}
-    return ctx.spark.createDataFrame(pa.table(arrays))
+    # The schema too: Spark Connect cannot infer one from an empty table.
+    return ctx.spark.createDataFrame(pa.table(arrays), schema=StructType([schema[name] for name in names]))
 
 
 def _collect_changes(rows: DataFrame) -> dict[Any, int] | None:

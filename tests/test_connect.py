@@ -1,0 +1,130 @@
+"""Every kind maintained through a real Spark Connect server (``lakeivm spark start``), as the demo
+and the Airflow deployment run it: no JVM in this process, the state equal to the view's SQL after
+random insert/update/delete batches, and a refresh with nothing pending that writes nothing.
+
+One server (local[2]) serves the whole module; it is started on a port of its own and stopped by
+its pid at the end, also when a test fails.
+"""
+from __future__ import annotations
+
+import random
+import socket
+from decimal import Decimal
+
+import pytest
+
+from lakeivm import commit, server, storage
+from lakeivm.config import Settings
+from lakeivm.engine import audit, open_lake, run_view
+from lakeivm.registry import spec_from_dict
+from lakeivm.spark import connect, is_connect
+from lakeivm.views.nested.queries import QUERIES
+from tests.helpers import random_batch, sql
+
+pytestmark = pytest.mark.connect
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory):
+    home = tmp_path_factory.mktemp("lakeivm-home")
+    with socket.socket() as probe:  # a free port, so a developer's own server is left alone
+        probe.bind(("127.0.0.1", 0))
+        url = f"sc://127.0.0.1:{probe.getsockname()[1]}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LAKEIVM_HOME", str(home))
+        info = server.start(Settings(shuffle_partitions=2), master="local[2]", remote=url)
+        try:
+            yield info.remote
+        finally:
+            server.stop(info.remote)
+            assert not server._alive(info.pid)
+
+
+@pytest.fixture
+def clake(remote, tmp_path):
+    spark = connect(remote, Settings(shuffle_partitions=2))
+    assert is_connect(spark)
+    return open_lake(spark, Settings(lake=str(tmp_path / "lake")))
+
+
+def _changes(lake, rng, rounds, tables):
+    for _ in range(rounds):
+        table, key, value = rng.choice(tables)
+        random_batch(lake, rng, table, key, value)
+
+
+def _check(lake, spec):
+    report = audit(lake, spec)
+    assert report.ok, f"{report} missing={report.missing} unexpected={report.unexpected}"
+
+
+def _rs(lake):
+    spark = lake.spark
+    lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(0, 0), (1, 1), (2, 0), (3, None)], "a int, g int"))
+
+
+RS_SQL = "SELECT g, SUM(x) AS sx, COUNT(*) AS c, MIN(x) AS mx FROM r JOIN s ON r.a = s.a GROUP BY g"
+FIVM_SQL = "SELECT g, SUM(x) AS sx, COUNT(*) AS c FROM r JOIN s ON r.a = s.a GROUP BY g"
+
+
+@pytest.mark.parametrize("kind, text", [("first_order", RS_SQL), ("fivm", FIVM_SQL)])
+def test_join_aggregates_over_connect(clake, kind, text):
+    _rs(clake)
+    spec = spec_from_dict({"name": f"v_{kind}", "sql": text, "deadline": 60, "kind": kind})
+    assert run_view(clake, spec).kind == kind
+    rng = random.Random(7)
+    for tables in (None, ("r",), None):
+        _changes(clake, rng, 3, [("r", "a", "x"), ("s", "a", "g")])
+        run_view(clake, spec, mode="tick", tables=tables)
+        _check(clake, spec)
+    row = run_view(clake, spec)
+    assert row.deployment == "connect" and row.fingerprint
+    _check(clake, spec)
+
+
+def test_nothing_pending_writes_nothing(clake):
+    _rs(clake)
+    spec = spec_from_dict({"name": "noop", "sql": FIVM_SQL, "deadline": 60})
+    run_view(clake, spec)
+    log_head = storage.head_version(clake.log_path)
+    assert run_view(clake, spec) is None and run_view(clake, spec, mode="tick") is None
+    assert storage.head_version(clake.log_path) == log_head
+
+
+def test_triangle_over_connect(clake):
+    rng = random.Random(3)
+    edges = {(rng.randrange(12), rng.randrange(12)) for _ in range(60)}
+    clake.create_table("e", clake.spark.createDataFrame(sorted(edges), "src int, dst int"))
+    spec = spec_from_dict({"name": "tri", "deadline": 60, "epsilon": 0.5,
+                           "sql": "SELECT COUNT(*) AS n FROM e AS a JOIN e AS b ON a.dst = b.src JOIN e AS c ON b.dst = c.src AND c.dst = a.src"})
+    assert run_view(clake, spec).kind == "triangle"
+    for _ in range(2):
+        adds = ", ".join(f"({rng.randrange(12)}, {rng.randrange(12)})" for _ in range(6))
+        sql(clake, f"INSERT INTO {{t}} VALUES {adds}", "e")
+        sql(clake, f"DELETE FROM {{t}} WHERE src = {rng.randrange(12)}", "e")
+        run_view(clake, spec)
+        _check(clake, spec)
+
+
+def test_nested_vwap_over_connect(clake):
+    rng = random.Random(5)
+    rows = [(rng.randrange(3), Decimal(f"10.{rng.randrange(4):02d}"), rng.randrange(5)) for _ in range(30)]
+    clake.create_table("bids", clake.spark.createDataFrame(rows, "broker_id int, price decimal(8,2), volume bigint"))
+    spec = spec_from_dict({"name": "vwap", "sql": QUERIES["vwap"], "deadline": 60})
+    assert run_view(clake, spec).kind == "nested"
+    sql(clake, "INSERT INTO {t} VALUES (1, 10.01, 3), (2, 10.03, 4)", "bids")
+    sql(clake, "UPDATE {t} SET volume = volume + 1 WHERE broker_id = 0", "bids")
+    run_view(clake, spec)
+    _check(clake, spec)
+
+
+def test_join_sample_over_connect(clake):
+    _rs(clake)
+    spec = spec_from_dict({"name": "smp", "deadline": 60, "sample_size": 3, "seed": 2,
+                           "sql": "SELECT r.a, x, g FROM r JOIN s ON r.a = s.a"})
+    assert run_view(clake, spec).kind == "join_sample"
+    sql(clake, "INSERT INTO {t} VALUES (0, 2), (3, 3)", "r")
+    run_view(clake, spec)
+    _check(clake, spec)
+    assert commit.last_committed(clake, "smp").deployment == "connect"
