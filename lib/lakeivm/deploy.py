@@ -311,8 +311,9 @@ def main(argv: list[str] | None = None) -> int:
               f"CLI against it: LAKEIVM_SPARK_REMOTE={stack.settings.spark_remote} LAKEIVM_LAKE={stack.settings.lake} "
               f"lakeivm status\nPress Ctrl-C to stop everything.", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
-            while not any(s.process.poll() is not None for s in stack.services):
+            while not (ended := [s for s in stack.services if s.process.poll() is not None]):
                 time.sleep(1)
+            print(f"{ended[0].name} exited ({ended[0].process.returncode}); see {ended[0].log}", flush=True)
         print("stopping every service ...", flush=True)
     return 0
 
