@@ -289,18 +289,29 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m lakeivm.deploy [--scale S] [--root DIR]``: the stack for a person (``make cluster-demo``)."""
     import argparse
 
-    from lakeivm.datagen.tpch import generate_tpch
-    from lakeivm.engine import open_lake
-    from lakeivm.spark import connect
-
     parser = argparse.ArgumentParser(prog="python -m lakeivm.deploy", description=main.__doc__)
     parser.add_argument("--scale", type=float, default=0.01, help="TPC-H scale factor of the demo lake")
     parser.add_argument("--root", help="folder for the stack (default: a new temp folder)")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, also when started in the background
+    signal.signal(signal.SIGTERM, _interrupt)
     root = Path(args.root or tempfile.mkdtemp(prefix="lakeivm-cluster-"))
-    with start_stack(root, lake=str(root / "lake")) as stack:
-        generate_tpch(open_lake(connect(stack.settings.spark_remote, stack.settings), stack.settings), args.scale,
-                      tables=("nation", "customer", "orders", "lineitem"))
+    try:
+        _demo(root, args.scale)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _demo(root: Path, scale: float) -> None:
+    from lakeivm.datagen.tpch import generate_tpch
+    from lakeivm.engine import open_lake
+    from lakeivm.spark import connect
+
+    stack, spark = start_stack(root, lake=str(root / "lake")), None
+    try:
+        spark = connect(stack.settings.spark_remote, stack.settings)
+        generate_tpch(open_lake(spark, stack.settings), scale, tables=("nation", "customer", "orders", "lineitem"))
         dag_id = "lakeivm__revenue_by_nation"
         stack.api.wait_for_dag(dag_id)
         stack.api.unpause(dag_id)
@@ -310,12 +321,21 @@ def main(argv: list[str] | None = None) -> int:
               f"Spark Connect: {stack.settings.spark_remote}   lake: {stack.settings.lake}   logs: {root}\n"
               f"CLI against it: LAKEIVM_SPARK_REMOTE={stack.settings.spark_remote} LAKEIVM_LAKE={stack.settings.lake} "
               f"lakeivm status\nPress Ctrl-C to stop everything.", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while not (ended := [s for s in stack.services if s.process.poll() is not None]):
-                time.sleep(1)
-            print(f"{ended[0].name} exited ({ended[0].process.returncode}); see {ended[0].log}", flush=True)
+        while not (ended := [s for s in stack.services if s.process.poll() is not None]):
+            time.sleep(1)
+        print(f"{ended[0].name} exited ({ended[0].process.returncode}); see {ended[0].log}", flush=True)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the stopping short
+            signal.signal(sig, signal.SIG_IGN)
         print("stopping every service ...", flush=True)
-    return 0
+        if spark is not None:
+            spark.stop()  # released while the server is up: at exit the client would retry against a stopped one
+        stack.stop()
+        print(f"stopped; the lake and the logs stay in {root}", flush=True)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _ready(stack: Stack, name: str, t0: float, what: str, progress: Progress) -> None:
