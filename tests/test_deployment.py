@@ -4,8 +4,9 @@ dag-processor and triggerer with LocalExecutor (issue 20, item 2).
 
 One view, revenue_by_nation, with its deadline cut to 1 s (a spec in a temp views folder) so the
 on-demand run outlives it: Airflow deletes a run's deadline row when the run finishes in time, and
-keeps it, marked missed, when the DeadlineAlert fires. Unpausing the DAG starts its first scheduled
-run at once (catchup off: the tick that just ended), which builds the view; then a TPC-H change
+keeps it, marked missed, when the DeadlineAlert fires (its callback then runs in the triggerer).
+Unpausing the DAG starts its first scheduled run at once (catchup off: the tick that just ended),
+which builds the view; so one scheduled run happens without waiting a tick. Then a TPC-H change
 batch is committed and an on-demand refresh (``{"refresh": true}``) triggered through the REST API.
 Every process of the stack is stopped by its pid at the end, also when the test fails.
 """
@@ -21,7 +22,8 @@ import pytest
 import yaml
 
 from lakeivm.config import SHIPPED_VIEWS
-from lakeivm.deploy import start_stack
+from lakeivm.deploy import postgres_binary, start_stack
+from lakeivm.errors import LakeIVMError
 
 pytestmark = [pytest.mark.deployment, pytest.mark.timeout(600)]
 
@@ -59,9 +61,14 @@ def test_scheduled_and_on_demand_runs_of_a_view(tmp_path):
         assert audit.returncode == 0 and "no difference" in audit.stdout, audit.stdout + audit.stderr
         emitted = {event["source_run_id"] for event in api.asset_events(DAG)}
         assert {scheduled["dag_run_id"], manual["dag_run_id"]} <= emitted
-        missed = _deadline_rows(stack.postgres_url, manual["dag_run_id"])
-        assert missed == [True], f"deadline rows of the on-demand run (missed?): {missed}"
+        alerts = _deadline_alerts(stack.postgres_url, manual["dag_run_id"])
+        assert alerts == [(True, "success")], f"deadline rows of the on-demand run (missed, callback state): {alerts}"
     assert stack.alive() == [], "processes left running"
+
+
+def test_a_missing_postgresql_program_is_named():
+    with pytest.raises(LakeIVMError, match=r"`initdb-missing` was not found .* apt-get install -y postgresql"):
+        postgres_binary("initdb-missing")
 
 
 def _views_with_short_deadline(folder: Path) -> Path:
@@ -81,14 +88,16 @@ def _first_scheduled_run(stack, timeout: float = 180.0) -> dict:
     raise AssertionError(f"no scheduled run of {DAG} within {timeout:.0f} s of unpausing it")
 
 
-def _deadline_rows(url: str, run_id: str) -> list[bool]:
-    """``missed`` of each deadline row of the run, once the scheduler has handled the missed deadline."""
-    query = "SELECT d.missed FROM deadline d JOIN dag_run r ON r.id = d.dagrun_id WHERE r.dag_id = %s AND r.run_id = %s"
+def _deadline_alerts(url: str, run_id: str) -> list[tuple[bool, str]]:
+    """(missed, state of its callback) per deadline row of the run, once the scheduler has marked the
+    deadline missed and the triggerer has run ``lakeivm.scheduling.deadline_missed``."""
+    query = ("SELECT d.missed, c.state FROM deadline d JOIN dag_run r ON r.id = d.dagrun_id "
+             "LEFT JOIN callback c ON c.id = d.callback_id WHERE r.dag_id = %s AND r.run_id = %s")
     with psycopg2.connect(url.replace("postgresql+psycopg2", "postgresql")) as db, db.cursor() as cursor:
-        for _ in range(30):
+        for _ in range(60):
             cursor.execute(query, (DAG, run_id))
-            rows = [missed for (missed,) in cursor.fetchall()]
-            if rows and all(rows):
+            rows = cursor.fetchall()
+            if rows and all(missed and state in ("success", "failed") for missed, state in rows):
                 return rows
             time.sleep(1.0)
     return rows
