@@ -67,7 +67,7 @@ def test_scheduled_and_on_demand_runs_of_a_view(tmp_path):
 
 
 def test_a_missing_postgresql_program_is_named():
-    with pytest.raises(LakeIVMError, match=r"`initdb-missing` was not found .* apt-get install -y postgresql"):
+    with pytest.raises(LakeIVMError, match=r"`initdb-missing` was not found.*apt-get install -y postgresql"):
         postgres_binary("initdb-missing")
 
 
