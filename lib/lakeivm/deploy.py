@@ -49,39 +49,15 @@ from lakeivm import server
 from lakeivm.airflow_api import AirflowAPI
 from lakeivm.config import Settings, load_settings
 from lakeivm.errors import LakeIVMError
+from lakeivm.processes import Service, alive, run, spawn, wait_for
 
 HOST = "127.0.0.1"
 DAGS_FOLDER = Path(str(files("lakeivm") / "dags"))
-HEALTH_TIMEOUT = 240.0
 # Started after the api-server is healthy; keyed by the name the api-server's health check gives them.
 AIRFLOW_SERVICES = {"scheduler": ["scheduler", "--skip-serve-logs"], "dag_processor": ["dag-processor"],
                     "triggerer": ["triggerer", "--skip-serve-logs"]}
 
 Progress = Callable[[str], None]
-
-
-@dataclass
-class Service:
-    """One process of the stack (the leader of its own process group) and its log file."""
-
-    name: str
-    process: subprocess.Popen
-    log: Path
-    stop_signal: int = signal.SIGTERM
-    started: float = field(default_factory=time.perf_counter)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Signal the process group (and any descendant that left it), then kill what is left."""
-        pids = {self.process.pid, *_descendants(self.process.pid)}
-        _signal_all(self.process.pid, pids, self.stop_signal)
-        deadline = time.time() + timeout
-        while time.time() < deadline and any(_alive(pid) for pid in pids):
-            self.process.poll()
-            time.sleep(0.2)
-        left = {pid for pid in pids if _alive(pid)}
-        if left:
-            _signal_all(self.process.pid, left, signal.SIGKILL)
-        self.process.wait(timeout=10)
 
 
 @dataclass
@@ -112,7 +88,7 @@ class Stack:
         return [s.process.pid for s in self.services] + ([self.connect.pid] if self.connect else [])
 
     def alive(self) -> list[int]:
-        return [pid for pid in self.pids() if _alive(pid)]
+        return [pid for pid in self.pids() if alive(pid)]
 
     def stop(self) -> None:
         """Stop every service, newest first: Airflow, the Connect server, Spark, PostgreSQL; a failure
@@ -167,16 +143,16 @@ def start_postgres(stack: Stack, progress: Progress) -> None:
         _grant_traversal(data)
         shutil.chown(data, user.pw_uid, user.pw_gid)
     as_user = {"user": user.pw_uid, "group": user.pw_gid} if user else {}
-    _run([postgres_binary("initdb"), "-D", str(data), "-U", "airflow", "--auth=trust", "-E", "UTF8", "--no-sync"],
+    run([postgres_binary("initdb"), "-D", str(data), "-U", "airflow", "--auth=trust", "-E", "UTF8", "--no-sync"],
          stack.root / "initdb.log", **as_user)
     port = free_port()
     command = [postgres_binary("postgres"), "-D", str(data), "-h", HOST, "-p", str(port),
                "-c", "unix_socket_directories=", "-c", "fsync=off"]  # a scratch cluster: no durability needed
-    stack.services.append(_spawn("postgres", command, stack.root / "postgres.log", os.environ.copy(),
+    stack.services.append(spawn("postgres", command, stack.root / "postgres.log", os.environ.copy(),
                                  stop_signal=signal.SIGINT, **as_user))  # SIGINT: PostgreSQL's fast shutdown
-    _wait(lambda: subprocess.run([postgres_binary("pg_isready"), "-h", HOST, "-p", str(port)],
+    wait_for(lambda: subprocess.run([postgres_binary("pg_isready"), "-h", HOST, "-p", str(port)],
                                  capture_output=True).returncode == 0, "PostgreSQL", stack.services[-1])
-    _run([postgres_binary("createdb"), "-h", HOST, "-p", str(port), "-U", "airflow", "airflow"], stack.root / "createdb.log")
+    run([postgres_binary("createdb"), "-h", HOST, "-p", str(port), "-U", "airflow", "airflow"], stack.root / "createdb.log")
     stack.postgres_url = f"postgresql+psycopg2://airflow@{HOST}:{port}/airflow"
     _ready(stack, "postgres", t0, f"PostgreSQL on {HOST}:{port}", progress)
 
@@ -188,19 +164,19 @@ def start_spark_cluster(stack: Stack, progress: Progress) -> None:
            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}  # its REST server has a fixed port (6066)
     t0 = time.perf_counter()
     port, ui = free_port(), free_port()
-    stack.services.append(_spawn("spark-master", [_spark_class(), "org.apache.spark.deploy.master.Master", "--host", HOST,
+    stack.services.append(spawn("spark-master", [_spark_class(), "org.apache.spark.deploy.master.Master", "--host", HOST,
                                                   "--port", str(port), "--webui-port", str(ui)],
                                  stack.root / "spark-master.log", env))
     stack.spark_master, stack.spark_ui = f"spark://{HOST}:{port}", f"http://{HOST}:{ui}"
-    _wait(lambda: _listening(port) and _http_ok(stack.spark_ui), "the Spark master", stack.services[-1])
+    wait_for(lambda: _listening(port) and _http_ok(stack.spark_ui), "the Spark master", stack.services[-1])
     _ready(stack, "spark-master", t0, f"Spark master {stack.spark_master} (UI {stack.spark_ui})", progress)
     t0 = time.perf_counter()
-    stack.services.append(_spawn("spark-worker", [_spark_class(), "org.apache.spark.deploy.worker.Worker", "--host", HOST,
+    stack.services.append(spawn("spark-worker", [_spark_class(), "org.apache.spark.deploy.worker.Worker", "--host", HOST,
                                                   "--port", str(free_port()), "--webui-port", str(free_port()),
                                                   "--cores", "2", "--memory", "2g", "--work-dir", str(stack.root / "spark-work"),
                                                   stack.spark_master],
                                  stack.root / "spark-worker.log", env))
-    _wait(lambda: _json(f"{stack.spark_ui}/json/").get("aliveworkers", 0) >= 1, "the Spark worker", stack.services[-1])
+    wait_for(lambda: _json(f"{stack.spark_ui}/json/").get("aliveworkers", 0) >= 1, "the Spark worker", stack.services[-1])
     _ready(stack, "spark-worker", t0, "Spark worker registered (2 cores, 2g)", progress)
 
 
@@ -221,18 +197,18 @@ def start_airflow(stack: Stack, progress: Progress) -> None:
     stack.api_url = f"http://{HOST}:{port}"
     stack.env = airflow_env(stack, port)
     t0 = time.perf_counter()
-    _run([_airflow(), "db", "migrate"], stack.root / "airflow-db-migrate.log", env=stack.env)
+    run([_airflow(), "db", "migrate"], stack.root / "airflow-db-migrate.log", env=stack.env)
     _ready(stack, "airflow-db-migrate", t0, "airflow db migrate (PostgreSQL)", progress)
     t0 = time.perf_counter()
-    stack.services.append(_spawn("api-server", [_airflow(), "api-server", "--host", HOST, "--port", str(port), "--workers", "1"],
+    stack.services.append(spawn("api-server", [_airflow(), "api-server", "--host", HOST, "--port", str(port), "--workers", "1"],
                                  stack.root / "airflow-api-server.log", stack.env))
-    _wait(lambda: _health(stack).get("metadatabase", {}).get("status") == "healthy", "the Airflow api-server", stack.services[-1])
+    wait_for(lambda: _health(stack).get("metadatabase", {}).get("status") == "healthy", "the Airflow api-server", stack.services[-1])
     _ready(stack, "api-server", t0, f"Airflow api-server {stack.api_url}", progress)
     for name, args in AIRFLOW_SERVICES.items():
-        stack.services.append(_spawn(name, [_airflow(), *args], stack.root / f"airflow-{name}.log", stack.env))
+        stack.services.append(spawn(name, [_airflow(), *args], stack.root / f"airflow-{name}.log", stack.env))
     for service in stack.services[-len(AIRFLOW_SERVICES):]:
         name = service.name
-        _wait(lambda: _health(stack).get(name, {}).get("status") == "healthy", f"the Airflow {name}", service)
+        wait_for(lambda: _health(stack).get(name, {}).get("status") == "healthy", f"the Airflow {name}", service)
         _ready(stack, name, service.started, f"Airflow {name.replace('_', '-')}", progress)
 
 
@@ -315,8 +291,8 @@ def _demo(root: Path, scale: float) -> None:
         dag_id = "lakeivm__revenue_by_nation"
         stack.api.wait_for_dag(dag_id)
         stack.api.unpause(dag_id)
-        run = stack.api.wait_for_run(dag_id, stack.api.trigger(dag_id, {"refresh": True}))
-        print(f"{dag_id}: on-demand refresh {run['dag_run_id']} {run['state']}")
+        refresh = stack.api.wait_for_run(dag_id, stack.api.trigger(dag_id, {"refresh": True}))
+        print(f"{dag_id}: on-demand refresh {refresh['dag_run_id']} {refresh['state']}")
         print(f"\nAirflow UI: {stack.ui_url}   (every user is admin; loopback only)\nSpark master UI: {stack.spark_ui}\n"
               f"Spark Connect: {stack.settings.spark_remote}   lake: {stack.settings.lake}   logs: {root}\n"
               f"CLI against it: LAKEIVM_SPARK_REMOTE={stack.settings.spark_remote} LAKEIVM_LAKE={stack.settings.lake} "
@@ -343,35 +319,6 @@ def _ready(stack: Stack, name: str, t0: float, what: str, progress: Progress) ->
     progress(f"deploy: {what} ready in {stack.timings[name]:.1f} s")
 
 
-def _spawn(name: str, command: list[str], log: Path, env: dict[str, str], stop_signal: int = signal.SIGTERM,
-           **as_user: int) -> Service:
-    with log.open("ab") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                   start_new_session=True, cwd=log.parent, **as_user)
-    return Service(name, process, log, stop_signal)
-
-
-def _run(command: list[str], log: Path, env: dict[str, str] | None = None, **as_user: int) -> None:
-    with log.open("ab") as out:
-        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=log.parent, **as_user)
-    if result.returncode:
-        raise LakeIVMError(f"`{' '.join(command[:3])} ...` failed ({result.returncode}); its log ({log}) ends:\n{_tail(log)}")
-
-
-def _wait(check: Callable[[], bool], what: str, service: Service, timeout: float = HEALTH_TIMEOUT) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if service.process.poll() is not None:
-            raise LakeIVMError(f"{service.name} exited ({service.process.returncode}) while starting; "
-                               f"its log ({service.log}) ends:\n{_tail(service.log)}")
-        with contextlib.suppress(OSError, ValueError):
-            if check():
-                return
-        time.sleep(0.5)
-    raise LakeIVMError(f"{what} was not healthy within {timeout:.0f} s; see {service.log}:\n{_tail(service.log)}")
-
-
 def _health(stack: Stack) -> dict:
     return _json(f"{stack.api_url}/api/v2/monitor/health")
 
@@ -393,10 +340,6 @@ def _listening(port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(1.0)
         return probe.connect_ex((HOST, port)) == 0
-
-
-def _tail(log: Path, lines: int = 25) -> str:
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no log)"
 
 
 def _spark_class() -> str:
@@ -456,36 +399,6 @@ def _attempt(step: Callable[[], None]) -> list[Exception]:
     return []
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every live descendant of ``pid`` (from /proc), so a child that started its own session is stopped too."""
-    children: dict[int, list[int]] = {}
-    for stat_file in glob.glob("/proc/[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = Path(stat_file).read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(Path(stat_file).parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _signal_all(group: int, pids: set[int], sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(group, sig)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
-    except (OSError, IndexError):
-        return False
 
 
 if __name__ == "__main__":
