@@ -38,6 +38,12 @@ class ServerInfo:
     started_at: float
 
     @property
+    def ui_url(self) -> str:
+        """The server's Spark UI (its REST API at /api/v1 counts the jobs runs cost)."""
+        url = urlparse(self.remote)
+        return f"http://{url.hostname}:{(url.port or 15002) + 1}"
+
+    @property
     def alive(self) -> bool:
         return _alive(self.pid) and _listening(self.remote)
 
@@ -65,6 +71,7 @@ def start(settings: Settings, master: str = "local[2]", remote: str = DEFAULT_RE
     conf = {**jvm_conf(settings.with_(spark_master=master), local=master.startswith("local")),
             "spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port),
             "spark.app.name": "lakeivm-connect", "spark.pyspark.python": sys.executable,
+            "spark.ui.enabled": "true", "spark.ui.port": str(port + 1),  # jobs visible (and countable) at ui_url
             "spark.driver.bindAddress": "127.0.0.1" if host in ("127.0.0.1", "localhost") else "0.0.0.0"}
     command = [_spark_submit(), "--class", SERVER_CLASS, "--master", master, "--name", "lakeivm-connect"]
     if "spark.driver.memory" in conf:
@@ -110,6 +117,16 @@ def status(remote: str = DEFAULT_REMOTE) -> ServerInfo | None:
     if not record.exists():
         return None
     return ServerInfo(**json.loads(record.read_text()))
+
+
+def job_count(info: ServerInfo) -> int:
+    """Spark jobs the server has run so far (its UI's REST API): a run's job count is the difference."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{info.ui_url}/api/v1/applications", timeout=5) as response:
+        app = json.load(response)[0]["id"]
+    with urllib.request.urlopen(f"{info.ui_url}/api/v1/applications/{app}/jobs", timeout=10) as response:
+        return 1 + max((job["jobId"] for job in json.load(response)), default=-1)  # ids count up (the UI keeps the last 1000)
 
 
 def _wait_until_ready(info: ServerInfo, process: subprocess.Popen) -> None:
