@@ -31,19 +31,21 @@ def arrow_schema(schema_file: str):
 
 
 def ensure(path: str, schema_file: str) -> None:
-    """Create the table if it does not exist; a concurrent creator winning the race is fine."""
+    """Create the table if it does not exist, exactly once under concurrent first runs: its first
+    commit is made aside and put in place create-if-absent, so a losing creator changes nothing."""
+    import tempfile
+    from pathlib import Path
+
+    from deltalake import write_deltalake
+
     from lakeivm import storage
 
     if storage.is_delta(path):
         return
-    from deltalake import write_deltalake
-
-    schema = arrow_schema(schema_file)
-    try:
-        write_deltalake(path, schema.empty_table(), mode="ignore")
-    except Exception:  # another run created version 0 between our check and our commit
-        if not storage.is_delta(path):
-            raise
+    with tempfile.TemporaryDirectory() as scratch:
+        write_deltalake(scratch, arrow_schema(schema_file).empty_table())  # an empty table: version 0 adds no file
+        first = (Path(scratch) / "_delta_log" / f"{0:020d}.json").read_text()
+    storage.create_exclusive(f"{path}/_delta_log/{0:020d}.json", first)
 
 
 def read(path: str, where: Sequence[tuple[str, str, Any]] = ()) -> list[dict[str, Any]]:

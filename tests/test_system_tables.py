@@ -1,0 +1,52 @@
+"""System tables through delta-rs: concurrent first runs create them once, rows round-trip, a
+view's log rows come back in order. No Spark: these run in milliseconds."""
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+
+from lakeivm import storage, system_tables
+from lakeivm.commit import LogRow, _to_row
+from lakeivm.lake import Lake
+
+
+def test_concurrent_first_runs_create_the_system_tables_once(tmp_path):
+    for trial in range(5):
+        lake = Lake(None, str(tmp_path / f"lake{trial}"))  # type: ignore[arg-type]  # no Spark needed
+        errors: list[BaseException] = []
+
+        def create() -> None:
+            try:
+                lake.ensure_system_tables()
+            except BaseException as err:  # noqa: BLE001 -- collected for the assertion
+                errors.append(err)
+
+        threads = [threading.Thread(target=create) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors, errors
+        for path in (lake.log_path, lake.costs_path):  # one creation; a loser's commit (if any) adds nothing
+            commits = [storage.commit_actions(path, v) for v in range(storage.head_version(path) + 1)]
+            assert sum(any("metaData" in a for a in actions) for actions in commits) == 1
+            assert not any("add" in a for actions in commits for a in actions)
+        assert system_tables.read(lake.log_path) == []
+
+
+def test_log_rows_round_trip(tmp_path):
+    lake = Lake(None, str(tmp_path / "lake"))  # type: ignore[arg-type]
+    lake.ensure_system_tables()
+    rows = [LogRow(view=view, seq=seq, status="committed", mode="refresh", kind="fivm", pins={"t": seq},
+                   watermarks={"t": seq}, state_versions={"result": seq}, consistent=True, applied=("t",),
+                   delta_rows={"t": 3}, table_seconds={"t": 0.5}, seconds=1.5, fingerprint="ab", deployment="connect",
+                   started_at=datetime(2026, 1, 1, tzinfo=timezone.utc))
+            for seq, view in ((1, "a"), (1, "b"), (2, "a"))]
+    for row in rows:
+        system_tables.append(lake.log_path, "log.json", [row.__dict__])
+    back = sorted((_to_row(r) for r in system_tables.read(lake.log_path, [("view", "=", "a")])), key=lambda r: r.seq)
+    assert [(r.view, r.seq) for r in back] == [("a", 1), ("a", 2)]
+    first = back[0]
+    assert first.pins == {"t": 1} and first.applied == ("t",) and first.table_seconds == {"t": 0.5}
+    assert first.fingerprint == "ab" and first.deployment == "connect" and first.consistent
+    assert first.started_at.timestamp() == rows[0].started_at.timestamp()
