@@ -65,8 +65,13 @@ def build_suite(spec: ViewSpec, query: Query):
     return suite
 
 
-def validate(df: DataFrame, spec: ViewSpec, query: Query) -> Validation:
-    """Run the view's suite on its stored rows (hidden state columns included)."""
+PANDAS_ROWS = 100_000  # a stored view this small is validated on the driver: one collect instead of a Spark job per expectation
+
+
+def validate(df: DataFrame, spec: ViewSpec, query: Query, rows: int | None = None) -> Validation:
+    """Run the view's suite on its stored rows (hidden state columns included): with GX's pandas
+    engine on the collected rows when ``rows`` (e.g. from the table's statistics) is at most
+    PANDAS_ROWS, else with its Spark engine."""
     import logging
 
     import great_expectations as gx
@@ -75,7 +80,10 @@ def validate(df: DataFrame, spec: ViewSpec, query: Query) -> Validation:
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    source = context.data_sources.add_spark(name=f"lakeivm_{spec.name}")
+    if rows is not None and rows <= PANDAS_ROWS:
+        source, df = context.data_sources.add_pandas(name=f"lakeivm_{spec.name}"), df.toPandas()
+    else:
+        source = context.data_sources.add_spark(name=f"lakeivm_{spec.name}")
     batch_definition = source.add_dataframe_asset(name="result").add_batch_definition_whole_dataframe("all rows")
     batch = batch_definition.get_batch(batch_parameters={"dataframe": df})
     result = batch.validate(build_suite(spec, query), result_format="SUMMARY")

@@ -67,8 +67,9 @@ def validate(view: str, summary: dict[str, Any], session: str | None = None) -> 
     spec = find_spec(load_specs(settings.views), view)
     ctx, maintainer = prepare(lake, spec)
     row = commit.last_committed(lake, view)
-    stored = lake.read(maintainer.state_tables(ctx)["result"], row.state_versions["result"] if row else None)
-    report = run_suite(stored, spec, ctx.query)
+    path = maintainer.state_tables(ctx)["result"]
+    stored = lake.read(path, row.state_versions["result"] if row else None)
+    report = run_suite(stored, spec, ctx.query, rows=lake.row_count(path))
     report.raise_if_failed()
     return {**summary, "expectations": report.evaluated}
 
