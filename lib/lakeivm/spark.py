@@ -112,6 +112,16 @@ def with_params(remote: str, **params: str) -> str:
     return f"{base.rstrip('/')}/;{';'.join(parts)}"
 
 
+def release_connect_session() -> None:
+    """Stop this process's Spark Connect session, if any: call it before stopping the server it
+    talks to (at exit the client would otherwise retry a release against a stopped server)."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    active = RemoteSparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+
+
 def is_connect(spark: SparkSession) -> bool:
     """Whether ``spark`` is a Spark Connect client session (no JVM in this process)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
