@@ -36,7 +36,9 @@ def lake(spark, tmp_path):
 
 
 def pytest_collection_modifyitems(items):
-    """Anything using the spark fixture carries the spark marker."""
+    """Anything using the spark fixture carries the spark marker. The Spark Connect tests run last:
+    pyspark refuses a Connect session in a process that has a local one, so they stop it first."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()) or "lake" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+    items.sort(key=lambda item: item.get_closest_marker("connect") is not None)  # stable: the order is kept otherwise

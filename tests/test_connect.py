@@ -17,7 +17,7 @@ from lakeivm import commit, server, storage
 from lakeivm.config import Settings
 from lakeivm.engine import audit, open_lake, run_view
 from lakeivm.registry import spec_from_dict
-from lakeivm.spark import connect, is_connect
+from lakeivm.spark import connect, is_connect, release_connect_session
 from lakeivm.views.nested.queries import QUERIES
 from tests.helpers import random_batch, sql
 
@@ -26,6 +26,10 @@ pytestmark = pytest.mark.connect
 
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory):
+    from pyspark.sql import SparkSession
+
+    if SparkSession._instantiatedSession is not None:  # the local session of earlier tests (these run last)
+        SparkSession._instantiatedSession.stop()
     home = tmp_path_factory.mktemp("lakeivm-home")
     with socket.socket() as probe:  # a free port, so a developer's own server is left alone
         probe.bind(("127.0.0.1", 0))
@@ -36,6 +40,7 @@ def remote(tmp_path_factory):
         try:
             yield info.remote
         finally:
+            release_connect_session()  # before the server goes: at exit the client would retry for minutes
             server.stop(info.remote)
             assert not server._alive(info.pid)
 
