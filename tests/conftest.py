@@ -36,9 +36,25 @@ def lake(spark, tmp_path):
 
 
 def pytest_collection_modifyitems(items):
-    """Anything using the spark fixture carries the spark marker. The Spark Connect tests run last:
-    pyspark refuses a Connect session in a process that has a local one, so they stop it first."""
+    """Anything using the spark fixture carries the spark marker. The Spark Connect clients (markers
+    connect, deployment) run last: pyspark refuses a Connect session in a process that has a local
+    one, so they stop it first."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()) or "lake" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-    items.sort(key=lambda item: item.get_closest_marker("connect") is not None)  # stable: the order is kept otherwise
+    items.sort(key=_connect_client)  # stable: the order is kept otherwise
+
+
+def _connect_client(item) -> bool:
+    return any(item.get_closest_marker(name) for name in ("connect", "deployment"))
+
+
+@pytest.fixture(autouse=True)
+def _no_local_session_in_connect_clients(request):
+    """A test that is a Spark Connect client stops the suite's local session (they run last)."""
+    if _connect_client(request.node):
+        from pyspark.sql import SparkSession
+
+        if SparkSession._instantiatedSession is not None:
+            SparkSession._instantiatedSession.stop()
+    yield
