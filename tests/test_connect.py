@@ -14,6 +14,7 @@ from decimal import Decimal
 import pytest
 
 from lakeivm import commit, server, storage
+from lakeivm.processes import alive
 from lakeivm.config import Settings
 from lakeivm.engine import audit, open_lake, run_view
 from lakeivm.registry import spec_from_dict
@@ -42,7 +43,7 @@ def remote(tmp_path_factory):
         finally:
             release_connect_session()  # before the server goes: at exit the client would retry for minutes
             server.stop(info.remote)
-            assert not server._alive(info.pid)
+            assert not alive(info.pid)
 
 
 @pytest.fixture

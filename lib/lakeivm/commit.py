@@ -20,6 +20,7 @@ from typing import Any
 
 from lakeivm import storage, system_tables
 from lakeivm.errors import LeaseHeld, StateError
+from lakeivm.processes import alive
 from lakeivm.lake import Lake
 
 LEASE_SECONDS = 3600.0
@@ -216,18 +217,8 @@ def _stale(holder: Mapping[str, Any]) -> bool:
     if holder.get("expires", 0) < time.time():
         return True
     if holder.get("host") == socket.gethostname() and holder.get("pid") != os.getpid():
-        return not _alive(int(holder.get("pid", 0)))
+        return not alive(int(holder.get("pid", 0)))
     return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _to_row(d: dict[str, Any]) -> LogRow:

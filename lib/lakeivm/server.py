@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 from lakeivm.config import DEFAULT_REMOTE, Settings
 from lakeivm.errors import LakeIVMError
+from lakeivm.processes import alive
 from lakeivm.spark import jvm_conf
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -45,7 +46,7 @@ class ServerInfo:
 
     @property
     def alive(self) -> bool:
-        return _alive(self.pid) and _listening(self.remote)
+        return alive(self.pid) and _listening(self.remote)
 
 
 def run_folder(remote: str = DEFAULT_REMOTE) -> Path:
@@ -97,15 +98,15 @@ def stop(remote: str = DEFAULT_REMOTE, timeout: float = 30.0) -> ServerInfo | No
     info = status(remote)
     if info is None:
         return None
-    if _alive(info.pid):
+    if alive(info.pid):
         try:
             os.killpg(info.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         deadline = time.time() + timeout
-        while _alive(info.pid) and time.time() < deadline:
+        while alive(info.pid) and time.time() < deadline:
             time.sleep(0.2)
-        if _alive(info.pid):
+        if alive(info.pid):
             os.killpg(info.pid, signal.SIGKILL)
     (run_folder(remote) / "server.json").unlink(missing_ok=True)
     return info
@@ -156,19 +157,3 @@ def _listening(remote: str) -> bool:
             return True
     except OSError:
         return False
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a child of ours that exited is reaped here, not taken for alive)."""
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    except ChildProcessError:
-        pass  # not our child: ask the kernel
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
