@@ -72,7 +72,9 @@ def get_spark(settings: Settings | None = None, app_name: str = "lakeivm") -> Sp
     if active is not None:
         return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
+    builder = SparkSession.builder.master(settings.spark_master)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --name (the view's) is kept
+        builder = builder.appName(app_name)
     for key, value in jvm_conf(settings).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
