@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
 
-SCHEMAS = Path(str(files("lakeivm") / "schemas"))  # package data: view.schema.json, system/*.json, example views
+SCHEMAS = Path(str(files("lakeivm.schemas")))  # package data: view.schema.json, system/*.json, example views
 SHIPPED_VIEWS = SCHEMAS / "views"
 _ENV = {"lake": "LAKEIVM_LAKE", "spark_master": "LAKEIVM_SPARK_MASTER", "views": "LAKEIVM_VIEWS",
         "spark_remote": "LAKEIVM_SPARK_REMOTE", "jars": "LAKEIVM_JARS"}
