@@ -18,7 +18,7 @@ from lakeivm.processes import alive
 from lakeivm.config import Settings
 from lakeivm.engine import audit, open_lake, run_view
 from lakeivm.registry import spec_from_dict
-from lakeivm.spark import connect, is_connect, release_connect_session
+from lakeivm.spark import connect, is_connect
 from lakeivm.views.nested.queries import QUERIES
 from tests.helpers import random_batch, sql
 
@@ -41,7 +41,6 @@ def remote(tmp_path_factory):
         try:
             yield info.remote
         finally:
-            release_connect_session()  # before the server goes: at exit the client would retry for minutes
             server.stop(info.remote)
             assert not alive(info.pid)
 

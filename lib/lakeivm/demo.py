@@ -60,7 +60,6 @@ def run_demo(settings: Settings, scale: float = 0.01, batches: int = 3, keep_ser
     views and audits."""
     from lakeivm import server
     from lakeivm.config import DEFAULT_REMOTE
-    from lakeivm.spark import release_connect_session
 
     if settings.spark_remote or not settings.spark_master.startswith("local"):
         return _run_demo(settings, scale, batches)
@@ -71,7 +70,6 @@ def run_demo(settings: Settings, scale: float = 0.01, batches: int = 3, keep_ser
         return _run_demo(settings.with_(spark_remote=info.remote), scale, batches)
     finally:
         if started_here and not keep_server:
-            release_connect_session()  # while the server is up: at exit the client would retry against a stopped one
             server.stop(info.remote)
             print(f"lakeivm: stopped the demo's Spark Connect server (`lakeivm spark start` keeps one running)")
 

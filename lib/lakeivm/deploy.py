@@ -284,7 +284,7 @@ def _demo(root: Path, scale: float) -> None:
     from lakeivm.engine import open_lake
     from lakeivm.spark import connect
 
-    stack, spark = start_stack(root, lake=str(root / "lake")), None
+    stack = start_stack(root, lake=str(root / "lake"))
     try:
         spark = connect(stack.settings.spark_remote, stack.settings)
         generate_tpch(open_lake(spark, stack.settings), scale, tables=("nation", "customer", "orders", "lineitem"))
@@ -304,8 +304,6 @@ def _demo(root: Path, scale: float) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the stopping short
             signal.signal(sig, signal.SIG_IGN)
         print("stopping every service ...", flush=True)
-        if spark is not None:
-            spark.stop()  # released while the server is up: at exit the client would retry against a stopped one
         stack.stop()
         print(f"stopped; the lake and the logs stay in {root}", flush=True)
 

@@ -98,6 +98,10 @@ def stop(remote: str = DEFAULT_REMOTE, timeout: float = 30.0) -> ServerInfo | No
     info = status(remote)
     if info is None:
         return None
+    if "pyspark.sql.connect.session" in sys.modules:  # this process's session, released while the server is up:
+        from lakeivm.spark import release_connect_session  # at exit the client would retry against a stopped one
+
+        release_connect_session()
     if alive(info.pid):
         try:
             os.killpg(info.pid, signal.SIGTERM)

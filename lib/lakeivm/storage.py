@@ -122,19 +122,21 @@ def commit_actions(table: str, version: int) -> list[dict[str, Any]] | None:
 
 
 def history(table: str, after: int, upto: int) -> list[dict[str, Any]]:
-    """The commitInfo of versions ``after``+1..``upto`` that still exist, oldest first: version,
-    timestamp (UTC), operation, operationParameters, operationMetrics -- as ``DESCRIBE HISTORY``."""
-    rows = []
-    for version in range(after + 1, upto + 1):
-        actions = commit_actions(table, version)
-        if actions is None:
-            continue
-        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        stamp = info.get("inCommitTimestamp") or info.get("timestamp") or 0
-        rows.append({"version": version, "timestamp": datetime.fromtimestamp(stamp / 1000, timezone.utc),
-                     "operation": info.get("operation", ""), "operationParameters": info.get("operationParameters") or {},
-                     "operationMetrics": info.get("operationMetrics") or {}})
-    return rows
+    """The commitInfo of versions ``after``+1..``upto`` that still exist, oldest first (see ``commit_info``)."""
+    return [info for version in range(after + 1, upto + 1) if (info := commit_info(table, version)) is not None]
+
+
+def commit_info(table: str, version: int) -> dict[str, Any] | None:
+    """What ``DESCRIBE HISTORY`` says of commit ``version``: version, timestamp (UTC), operation,
+    operationParameters, operationMetrics; None if its commit file is gone."""
+    actions = commit_actions(table, version)
+    if actions is None:
+        return None
+    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    stamp = info.get("inCommitTimestamp") or info.get("timestamp") or 0
+    return {"version": version, "timestamp": datetime.fromtimestamp(stamp / 1000, timezone.utc),
+            "operation": info.get("operation", ""), "operationParameters": info.get("operationParameters") or {},
+            "operationMetrics": info.get("operationMetrics") or {}}
 
 
 def schema_at(table: str, version: int | None = None) -> dict[str, str]:

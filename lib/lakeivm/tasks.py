@@ -79,17 +79,13 @@ def resolve(settings: Settings) -> Settings:
     when running under Airflow and that connection exists (it wins over ``spark_remote``)."""
     try:
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-        from airflow.sdk.exceptions import AirflowRuntimeError
+        from airflow.sdk.exceptions import AirflowNotFoundException, AirflowRuntimeError
     except ImportError:
         return settings
     try:
         return settings.with_(spark_remote=SparkConnectHook(CONNECTION_ID).get_connection_url())
-    except (AirflowRuntimeError, RuntimeError, KeyError, ValueError, LookupError):
-        return settings  # no such connection (or not inside a task): the settings decide
-    except Exception as err:  # Airflow raises its own not-found types, which differ between contexts
-        if "not defined" in str(err) or "NotFound" in type(err).__name__ or "CONNECTION_NOT_FOUND" in str(err):
-            return settings
-        raise
+    except (AirflowNotFoundException, AirflowRuntimeError, RuntimeError):
+        return settings  # no such connection, or not inside a task: the settings decide
 
 
 def _open(settings: Settings, session: str | None):

@@ -46,9 +46,6 @@ def main(argv: list[str], settings: Settings) -> int:
         run(settings.with_(spark_remote=info.remote), info, args.scale, args.views.split(","), args.repeats, args.out, cold)
     finally:
         if cold is not None:
-            from lakeivm.spark import release_connect_session
-
-            release_connect_session()
             server.stop(info.remote)
     return 0
 

@@ -96,6 +96,15 @@ def write_overwrite(rows: DataFrame, path: str) -> None:
     rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
 
 
+REWRITE_ROWS = 20_000  # a result this small is rewritten whole: cheaper than a Delta MERGE of its touched rows
+
+
+def rewrite_is_cheaper(lake: Lake, path: str) -> bool:
+    """Whether the table at ``path`` is small enough (by its Delta statistics) to overwrite whole
+    rather than MERGE into: a MERGE costs seconds whatever it touches."""
+    return lake.row_count(path) <= REWRITE_ROWS
+
+
 COMPACT_RATIO = 0.25  # appended rows, as a fraction of the rows at the last rewrite, that trigger a compaction
 COMPACT_COMMITS = 40  # appends that trigger one whatever their size (each is a file every scan opens)
 
@@ -114,10 +123,9 @@ def _needs_compaction(path: str) -> bool:
 
     head, appended = storage.head_version(path), 0
     for version in range(head, max(head - COMPACT_COMMITS, -1), -1):
-        actions = storage.commit_actions(path, version) or []
-        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        rows = int((info.get("operationMetrics") or {}).get("numOutputRows", 0))
-        mode = (info.get("operationParameters") or {}).get("mode") if info.get("operation") == "WRITE" else None
+        info = storage.commit_info(path, version) or {"operationMetrics": {}, "operationParameters": {}}
+        rows = int(info["operationMetrics"].get("numOutputRows", 0))
+        mode = info["operationParameters"].get("mode") if info.get("operation") == "WRITE" else None
         if mode == "Overwrite":
             return appended > COMPACT_RATIO * max(rows, 1000)
         appended += rows if mode == "Append" else 0  # table properties, RESTOREs: no rows of their own

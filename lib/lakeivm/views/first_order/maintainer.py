@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from lakeivm.lake import CDF
 from lakeivm.sql import COUNT, Aggregate, Query, multiset_sql, state_sql
 from lakeivm.views.base import Context
-from lakeivm.views.state import AdditiveTable
+from lakeivm.views.state import AdditiveTable, rewrite_is_cheaper
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -135,7 +135,7 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
         touched = _with_extremum(touched, ctx.lake.read(multiset), agg, keys)
     # Materialize the (small) set of touched groups: MERGE evaluates its source more than once.
     updated = finalize(query, touched).localCheckpoint(eager=True)
-    if ctx.lake.row_count(path) <= REWRITE_ROWS:
+    if rewrite_is_cheaper(ctx.lake, path):
         _rewrite(ctx, path, updated, keys)
         return
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true"
@@ -145,9 +145,6 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
     else:
         clauses = ("WHEN MATCHED THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *")
     ctx.lake.merge(path, updated, on, *clauses)
-
-
-REWRITE_ROWS = 20_000  # a view this small is rewritten whole: cheaper than a Delta MERGE of its touched groups
 
 
 def _rewrite(ctx: Context, path: str, updated: DataFrame, keys: list[str]) -> None:

@@ -30,7 +30,7 @@ from lakeivm.views.base import Context
 from lakeivm.views.fivm.payload import ALIVE
 from lakeivm.views.fivm.plan import FivmPlan, build_plan, leaf_weights
 from lakeivm.views.fivm.tree import View
-from lakeivm.views.state import AdditiveTable, consolidate
+from lakeivm.views.state import AdditiveTable, consolidate, rewrite_is_cheaper
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -116,7 +116,7 @@ class FivmMaintainer:
         change = self._root_deltas[0]
         for more in self._root_deltas[1:]:
             change = change.unionByName(more)
-        if not keys or self._rebuilt or ctx.lake.row_count(path) <= REWRITE_ROWS:  # the whole result: rebuilt, or small
+        if not keys or self._rebuilt or rewrite_is_cheaper(ctx.lake, path):  # the whole result: rebuilt, or small
             root = change if self._rebuilt else root_rows(plan, stored).unionByName(change)
             if keys:
                 root = root.groupBy(*keys).agg(*[F.sum(c).alias(c) for c in columns]).where(F.col(ALIVE) != 0)
@@ -201,9 +201,6 @@ class FivmMaintainer:
         if view.id in plan.tree.stored:
             return store(view, rows)
         return rows.localCheckpoint(eager=True)
-
-
-REWRITE_ROWS = 20_000  # a result this small is rewritten whole: cheaper than a Delta MERGE of its touched groups
 
 
 def _create(ctx: Context, tables: Mapping[str, AdditiveTable], view: View, rows: DataFrame) -> DataFrame:
