@@ -83,8 +83,10 @@ def test_crash_at_any_write_then_rerun_equals_crash_free_run(lake, spark, point)
     with pytest.raises(InjectedFailure):
         run_view(lake, JOIN_VIEW, fail_at=point)
     assert len(commit.log_rows(lake, "by_g")) == 1  # the crashed run committed nothing
+    crashed = commit.log_rows(lake, "by_g", status="failed")  # and released its claim, saying why
+    assert [r.seq for r in crashed] == [2] and "injected failure" in crashed[0].message
     row = run_view(lake, JOIN_VIEW)
-    assert row.applied == ("r", "s") and row.seq == 2 and row.consistent
+    assert row.applied == ("r", "s") and row.seq == 3 and row.consistent
     assert_matches_sql(lake, JOIN_VIEW)
     assert len(commit.log_rows(lake, "by_g")) == 2
 
@@ -94,7 +96,7 @@ def test_crash_during_bootstrap_then_rerun(lake, spark):
     with pytest.raises(InjectedFailure):
         run_view(lake, JOIN_VIEW, fail_at="before_log")
     row = run_view(lake, JOIN_VIEW)
-    assert row.mode == "bootstrap" and row.seq == 1
+    assert row.mode == "bootstrap" and row.seq == 2
     assert_matches_sql(lake, JOIN_VIEW)
 
 
@@ -104,6 +106,10 @@ def test_second_concurrent_run_is_refused(lake, spark):
         with pytest.raises(LeaseHeld, match="is being maintained by another run"):
             run_view(lake, JOIN_VIEW)
     assert run_view(lake, JOIN_VIEW).mode == "bootstrap"  # released afterwards
+    sql(lake, "INSERT INTO {t} VALUES (0, 9)", "r")
+    with commit.lease(lake, "by_g"):  # a refresh with changes pending waits for the holder; a no-op does not
+        with pytest.raises(LeaseHeld):
+            run_view(lake, JOIN_VIEW)
 
 
 def test_unreadable_changes_rebuild_or_fail_by_policy(lake, spark):
@@ -138,7 +144,7 @@ def _raw(spec):
 
 
 def test_cached_log_equals_a_fresh_read(lake, spark):
-    """Runs of two views interleaved: each view's cached log rows equal what a fresh Lake reads."""
+    """Runs of two views interleaved (each a claim and a committed row): each view's cached log rows equal what a fresh Lake reads."""
     from lakeivm.lake import Lake
 
     make_tables(lake, spark)
@@ -156,7 +162,7 @@ def test_cached_log_equals_a_fresh_read(lake, spark):
     lake.read = read
     fresh = Lake(spark, lake.root)
     for view, rows in cached.items():
-        assert len(rows) == {"by_g": 4, "by_a": 3}[view] and rows == commit.log_rows(fresh, view, status=None)
+        assert len(rows) == {"by_g": 7, "by_a": 6}[view] and rows == commit.log_rows(fresh, view, status=None)
     assert cached["by_g"][-1].status == "failed"
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -19,11 +21,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from lakeivm import storage, system_tables
-from lakeivm.errors import LeaseHeld, StateError
+from lakeivm.errors import LeaseHeld, LeaseLost, StateError
 from lakeivm.processes import alive
 from lakeivm.lake import Lake
 
-LEASE_SECONDS = 3600.0
+LEASE_SECONDS = 120.0  # a claim lapses this long after its last heartbeat (beats every quarter of it)
+RUNNING = "running"  # the status of a claim row
 
 
 @dataclass(frozen=True)
@@ -55,17 +58,28 @@ class LogRow:
     message: str = ""
     fingerprint: str | None = None  # the view definition's (lakeivm.fingerprint); None in rows of older lakes
     deployment: str | None = None  # where the run ran: connect, local or cluster (cost models are per deployment)
+    holder: str | None = None  # host:pid of the run (claim rows; see Lease)
+    lease_expires: datetime | None = None  # when a claim row's heartbeat lapses
 
 
 def append_log(lake: Lake, row: LogRow) -> None:
-    """Append ``row`` to ``_system/log`` (a blind append: concurrent appends never conflict)."""
+    """Append ``row`` to ``_system/log`` unfenced (a blind append; runs append through their Lease)."""
     key = ("log", row.view)
     if key in lake.cache:
         _view_log(lake, row.view)  # bring the cached rows up to the log's head first
-    head = system_tables.append(lake.log_path, "log.json", [row.__dict__])
+    _append_row(lake, row)
+
+
+def _append_row(lake: Lake, row: LogRow, after: int | None = None) -> bool:
+    """Append ``row`` (fenced at version ``after`` if given: see system_tables.append); whether it was."""
+    head = system_tables.append(lake.log_path, "log.json", [row.__dict__], after=after)
+    if head is None:
+        return False
+    key = ("log", row.view)
     cached = lake.cache.get(key)
     if cached and head == cached[0] + 1:  # ours is the only commit since: extend the cached rows
         lake.cache[key] = (head, [*cached[1], _as_read(row)])
+    return True
 
 
 def log_rows(lake: Lake, view: str, status: str | None = "committed") -> list[LogRow]:
@@ -73,21 +87,26 @@ def log_rows(lake: Lake, view: str, status: str | None = "committed") -> list[Lo
     return [r for r in _view_log(lake, view) if not status or r.status == status]
 
 
-def _view_log(lake: Lake, view: str) -> list[LogRow]:
+def _view_log(lake: Lake, view: str, head: int | None = None) -> list[LogRow]:
     """All of ``view``'s log rows, oldest first: read once per Lake, then kept current.
 
     The cached rows stay valid at a newer log version when every commit in between only appended
     rows of other views (read off the commit files' column statistics); a run's own append extends
     them (``append_log``). Anything else -- a missing file, no statistics, an OPTIMIZE -- re-reads.
     """
-    key, head = ("log", view), lake.head_version(lake.log_path)
+    key, head = ("log", view), lake.head_version(lake.log_path) if head is None else head
     cached = lake.cache.get(key)
     if cached and cached[0] < head and _only_other_views(lake, view, cached[0], head):
         cached = lake.cache[key] = (head, cached[1])
     if not cached or cached[0] != head:
-        rows = sorted(system_tables.read(lake.log_path, [("view", "=", view)]), key=lambda r: r["seq"])
+        rows = sorted(system_tables.read(lake.log_path, [("view", "=", view)], version=head), key=_run_order)
         cached = lake.cache[key] = (head, [_to_row(r) for r in rows])
     return cached[1]
+
+
+def _run_order(row: dict[str, Any]) -> tuple:
+    """Runs by seq; within a run its claim and heartbeats (oldest first), then its last row."""
+    return row["seq"], row["status"] != RUNNING, row.get("lease_expires") or datetime.min
 
 
 def _only_other_views(lake: Lake, view: str, after: int, upto: int) -> bool:
@@ -108,7 +127,8 @@ def _only_other_views(lake: Lake, view: str, after: int, upto: int) -> bool:
 
 def _as_read(row: LogRow) -> LogRow:
     """``row`` as reading it back from the log gives it (timestamps naive, in local time)."""
-    naive = {k: datetime.fromtimestamp(getattr(row, k).timestamp()) for k in ("started_at", "finished_at")}
+    naive = {k: datetime.fromtimestamp(getattr(row, k).timestamp()) for k in ("started_at", "finished_at", "lease_expires")
+             if getattr(row, k) is not None}
     return _to_row({**row.__dict__, **naive})
 
 
@@ -173,52 +193,155 @@ def recover(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str]) -> 
     return restored
 
 
-@contextmanager
-def lease(lake: Lake, view: str, seconds: float = LEASE_SECONDS) -> Iterator[dict[str, Any]]:
-    """Hold the view's lease for the duration of a run: one run per view at a time.
+class Lease:
+    """A run's claim on its view: one run per view at a time, decided by the log itself.
 
-    The lease is a file created atomically (create-if-absent) under ``_system/leases``. A lease
-    whose holder died on this host, or that expired, is taken over.
+    A claim is a ``running`` log row with the run's ``seq``; the run's last row (committed, failed or
+    released) ends it. Every row a run appends -- claim, heartbeat, commit -- is *fenced*: it is
+    appended as log version v+1 only if, at version v, the view's state allows it (no live claim to
+    take; still this run's claim), and Delta's put-if-absent of the commit file lets exactly one of
+    two racing appends have v+1 (``system_tables.append(after=v)``), so exactly one acquirer wins and
+    a run whose claim was taken over cannot commit. A heartbeat thread renews the claim every quarter
+    of ``seconds``; a claim whose heartbeat stopped ``seconds`` ago, or whose process is gone from
+    this host, is taken over (and the taker's recovery restores the state it left).
     """
-    path = lake.lease_path(view)
-    me = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex,
-          "acquired": time.time(), "expires": time.time() + seconds}
-    if not storage.create_exclusive(path, json.dumps(me)):
-        holder = _read(path)
-        if holder and not _stale(holder):
-            raise LeaseHeld(
-                f"view {view!r} is being maintained by another run (host {holder.get('host')}, pid "
-                f"{holder.get('pid')}, since {datetime.fromtimestamp(holder.get('acquired', 0), timezone.utc):%Y-%m-%d %H:%M:%S} UTC). "
-                "Wait for it to finish; if it died elsewhere, delete "
-                f"{lake.lease_path(view)} after it expires."
-            )
-        storage.delete_file(path)
-        if not storage.create_exclusive(path, json.dumps(me)):
-            raise LeaseHeld(f"view {view!r}: another run took the lease first; try again.")
+
+    def __init__(self, lake: Lake, view: str, mode: str, seconds: float = LEASE_SECONDS) -> None:
+        self.lake, self.view, self.mode, self.seconds = lake, view, mode, seconds
+        self.run_id = uuid.uuid4().hex
+        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        self.seq = 0
+        self.started = datetime.now(timezone.utc)
+        self.history: list[LogRow] = []  # the view's rows when the claim was made, the claim included
+        self.lost = threading.Event()
+        self.ended = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._beat: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        """Append the claim, or raise LeaseHeld naming the run that holds the view."""
+        def free(rows: list[LogRow]) -> LogRow:
+            current = holder(rows)
+            if current is not None and not stale(current):
+                raise LeaseHeld(
+                    f"view {self.view!r} is being maintained by another run (run {current.run_id[:8]} on "
+                    f"{current.holder}, since {current.started_at:%Y-%m-%d %H:%M:%S}). Wait for it to finish: a "
+                    f"run that died is taken over once its heartbeat is {self.seconds:.0f} s old, or at once on its own host.")
+            self.seq = next_seq(rows)
+            return self._row(RUNNING)
+
+        rows, claim = self._append(free)
+        self.history = [*rows, _as_read(claim)]
+        self._beat = threading.Thread(target=self._heartbeat, name=f"lakeivm-lease-{self.view}", daemon=True)
+        self._beat.start()
+
+    def check(self) -> None:
+        """Raise LeaseLost if a heartbeat found the claim taken over (cheap: a flag)."""
+        if self.lost.is_set():
+            raise self._lost_error(None)
+
+    def commit(self, row: LogRow) -> None:
+        """Append the run's last row (committed or failed) if the run still holds its claim."""
+        self._append(lambda rows: self._held(rows, row))
+        self.ended = True
+
+    def release(self, status: str = "released", message: str = "") -> None:
+        """End the claim without committing (nothing to do, or the run failed)."""
+        self._stop.set()
+        if self.ended or self.lost.is_set():
+            return
+        try:
+            self.commit(self._row(status, message))
+        except LeaseLost:
+            pass
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.seconds / 4):
+            try:
+                self._append(lambda rows: self._held(rows, self._row(RUNNING)))
+            except LeaseLost:
+                self.lost.set()
+                return
+            except Exception:  # a transient storage error: the next beat tries again, well inside the lease
+                continue
+
+    def _append(self, decide) -> tuple[list[LogRow], LogRow]:
+        """Append ``decide(rows)`` as version v+1 of the log, rows being the view's rows at version
+        v; retried (re-read, re-decided) while other runs' appends take v+1 first."""
+        deadline = time.monotonic() + max(60.0, self.seconds)
+        with self._lock:
+            while True:
+                version = self.lake.head_version(self.lake.log_path)
+                rows = _view_log(self.lake, self.view, version)
+                row = decide(rows)
+                if _append_row(self.lake, row, after=version):
+                    return rows, row
+                if time.monotonic() > deadline:
+                    raise StateError(f"{self.lake.log_path}: could not append to the log for {deadline:.0f} s (other "
+                                     "runs kept committing first); try again.")
+                time.sleep(random.uniform(0.002, 0.03))
+
+    def _held(self, rows: list[LogRow], row: LogRow) -> LogRow:
+        current = holder(rows)
+        if current is None or current.run_id != self.run_id:
+            self.lost.set()
+            raise self._lost_error(current)
+        return row
+
+    def _lost_error(self, current: LogRow | None) -> LeaseLost:
+        by = f"run {current.run_id[:8]} on {current.holder}" if current else "another run"
+        return LeaseLost(f"view {self.view!r}: this run's claim (run {self.run_id[:8]}, #{self.seq}) lapsed and {by} "
+                         "took the view over; this run commits nothing, and the state it wrote is undone by the "
+                         "next run's recovery. Nothing to fix: refresh again if needed.")
+
+    def _row(self, status: str, message: str = "") -> LogRow:
+        now = datetime.now(timezone.utc)
+        return LogRow(view=self.view, seq=self.seq, status=status, mode=self.mode, kind="", pins={}, watermarks={},
+                      state_versions={}, consistent=False, run_id=self.run_id, holder=self.holder, message=message,
+                      started_at=self.started, finished_at=now, lease_expires=datetime.fromtimestamp(time.time() + self.seconds, timezone.utc))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join()
+
+
+@contextmanager
+def lease(lake: Lake, view: str, mode: str = "refresh", seconds: float = LEASE_SECONDS) -> Iterator[Lease]:
+    """Hold ``view``'s claim for a run (see Lease); the run appends its last row with
+    ``Lease.commit``; leaving without one releases the claim (as ``failed`` on an error)."""
+    claim = Lease(lake, view, mode, seconds)
+    claim.acquire()
     try:
-        yield me
-    finally:
-        holder = _read(path)
-        if holder and holder.get("token") == me["token"]:
-            storage.delete_file(path)
+        yield claim
+    except BaseException as err:
+        claim.stop()
+        if not isinstance(err, LeaseLost):
+            claim.release("failed", f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:500])
+        raise
+    claim.stop()
+    claim.release()
 
 
-def _read(path: str) -> dict[str, Any] | None:
-    text = storage.read_text(path)
-    if text is None:
+def holder(rows: list[LogRow]) -> LogRow | None:
+    """The newest heartbeat of the run holding the view, or None if the view is free: the run of the
+    highest seq, unless it has appended its last row."""
+    if not rows:
         return None
-    try:
-        return json.loads(text or "{}")
-    except ValueError:
-        return {}
+    top = max(r.seq for r in rows)
+    newest = [r for r in rows if r.seq == top]
+    if any(r.status != RUNNING for r in newest):
+        return None
+    return max(newest, key=lambda r: r.lease_expires or datetime.min)
 
 
-def _stale(holder: Mapping[str, Any]) -> bool:
-    if holder.get("expires", 0) < time.time():
+def stale(claim: LogRow) -> bool:
+    """Whether a claim may be taken over: its heartbeat lapsed, or its process is gone from this host."""
+    if claim.lease_expires is None or claim.lease_expires.timestamp() < time.time():
         return True
-    if holder.get("host") == socket.gethostname() and holder.get("pid") != os.getpid():
-        return not alive(int(holder.get("pid", 0)))
-    return False
+    host, _, pid = (claim.holder or "").rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid))
 
 
 def _to_row(d: dict[str, Any]) -> LogRow:

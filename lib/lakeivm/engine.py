@@ -131,16 +131,19 @@ def run_view(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     started = time.perf_counter()
-    with commit.lease(lake, spec.name):
-        history = commit.log_rows(lake, spec.name, status=None)
-        last, seq = commit.last_of(history), commit.next_seq(history)
-        definition = fingerprint(spec)
+    definition = fingerprint(spec)
+    if mode != "rebuild" and _up_to_date(lake, commit.log_rows(lake, spec.name, status=None), definition):
+        progress(f"{spec.name}: nothing to apply")  # a no-op costs a listing per table: no Spark, no write
+        return None
+    with commit.lease(lake, spec.name, mode) as claim:
+        history, seq = claim.history, claim.seq
+        last = commit.last_of(history)
         changed = last is not None and last.fingerprint is not None and last.fingerprint != definition
-        if mode != "rebuild" and last is not None and not changed and _caught_up(lake, last):
-            progress(f"{spec.name}: nothing to apply")  # a no-op costs a listing per table: no Spark, no write
+        if mode != "rebuild" and _up_to_date(lake, history, definition):  # another run caught it up meanwhile
+            progress(f"{spec.name}: nothing to apply")
             return None
         ctx, maintainer = prepare(lake, spec, fail_at)
-        ctx.fingerprint = definition
+        ctx.fingerprint, ctx.lease = definition, claim
         restored = commit.recover(lake, last, maintainer.state_tables(ctx))
         if restored:
             progress(f"{spec.name}: recovered from an interrupted run ({'; '.join(restored)})")
@@ -168,6 +171,14 @@ def run_view(
         return _commit(ctx, maintainer, seq, mode, plan, applied, started)
 
 
+def _up_to_date(lake: Lake, history: Sequence[commit.LogRow], definition: str) -> bool:
+    """Whether the view's last committed run has the current definition and every table is still
+    at its watermark, and no run holds the view (a listing per table)."""
+    last = commit.last_of(list(history))
+    return (last is not None and last.fingerprint in (None, definition) and commit.holder(list(history)) is None
+            and _caught_up(lake, last))
+
+
 def _caught_up(lake: Lake, last: commit.LogRow) -> bool:
     """Whether every table of the last committed run is still at its watermark (one listing each)."""
     return last.consistent and all(lake.head_version(lake.table_path(t)) == w for t, w in last.watermarks.items())
@@ -188,6 +199,7 @@ def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[st
             maintainer.apply(ctx, table, delta)
         ctx.watermarks[table] = ctx.pins[table]
         applied[table] = (pending[table], time.perf_counter() - t0)
+        ctx.lease.check()  # a run whose claim was taken over stops before writing more
     maintainer.flush(ctx)  # shared by the run's tables: the planner's run seconds, not a table's cost
     return applied
 
@@ -208,10 +220,10 @@ def _unreadable(ctx: Context, maintainer: Maintainer, last: commit.LogRow | None
         view=ctx.view, seq=seq, status="failed", mode="tick", kind=_kind(maintainer),
         pins=ctx.pins, watermarks=dict(last.watermarks) if last else {}, state_versions=dict(last.state_versions) if last else {},
         consistent=False, seconds=time.perf_counter() - started, message=str(err), plan="policy fail",
-        fingerprint=ctx.fingerprint, deployment=deployment(ctx.spark),
+        fingerprint=ctx.fingerprint, deployment=deployment(ctx.spark), run_id=ctx.lease.run_id,
     )
     commit.recover(ctx.lake, last, maintainer.state_tables(ctx))
-    commit.append_log(ctx.lake, failed)
+    ctx.lease.commit(failed)
     raise err
 
 
@@ -230,10 +242,10 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
         pending_rows=pending, seconds=seconds,
         predicted_seconds=None if plan.predicted_seconds is None else float(plan.predicted_seconds), deadline_s=ctx.spec.deadline_s,
         deadline_met=(seconds <= ctx.spec.deadline_s) if mode == "refresh" else None, plan=str(plan),
-        fingerprint=ctx.fingerprint, deployment=deployment(lake.spark),
+        fingerprint=ctx.fingerprint, deployment=deployment(lake.spark), run_id=ctx.lease.run_id,
     )
     ctx.checkpoint("before_log")
-    commit.append_log(lake, row)
+    ctx.lease.commit(row)
     return row
 
 

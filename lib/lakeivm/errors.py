@@ -26,6 +26,10 @@ class LeaseHeld(LakeIVMError):
     """Another maintenance run of the same view holds the lease."""
 
 
+class LeaseLost(LakeIVMError):
+    """This run's claim on its view expired and another run took it over: the run must not commit."""
+
+
 class StateError(LakeIVMError):
     """Maintained state is corrupt or inconsistent with the maintenance log."""
 

@@ -4,7 +4,7 @@
 tables/<name>               base tables (Delta, delta.enableChangeDataFeed = true)
 views/<view>/result         the maintained view
 views/<view>/aux/<name>     auxiliary views      views/<view>/index/<name>  serialized indexes
-views/<view>/sample         reservoir samples    _system/log, _system/costs, _system/leases/<view>
+views/<view>/sample         reservoir samples    _system/log (runs and claims), _system/costs
 ```
 """
 from __future__ import annotations
@@ -49,9 +49,6 @@ class Lake:
     @property
     def costs_path(self) -> str:
         return f"{self.root}/_system/costs"
-
-    def lease_path(self, view: str) -> str:
-        return f"{self.root}/_system/leases/{view}.json"
 
     def create_table(self, name: str, df: DataFrame, mode: str = "error") -> str:
         """Write ``df`` as base table ``name`` with the change data feed on; returns its path."""

@@ -1,7 +1,7 @@
-"""The lake's files read and written from Python: Delta commit files, leases, folders.
+"""The lake's files read and written from Python: Delta commit files, folders.
 
 Everything here runs in the calling process with ``pyarrow.fs`` -- no JVM, no Spark job -- so a
-Spark Connect client pins versions, reads commit histories and holds leases itself, in
+Spark Connect client pins versions and reads commit histories itself, in
 milliseconds. Local paths and ``file:`` URIs use the local file system; ``s3://``/``s3a://``,
 ``gs://``, ``abfs(s)://`` and ``hdfs://`` go through pyarrow's file systems (credentials from the
 environment, as pyarrow reads them).

@@ -48,29 +48,43 @@ def ensure(path: str, schema_file: str) -> None:
     storage.create_exclusive(f"{path}/_delta_log/{0:020d}.json", first)
 
 
-def read(path: str, where: Sequence[tuple[str, str, Any]] = ()) -> list[dict[str, Any]]:
-    """The rows (optionally filtered, e.g. ``[("view", "=", "v")]``) as dicts; timestamps naive
-    local time and maps as dicts, as Spark's ``collect`` gave them."""
+def read(path: str, where: Sequence[tuple[str, str, Any]] = (), version: int | None = None) -> list[dict[str, Any]]:
+    """The rows (optionally filtered, e.g. ``[("view", "=", "v")]``; newest version unless given)
+    as dicts; timestamps naive local time and maps as dicts, as Spark's ``collect`` gave them."""
     from deltalake import DeltaTable
 
     try:
-        table = DeltaTable(path).to_pyarrow_table(filters=list(where) or None)
+        table = DeltaTable(path, version=version).to_pyarrow_table(filters=list(where) or None)
     except Exception as err:
         raise StateError(f"system table {path} cannot be read ({str(err).splitlines()[0]}); if its _delta_log "
                          "was damaged, restore it from a backup or move the table aside and rebuild the views.") from err
     return [_from_arrow(row) for row in table.to_pylist()]
 
 
-def append(path: str, schema_file: str, rows: Iterable[Mapping[str, Any]]) -> int:
-    """Append ``rows`` (dicts by column name) in one blind commit; returns the new table version.
-    A log written before a column existed gains it (schema merge)."""
+def append(path: str, schema_file: str, rows: Iterable[Mapping[str, Any]], after: int | None = None) -> int | None:
+    """Append ``rows`` (dicts by column name) in one commit; returns the new table version.
+    A log written before a column existed gains it (schema merge).
+
+    Blind by default (concurrent appends never conflict). With ``after``, the commit is version
+    ``after`` + 1 or nothing: if another commit took that version first, nothing is written and
+    None is returned -- Delta's own put-if-absent of the commit file decides, so a caller that
+    checked the table at ``after`` appends only if nothing changed since (``commit.Lease``).
+    """
     import pyarrow as pa
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
+    from deltalake.exceptions import CommitFailedError
 
     schema = arrow_schema(schema_file)
     data = pa.Table.from_pylist([{c: _to_arrow(row.get(c)) for c in schema.names} for row in rows], schema=schema)
-    write_deltalake(path, data, mode="append", schema_mode="merge")
-    return DeltaTable(path).version()
+    if after is None:
+        write_deltalake(path, data, mode="append", schema_mode="merge")
+        return DeltaTable(path).version()
+    try:
+        write_deltalake(DeltaTable(path, version=after), data, mode="append", schema_mode="merge",
+                        commit_properties=CommitProperties(max_commit_retries=0))
+    except CommitFailedError:
+        return None
+    return after + 1
 
 
 def _arrow_type(kind: str):

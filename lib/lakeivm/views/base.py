@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lakeivm.lake import Lake
 from lakeivm.registry import ViewSpec
@@ -30,6 +30,7 @@ class Context:
     seed: int = 0
     fingerprint: str | None = None  # of the view's definition (lakeivm.fingerprint), recorded in the log row
     checkpoint: Callable[[str], None] = field(default=lambda label: None)
+    lease: Any = None  # the run's commit.Lease: its last row is appended through it, fenced
 
     @property
     def spark(self) -> SparkSession:

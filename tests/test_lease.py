@@ -1,0 +1,131 @@
+"""One writer per view for real (commit.Lease): claims in the log, fenced appends, heartbeats, takeover.
+
+No Spark here: claims are log rows appended with delta-rs, so these run in milliseconds and race
+threads and processes for real.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from lakeivm import commit, system_tables
+from lakeivm.errors import LeaseHeld, LeaseLost
+from lakeivm.lake import Lake
+
+
+def _lake(root) -> Lake:
+    lake = Lake(None, str(root))  # type: ignore[arg-type] -- the lease never touches Spark
+    system_tables.ensure(lake.log_path, "log.json")
+    return lake
+
+
+def _race(root, views: list[str], barrier) -> list[str]:
+    """For each view: all racers try to claim it at once; the winner holds it until every racer tried."""
+    results = []
+    for view in views:
+        barrier.wait()
+        try:
+            with commit.lease(_lake(root), view):
+                results.append("won")
+                barrier.wait()
+        except LeaseHeld:
+            results.append("refused")
+            barrier.wait()
+    return results
+
+
+def _tally(outcomes: list[list[str]]) -> list[list[str]]:
+    return [sorted(trial) for trial in zip(*outcomes)]
+
+
+def test_racing_threads_exactly_one_wins_every_time(tmp_path):
+    views, racers = [f"v{i}" for i in range(20)], 6
+    barrier, outcomes = threading.Barrier(racers), []
+    threads = [threading.Thread(target=lambda: outcomes.append(_race(tmp_path, views, barrier))) for _ in range(racers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert _tally(outcomes) == [["refused"] * (racers - 1) + ["won"]] * len(views)
+
+
+def _process(root, views, barrier, queue):
+    queue.put(_race(root, views, barrier))
+
+
+def test_racing_processes_exactly_one_wins_every_time(tmp_path):
+    context, views, racers = multiprocessing.get_context("spawn"), [f"v{i}" for i in range(10)], 4
+    _lake(tmp_path)
+    barrier, queue = context.Barrier(racers), context.Queue()
+    procs = [context.Process(target=_process, args=(str(tmp_path), views, barrier, queue)) for _ in range(racers)]
+    for p in procs:
+        p.start()
+    outcomes = [queue.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(60)
+    assert _tally(outcomes) == [["refused"] * (racers - 1) + ["won"]] * len(views)
+
+
+def test_a_paused_run_past_its_lease_cannot_commit(tmp_path):
+    lake = _lake(tmp_path)
+    paused = commit.Lease(lake, "v", "refresh", seconds=0.4)
+    paused.acquire()
+    paused.stop()  # its heartbeat stops, as when the process is paused (SIGSTOP, a GC pause, a lost VM)
+    time.sleep(0.5)
+    with commit.lease(_lake(tmp_path), "v", seconds=5) as taker:
+        assert taker.seq == paused.seq + 1
+        row = commit.LogRow(view="v", seq=paused.seq, status="committed", mode="refresh", kind="x", pins={},
+                            watermarks={}, state_versions={}, consistent=True, run_id=paused.run_id)
+        with pytest.raises(LeaseLost, match="took the view over; this run commits nothing"):
+            paused.commit(row)
+        taker.commit(commit.LogRow(view="v", seq=taker.seq, status="committed", mode="refresh", kind="x", pins={},
+                                   watermarks={}, state_versions={}, consistent=True, run_id=taker.run_id))
+    committed = commit.log_rows(_lake(tmp_path), "v")
+    assert [r.run_id for r in committed] == [taker.run_id]  # the paused run left no committed row
+
+
+def test_the_heartbeat_keeps_a_long_run_s_claim(tmp_path):
+    with commit.lease(_lake(tmp_path), "v", seconds=0.4) as claim:
+        time.sleep(1.2)  # three lease lengths: only the heartbeats keep it
+        with pytest.raises(LeaseHeld, match="being maintained by another run"):
+            with commit.lease(_lake(tmp_path), "v", seconds=0.4):
+                pass
+        claim.check()  # still ours
+    beats = [r for r in commit.log_rows(_lake(tmp_path), "v", status=None) if r.status == commit.RUNNING]
+    assert len(beats) >= 3  # the claim and its renewals
+    with commit.lease(_lake(tmp_path), "v"):  # released at the end of the run
+        pass
+
+
+def test_a_claim_whose_process_died_on_this_host_is_taken_over_at_once(tmp_path):
+    lake = _lake(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    expires = datetime.now(timezone.utc) + timedelta(hours=1)
+    commit.append_log(lake, commit.LogRow(
+        view="v", seq=1, status=commit.RUNNING, mode="refresh", kind="", pins={}, watermarks={}, state_versions={},
+        consistent=False, holder=f"{socket.gethostname()}:{int(dead.stdout)}", lease_expires=expires))
+    with commit.lease(_lake(tmp_path), "v") as claim:
+        assert claim.seq == 2
+    # a live claim of another host is respected until its heartbeat lapses
+    commit.append_log(lake, commit.LogRow(
+        view="w", seq=1, status=commit.RUNNING, mode="refresh", kind="", pins={}, watermarks={}, state_versions={},
+        consistent=False, holder="elsewhere:1", lease_expires=expires))
+    with pytest.raises(LeaseHeld, match="elsewhere:1"):
+        with commit.lease(_lake(tmp_path), "w"):
+            pass
+
+
+def test_an_error_releases_the_claim_as_failed(tmp_path):
+    with pytest.raises(RuntimeError):
+        with commit.lease(_lake(tmp_path), "v"):
+            raise RuntimeError("boom")
+    rows = commit.log_rows(_lake(tmp_path), "v", status=None)
+    assert [r.status for r in rows] == [commit.RUNNING, "failed"] and "boom" in rows[-1].message
+    assert commit.holder(rows) is None
