@@ -64,3 +64,23 @@ def test_datagen_graph_writes_a_power_law_edges_table(lake, capsys):
     assert "wrote 300 R-MAT edges over 2^6 vertices" in capsys.readouterr().out
     edges = lake.read(lake.table_path("edges"))
     assert edges.count() == 300 and edges.distinct().count() == 300
+
+
+def test_repair_moves_a_damaged_newest_log_commit_aside(tmp_path, capsys):
+    from pathlib import Path
+
+    from lakeivm import commit
+    from lakeivm.lake import Lake
+
+    lake = Lake(None, str(tmp_path / "lake"))  # type: ignore[arg-type] -- the repair reads files only
+    assert main(["--lake", lake.root, "repair"]) == 2 and "no lake at" in capsys.readouterr().err
+    lake.ensure_system_tables()
+    commit.append_log(lake, commit.LogRow(view="v", seq=1, status="committed", mode="refresh", kind="x", pins={},
+                                          watermarks={}, state_versions={}, consistent=True))
+    assert main(["--lake", lake.root, "repair"]) == 0 and "all readable" in capsys.readouterr().out
+    newest = Path(lake.log_path) / "_delta_log" / f"{1:020d}.json"
+    newest.write_text("")  # as a crash mid-write of the commit file leaves it
+    assert main(["--lake", lake.root, "repair"]) == 0
+    out = capsys.readouterr().out
+    assert "newest commit file (00000000000000000001.json) was damaged (empty)" in out and not newest.exists()
+    assert commit.log_rows(Lake(None, lake.root), "v") == []  # type: ignore[arg-type]  # the table reads again

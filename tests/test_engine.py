@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -14,7 +15,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from lakeivm import commit
 from lakeivm.config import Settings
 from lakeivm.engine import InjectedFailure, audit, open_lake, run_view, view_snapshot
-from lakeivm.errors import ChangeRangeError, LeaseHeld
+from lakeivm.lake import Lake
+from lakeivm.errors import ChangeRangeError, LeaseHeld, StateError
 from lakeivm.registry import spec_from_dict
 from tests.helpers import random_batch, sql
 
@@ -145,8 +147,6 @@ def _raw(spec):
 
 def test_cached_log_equals_a_fresh_read(lake, spark):
     """Runs of two views interleaved (each a claim and a committed row): each view's cached log rows equal what a fresh Lake reads."""
-    from lakeivm.lake import Lake
-
     make_tables(lake, spark)
     other = spec_from_dict({"name": "by_a", "sql": "SELECT a, COUNT(*) AS c FROM r GROUP BY a", "deadline": "1m"})
     rng = random.Random(3)
@@ -180,3 +180,30 @@ def test_an_edited_definition_rebuilds_and_a_noop_writes_nothing(lake, spark):
     same = spec_from_dict({"name": "by_g", "deadline": "2m", "tick": "5m",  # scheduling only: state kept
                            "sql": edited.sql.lower().replace("  ", " ")})
     assert run_view(lake, same) is None
+
+
+def test_a_lost_log_commit_is_rolled_forward_never_rolled_back(lake, spark):
+    """The newest commit file of _system/log deleted (or damaged, then moved aside by `lakeivm
+    repair`): the committed run it held is read back from its data file, not undone."""
+    from lakeivm import system_tables
+
+    make_tables(lake, spark)
+    run_view(lake, JOIN_VIEW)
+    for damage in ("delete", "truncate"):
+        sql(lake, "INSERT INTO {t} VALUES (0, 11), (3, 5)", "r")
+        committed = run_view(lake, JOIN_VIEW)
+        newest = Path(lake.log_path) / "_delta_log" / f"{lake.head_version(lake.log_path):020d}.json"
+        if damage == "delete":
+            newest.unlink()
+        else:
+            newest.write_text(newest.read_text()[:40])
+            with pytest.raises(StateError, match="lakeivm repair"):
+                run_view(Lake(spark, lake.root), JOIN_VIEW)
+            assert any("moved it aside" in line for line in system_tables.repair(lake.log_path))
+        fresh = Lake(spark, lake.root)
+        assert commit.last_committed(fresh, "by_g").run_id != committed.run_id  # the log lost the row
+        sql(lake, "INSERT INTO {t} VALUES (1, 2)", "s")
+        row = run_view(fresh, JOIN_VIEW, progress=print)
+        assert row.watermarks["r"] == committed.watermarks["r"] and row.applied == ("s",)  # r's batch was not re-applied
+        assert [r.run_id for r in commit.log_rows(fresh, "by_g")].count(committed.run_id) == 1
+        assert_matches_sql(fresh, JOIN_VIEW)

@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("view")
     p.set_defaults(func=_audit)
 
+    p = sub.add_parser("repair", help="check the system tables' commit files; move a damaged newest one aside")
+    p.set_defaults(func=_repair)
+
     p = sub.add_parser("datagen", help="generate data into the lake")
     p.add_argument("dataset", choices=["tpch", "graph", "orderbook"])
     p.add_argument("--scale", type=float, default=0.01, help="tpch: scale factor (default 0.01)")
@@ -112,6 +115,19 @@ def _specs(settings: Settings):
     for broken in specs.broken:
         print(f"lakeivm: warning: skipped a view spec that does not load: {broken.summary}", file=sys.stderr)
     return specs
+
+
+def _repair(args, settings: Settings) -> int:
+    from lakeivm import storage, system_tables
+    from lakeivm.lake import Lake
+
+    lake = Lake(None, settings.lake)  # type: ignore[arg-type] -- files only: no Spark
+    if not storage.exists(f"{lake.root}/_system"):
+        print(f"lakeivm: error: no lake at {lake.root} (no _system folder); pass --lake.", file=sys.stderr)
+        return 2
+    report = [line for path in (lake.log_path, lake.costs_path) for line in system_tables.repair(path)]
+    print("\n".join(report))
+    return 1 if any("restore them from a backup" in line or "restore it from a backup" in line for line in report) else 0
 
 
 def _status(args, settings: Settings) -> int:

@@ -27,6 +27,7 @@ from lakeivm.lake import Lake
 
 LEASE_SECONDS = 120.0  # a claim lapses this long after its last heartbeat (beats every quarter of it)
 RUNNING = "running"  # the status of a claim row
+_HELD: set[str] = set()  # run ids of the claims this process holds now
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def _append_row(lake: Lake, row: LogRow, after: int | None = None) -> bool:
     key = ("log", row.view)
     cached = lake.cache.get(key)
     if cached and head == cached[0] + 1:  # ours is the only commit since: extend the cached rows
-        lake.cache[key] = (head, [*cached[1], _as_read(row)])
+        lake.cache[key] = (head, sorted([*cached[1], _as_read(row)], key=_run_order))
     return True
 
 
@@ -99,14 +100,14 @@ def _view_log(lake: Lake, view: str, head: int | None = None) -> list[LogRow]:
     if cached and cached[0] < head and _only_other_views(lake, view, cached[0], head):
         cached = lake.cache[key] = (head, cached[1])
     if not cached or cached[0] != head:
-        rows = sorted(system_tables.read(lake.log_path, [("view", "=", view)], version=head), key=_run_order)
-        cached = lake.cache[key] = (head, [_to_row(r) for r in rows])
+        rows = sorted((_to_row(r) for r in system_tables.read(lake.log_path, [("view", "=", view)], version=head)), key=_run_order)
+        cached = lake.cache[key] = (head, rows)
     return cached[1]
 
 
-def _run_order(row: dict[str, Any]) -> tuple:
+def _run_order(row: LogRow) -> tuple:
     """Runs by seq; within a run its claim and heartbeats (oldest first), then its last row."""
-    return row["seq"], row["status"] != RUNNING, row.get("lease_expires") or datetime.min
+    return row.seq, row.status != RUNNING, row.lease_expires or datetime.min
 
 
 def _only_other_views(lake: Lake, view: str, after: int, upto: int) -> bool:
@@ -168,29 +169,75 @@ def last_of(rows: list[LogRow]) -> LogRow | None:
     return committed[-1] if committed else None
 
 
-def recover(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str]) -> list[str]:
+def recover(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str],
+            claim: Lease | None = None) -> tuple[list[str], LogRow | None]:
     """Restore every state table written after ``last`` committed to the version ``last`` names.
 
-    Returns what was restored (for the log). With no committed run, partial state is deleted.
+    Returns what was done (for the log) and the committed row recovery ended at. With no
+    committed run, partial state is deleted. Before rolling anything back, a committed row the log
+    lost (its commit file deleted or moved aside by ``lakeivm repair``, its data file still there)
+    is rolled forward instead: re-appended through ``claim``, so what a committed row names is never
+    undone (``lost_commit``).
     """
-    restored = []
+    done: list[str] = []
+    ahead = [name for name, path in state_paths.items() if lake.is_delta(path)
+             and (last is None or name not in last.state_versions or lake.head_version(path) != last.state_versions[name])]
+    if not ahead:
+        return done, last
+    lost = lost_commit(lake, last, state_paths, claim.view if claim else None)
+    if lost is not None and claim is not None:
+        claim.append(lost)
+        done.append(f"rolled forward run #{lost.seq} (its log commit was lost; its row was read back from its data file)")
+        last = lost
     for name, path in state_paths.items():
         if not lake.is_delta(path):
             continue
         if last is None or name not in last.state_versions:
             lake.delete(path)
-            restored.append(f"{name}: removed uncommitted state")
+            done.append(f"{name}: removed uncommitted state")
             continue
         logged, head = last.state_versions[name], lake.head_version(path)
         if head < logged:
             raise StateError(
                 f"state table {path} is at version {head}, behind the log's {logged}: it was modified "
-                "outside lakeivm. Rebuild the view (lakeivm refresh --rebuild)."
+                f"outside lakeivm. Rebuild the view (lakeivm refresh {last.view} --rebuild)."
             )
         if head > logged:
             lake.spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF {logged}")
-            restored.append(f"{name}: restored {head} -> {logged}")
-    return restored
+            done.append(f"{name}: restored {head} -> {logged}")
+    return done, last
+
+
+def lost_commit(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str], view: str | None) -> LogRow | None:
+    """The newest committed row of ``view`` newer than ``last`` that sits in a data file of
+    ``_system/log`` no commit references -- a commit file lost after its data file was written --
+    and whose state versions all still exist; None if there is none (the usual case: a crash).
+
+    A data file no commit references is also left by an append that lost its race for a version
+    (it was retried) or was compacted away: their rows are in the log, and are skipped by run id.
+    """
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    if view is None:
+        return None
+    known = {r.run_id for r in _view_log(lake, view) if r.status != RUNNING}
+    referenced = {os.path.basename(uri) for uri in DeltaTable(lake.log_path).file_uris()}
+    found = []
+    for name in storage.list_names(lake.log_path, directories=False):
+        if not name.endswith(".parquet") or name in referenced:
+            continue
+        try:
+            rows = pq.read_table(f"{lake.log_path}/{name}", filters=[("view", "=", view), ("status", "=", "committed")]).to_pylist()
+        except Exception:  # a partly written file of a crashed append: nothing committed in it
+            continue
+        found += [row for row in map(system_tables.from_arrow, rows) if row["run_id"] not in known]
+    newer = sorted((_to_row(r) for r in found if last is None or r["seq"] > last.seq), key=lambda r: r.seq)
+    for row in reversed(newer):
+        if all(name in state_paths and lake.is_delta(state_paths[name]) and lake.head_version(state_paths[name]) >= v
+               for name, v in row.state_versions.items()):
+            return row
+    return None
 
 
 class Lease:
@@ -232,6 +279,7 @@ class Lease:
             return self._row(RUNNING)
 
         rows, claim = self._append(free)
+        _HELD.add(self.run_id)
         self.history = [*rows, _as_read(claim)]
         self._beat = threading.Thread(target=self._heartbeat, name=f"lakeivm-lease-{self.view}", daemon=True)
         self._beat.start()
@@ -243,8 +291,12 @@ class Lease:
 
     def commit(self, row: LogRow) -> None:
         """Append the run's last row (committed or failed) if the run still holds its claim."""
-        self._append(lambda rows: self._held(rows, row))
+        self.append(row)
         self.ended = True
+
+    def append(self, row: LogRow) -> None:
+        """Append a row on the run's behalf (a rolled-forward commit) while the run holds its claim."""
+        self._append(lambda rows: self._held(rows, row))
 
     def release(self, status: str = "released", message: str = "") -> None:
         """End the claim without committing (nothing to do, or the run failed)."""
@@ -302,6 +354,7 @@ class Lease:
                       started_at=self.started, finished_at=now, lease_expires=datetime.fromtimestamp(time.time() + self.seconds, timezone.utc))
 
     def stop(self) -> None:
+        _HELD.discard(self.run_id)
         self._stop.set()
         if self._beat is not None:
             self._beat.join()
@@ -337,11 +390,14 @@ def holder(rows: list[LogRow]) -> LogRow | None:
 
 
 def stale(claim: LogRow) -> bool:
-    """Whether a claim may be taken over: its heartbeat lapsed, or its process is gone from this host."""
+    """Whether a claim may be taken over: its heartbeat lapsed, or its process is gone from this host
+    (or is this process, which no longer holds it)."""
     if claim.lease_expires is None or claim.lease_expires.timestamp() < time.time():
         return True
     host, _, pid = (claim.holder or "").rpartition(":")
-    return host == socket.gethostname() and pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid))
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    return claim.run_id not in _HELD if int(pid) == os.getpid() else not alive(int(pid))
 
 
 def _to_row(d: dict[str, Any]) -> LogRow:

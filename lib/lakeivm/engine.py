@@ -137,16 +137,15 @@ def run_view(
         return None
     with commit.lease(lake, spec.name, mode) as claim:
         history, seq = claim.history, claim.seq
-        last = commit.last_of(history)
-        changed = last is not None and last.fingerprint is not None and last.fingerprint != definition
         if mode != "rebuild" and _up_to_date(lake, history, definition):  # another run caught it up meanwhile
             progress(f"{spec.name}: nothing to apply")
             return None
         ctx, maintainer = prepare(lake, spec, fail_at)
         ctx.fingerprint, ctx.lease = definition, claim
-        restored = commit.recover(lake, last, maintainer.state_tables(ctx))
+        restored, last = commit.recover(lake, commit.last_of(history), maintainer.state_tables(ctx), claim)
         if restored:
             progress(f"{spec.name}: recovered from an interrupted run ({'; '.join(restored)})")
+        changed = last is not None and last.fingerprint is not None and last.fingerprint != definition
         ctx.pins = changes.pin(lake, ctx.query.tables)
         if last is None or mode == "rebuild" or changed or set(last.watermarks) != set(ctx.query.tables):
             reason = ("first run" if last is None else "rebuild requested" if mode == "rebuild" else

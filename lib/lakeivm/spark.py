@@ -79,6 +79,7 @@ def get_spark(settings: Settings | None = None, app_name: str = "lakeivm") -> Sp
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines (one per closed connection) are not ours to show
     return spark
 
 

@@ -78,6 +78,14 @@ def create_exclusive(uri: str, text: str) -> bool:
     return True
 
 
+def move(source: str, target: str) -> None:
+    """Move a file (within one file system), making the target's folder."""
+    fs, path = _resolve(source)
+    _, to = _resolve(target)
+    fs.create_dir(os.path.dirname(to), recursive=True)
+    fs.move(path, to)
+
+
 def delete_file(uri: str) -> None:
     fs, path = _resolve(uri)
     try:
@@ -97,13 +105,13 @@ def delete_tree(uri: str) -> None:
 
 def is_delta(table: str) -> bool:
     """Whether ``table`` has a Delta log with at least one commit or checkpoint."""
-    return any(_version_of(n) is not None or n.endswith(".checkpoint.parquet") for n in list_names(f"{table}/_delta_log", False))
+    return any(version_of(n) is not None or n.endswith(".checkpoint.parquet") for n in list_names(f"{table}/_delta_log", False))
 
 
 def head_version(table: str) -> int:
     """The newest committed version: the highest ``_delta_log/<version>.json`` (each is written
     atomically, so a listed one is committed). One listing; no Spark job, no snapshot."""
-    versions = [v for v in map(_version_of, list_names(f"{table}/_delta_log", False)) if v is not None]
+    versions = [v for v in map(version_of, list_names(f"{table}/_delta_log", False)) if v is not None]
     if not versions:
         raise StateError(f"{table} is not a Delta table (no commit in {table}/_delta_log); create it first.")
     return max(versions)
@@ -115,10 +123,18 @@ def commit_actions(table: str, version: int) -> list[dict[str, Any]] | None:
     if text is None:
         return None
     try:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        actions = [json.loads(line) for line in text.splitlines() if line.strip()]
     except ValueError as err:
-        raise StateError(f"{table}: commit file {version:020d}.json is damaged ({err}); the table's history "
-                         "cannot be read. Restore the file from a backup, or rebuild what reads this table.") from err
+        raise _damaged(table, version, str(err)) from err
+    if not actions:
+        raise _damaged(table, version, "empty")
+    return actions
+
+
+def _damaged(table: str, version: int, why: str) -> StateError:
+    return StateError(f"{table}: commit file {version:020d}.json is damaged ({why}); the table's history cannot be "
+                      "read. For lakeivm's _system tables run `lakeivm repair`; for other tables restore the file "
+                      "from a backup, or rebuild what reads the table.")
 
 
 def history(table: str, after: int, upto: int) -> list[dict[str, Any]]:
@@ -170,7 +186,8 @@ def _spark_type(kind: Any) -> str:
     return "struct<" + ",".join(f"{f['name']}:{_spark_type(f['type'])}" for f in kind["fields"]) + ">"
 
 
-def _version_of(name: str) -> int | None:
+def version_of(name: str) -> int | None:
+    """The version a ``_delta_log`` file name commits (``00000000000000000012.json`` -> 12), else None."""
     stem = name[:-5] if name.endswith(".json") else ""
     return int(stem) if stem.isdigit() else None
 

@@ -57,8 +57,8 @@ def read(path: str, where: Sequence[tuple[str, str, Any]] = (), version: int | N
         table = DeltaTable(path, version=version).to_pyarrow_table(filters=list(where) or None)
     except Exception as err:
         raise StateError(f"system table {path} cannot be read ({str(err).splitlines()[0]}); if its _delta_log "
-                         "was damaged, restore it from a backup or move the table aside and rebuild the views.") from err
-    return [_from_arrow(row) for row in table.to_pylist()]
+                         "was damaged, run `lakeivm repair`.") from err
+    return [from_arrow(row) for row in table.to_pylist()]
 
 
 def append(path: str, schema_file: str, rows: Iterable[Mapping[str, Any]], after: int | None = None) -> int | None:
@@ -87,6 +87,40 @@ def append(path: str, schema_file: str, rows: Iterable[Mapping[str, Any]], after
     return after + 1
 
 
+def repair(path: str) -> list[str]:
+    """Check every commit file of the system table at ``path``; move a damaged newest one aside (to
+    ``<path>/_damaged/``, which Delta ignores) so the table reads again. Returns what was found and
+    done. A damaged or missing commit below the newest cannot be repaired here: the table would lose
+    history other rows depend on, so that is reported with the fix (restore the file from a backup).
+    """
+    import time
+
+    from lakeivm import storage
+
+    log = f"{path}/_delta_log"
+    versions = sorted(v for v in (storage.version_of(n) for n in storage.list_names(log, False)) if v is not None)
+    if not versions:
+        return [f"{path}: no commit files (created on the next run)"]
+    report, head = [], versions[-1]
+    missing = sorted(set(range(versions[0], head + 1)) - set(versions))
+    if missing:
+        report.append(f"{path}: commit files {missing} are missing below the newest ({head}); restore them from a "
+                      "backup (lakeivm cannot rebuild a system table's history).")
+    for version in versions:
+        try:
+            storage.commit_actions(path, version)
+        except StateError as err:
+            if version != head:
+                report.append(f"{err} It is not the newest commit: restore it from a backup.")
+                continue
+            aside = f"{path}/_damaged/{version:020d}.json.{int(time.time())}"
+            storage.move(f"{log}/{version:020d}.json", aside)
+            report.append(f"{path}: the newest commit file ({version:020d}.json) was damaged ({str(err).split('(', 1)[-1].split(')')[0]}); "
+                          f"moved it aside to {aside}. A run it committed is rolled forward from its data file on the "
+                          "view's next refresh.")
+    return report or [f"{path}: {len(versions)} commit files, all readable"]
+
+
 def _arrow_type(kind: str):
     import pyarrow as pa
 
@@ -110,7 +144,8 @@ def _to_arrow(value: Any) -> Any:
     return value
 
 
-def _from_arrow(row: dict[str, Any]) -> dict[str, Any]:
+def from_arrow(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as read by pyarrow, as Spark's ``collect`` gave it (maps as dicts, naive local times)."""
     out = {}
     for key, value in row.items():
         if isinstance(value, list) and value and isinstance(value[0], tuple):

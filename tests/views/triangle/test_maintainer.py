@@ -100,7 +100,7 @@ def assert_exact(lake, spec) -> None:
     check_invariants(lake, spec.name)
 
 
-@pytest.mark.parametrize("epsilon", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("epsilon", [pytest.param(0.0, marks=pytest.mark.slow), 0.5, pytest.param(1.0, marks=pytest.mark.slow)])
 def test_graph_triangles_match_sql_after_random_streams(lake, spark, epsilon):
     rng = random.Random(int(epsilon * 4) + 7)
     lake.create_table("edges", spark.createDataFrame(random_edges(rng, 40), "src bigint, dst bigint"))
