@@ -58,3 +58,33 @@ def _no_local_session_in_connect_clients(request):
         if SparkSession._instantiatedSession is not None:
             SparkSession._instantiatedSession.stop()
     yield
+
+
+@pytest.fixture(scope="session")
+def remote(tmp_path_factory):
+    """A Spark Connect server (``lakeivm spark start``, local[2]) on a free port for the Connect
+    clients of the suite; stopped by its pid at the end, also when a test fails."""
+    import socket
+
+    from pyspark.sql import SparkSession
+
+    from lakeivm import server
+    from lakeivm.config import Settings
+    from lakeivm.processes import alive
+
+    if SparkSession._instantiatedSession is not None:  # the local session of earlier tests (these run last)
+        SparkSession._instantiatedSession.stop()
+    home = tmp_path_factory.mktemp("lakeivm-home")
+    with socket.socket() as probe:  # a free port, so a developer's own server is left alone
+        probe.bind(("127.0.0.1", 0))
+        url = f"sc://127.0.0.1:{probe.getsockname()[1]}"
+    with pytest.MonkeyPatch.context() as patch:  # its pid file and log under a home of its own
+        patch.setenv("LAKEIVM_HOME", str(home))
+        info = server.start(Settings(shuffle_partitions=2), master="local[2]", remote=url)
+    try:
+        yield info.remote
+    finally:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("LAKEIVM_HOME", str(home))
+            server.stop(info.remote)
+        assert not alive(info.pid)

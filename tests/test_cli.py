@@ -84,3 +84,24 @@ def test_repair_moves_a_damaged_newest_log_commit_aside(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "newest commit file (00000000000000000001.json) was damaged (empty)" in out and not newest.exists()
     assert commit.log_rows(Lake(None, lake.root), "v") == []  # type: ignore[arg-type]  # the table reads again
+
+
+def test_a_known_spark_failure_is_one_line(tmp_path, capsys, monkeypatch):
+    from lakeivm import engine
+    from lakeivm.errors import known_failure
+
+    assert known_failure(RuntimeError("[FAILED_READ_FILE.NO_HINT] Error while reading file")).startswith("a data file the run needed is gone")
+    assert known_failure(ValueError("a bug of ours")) is None
+
+    def concurrent(*args, **kwargs):
+        raise RuntimeError("[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added ... (JVM trace)")
+
+    monkeypatch.setattr(engine, "run_view", concurrent)
+    monkeypatch.setattr("lakeivm.cli._lake", lambda settings: None)
+    views = tmp_path / "views"
+    views.mkdir()
+    (views / "by_g.yaml").write_text(VIEW)
+    assert main(["--lake", str(tmp_path), "--views", str(views), "refresh", "by_g"]) == 2
+    assert capsys.readouterr().err == (
+        "lakeivm: error: view 'by_g': another writer committed to a table this run read or wrote "
+        "(ConcurrentAppendException); nothing was committed: refresh again\n")

@@ -2,19 +2,17 @@
 and the Airflow deployment run it: no JVM in this process, the state equal to the view's SQL after
 random insert/update/delete batches, and a refresh with nothing pending that writes nothing.
 
-One server (local[2]) serves the whole module; it is started on a port of its own and stopped by
-its pid at the end, also when a test fails.
+One server (local[2], the ``remote`` fixture of conftest) serves these and the fault-injection
+tests; it is started on a port of its own and stopped by its pid at the end, also when a test fails.
 """
 from __future__ import annotations
 
 import random
-import socket
 from decimal import Decimal
 
 import pytest
 
-from lakeivm import commit, server, storage
-from lakeivm.processes import alive
+from lakeivm import commit, storage
 from lakeivm.config import Settings
 from lakeivm.engine import audit, open_lake, run_view
 from lakeivm.registry import spec_from_dict
@@ -23,26 +21,6 @@ from lakeivm.views.nested.queries import QUERIES
 from tests.helpers import random_batch, sql
 
 pytestmark = pytest.mark.connect
-
-
-@pytest.fixture(scope="module")
-def remote(tmp_path_factory):
-    from pyspark.sql import SparkSession
-
-    if SparkSession._instantiatedSession is not None:  # the local session of earlier tests (these run last)
-        SparkSession._instantiatedSession.stop()
-    home = tmp_path_factory.mktemp("lakeivm-home")
-    with socket.socket() as probe:  # a free port, so a developer's own server is left alone
-        probe.bind(("127.0.0.1", 0))
-        url = f"sc://127.0.0.1:{probe.getsockname()[1]}"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("LAKEIVM_HOME", str(home))
-        info = server.start(Settings(shuffle_partitions=2), master="local[2]", remote=url)
-        try:
-            yield info.remote
-        finally:
-            server.stop(info.remote)
-            assert not alive(info.pid)
 
 
 @pytest.fixture

@@ -207,3 +207,30 @@ def test_a_lost_log_commit_is_rolled_forward_never_rolled_back(lake, spark):
         assert row.watermarks["r"] == committed.watermarks["r"] and row.applied == ("s",)  # r's batch was not re-applied
         assert [r.run_id for r in commit.log_rows(fresh, "by_g")].count(committed.run_id) == 1
         assert_matches_sql(fresh, JOIN_VIEW)
+
+
+def test_a_late_write_of_another_run_is_never_committed(lake, spark, monkeypatch):
+    """A state write that is not the run's own (a killed client's Spark Connect operation landing
+    late, a paused run's last write) lands mid-run: the run refuses to commit; the rerun undoes it."""
+    from lakeivm.engine import WRITER_TAG
+
+    make_tables(lake, spark)
+    run_view(lake, JOIN_VIEW)
+    sql(lake, "INSERT INTO {t} VALUES (0, 7), (3, 1)", "r")
+    result = lake.view_path("by_g")
+    check = commit.Lease.check
+
+    def stray_write(self):
+        own = spark.conf.get(WRITER_TAG)
+        spark.conf.set(WRITER_TAG, "lakeivm:by_g:an-earlier-run")
+        spark.sql(f"INSERT INTO delta.`{result}` SELECT * FROM delta.`{result}`")
+        spark.conf.set(WRITER_TAG, own)
+        check(self)
+
+    monkeypatch.setattr(commit.Lease, "check", stray_write)
+    with pytest.raises(StateError, match="was written by lakeivm:by_g:an-earlier-run .* This run commits nothing"):
+        run_view(lake, JOIN_VIEW)
+    monkeypatch.setattr(commit.Lease, "check", check)
+    assert commit.log_rows(lake, "by_g", status=None)[-1].status == "failed"
+    assert run_view(lake, JOIN_VIEW).applied == ("r",)
+    assert_matches_sql(lake, JOIN_VIEW)

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from lakeivm.config import Settings, load_settings
-from lakeivm.errors import LakeIVMError
+from lakeivm.errors import LakeIVMError, known_failure
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,6 +26,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args, settings) or 0
     except LakeIVMError as err:
         print(f"lakeivm: error: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # a known Spark/Delta failure is one line, not a JVM trace
+        message = known_failure(err)
+        if message is None:
+            raise
+        view = f"view {args.view!r}: " if getattr(args, "view", None) else ""
+        print(f"lakeivm: error: {view}{message}", file=sys.stderr)
         return 2
 
 
@@ -196,9 +203,7 @@ def _refresh(args, settings: Settings) -> int:
     spec = find_spec(_specs(settings), args.view)
     mode = "rebuild" if args.rebuild else ("tick" if args.tick else "refresh")
     row = run_view(_lake(settings), spec, mode=mode, progress=print)
-    if row is None:
-        print(f"{spec.name}: nothing to apply")
-    else:
+    if row is not None:  # (nothing to apply was said by the run)
         met = "" if row.deadline_met is None else (" (deadline met)" if row.deadline_met else f" (DEADLINE MISSED: {spec.deadline_s:g}s)")
         print(f"{spec.name}: run #{row.seq} {row.mode}, applied {list(row.applied) or 'snapshots'} in {row.seconds:.1f}s{met}")
     return 0

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from lakeivm import changes, commit
+from lakeivm import changes, commit, storage
 from lakeivm.config import Settings, load_settings
 from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError
 from lakeivm.fingerprint import fingerprint
@@ -32,6 +32,7 @@ MAINTAINERS: dict[str, str] = {
     "join_sample": "lakeivm.views.join_sample.maintainer:JoinSampleMaintainer",
 }
 MODES = ("tick", "refresh", "rebuild")
+WRITER_TAG = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 class InjectedFailure(LakeIVMError):
@@ -136,38 +137,55 @@ def run_view(
         progress(f"{spec.name}: nothing to apply")  # a no-op costs a listing per table: no Spark, no write
         return None
     with commit.lease(lake, spec.name, mode) as claim:
-        history, seq = claim.history, claim.seq
-        if mode != "rebuild" and _up_to_date(lake, history, definition):  # another run caught it up meanwhile
+        if mode != "rebuild" and _up_to_date(lake, claim.history, definition):  # another run caught it up meanwhile
             progress(f"{spec.name}: nothing to apply")
             return None
         ctx, maintainer = prepare(lake, spec, fail_at)
         ctx.fingerprint, ctx.lease = definition, claim
-        restored, last = commit.recover(lake, commit.last_of(history), maintainer.state_tables(ctx), claim)
-        if restored:
-            progress(f"{spec.name}: recovered from an interrupted run ({'; '.join(restored)})")
-        changed = last is not None and last.fingerprint is not None and last.fingerprint != definition
-        ctx.pins = changes.pin(lake, ctx.query.tables)
-        if last is None or mode == "rebuild" or changed or set(last.watermarks) != set(ctx.query.tables):
-            reason = ("first run" if last is None else "rebuild requested" if mode == "rebuild" else
-                      f"the view's definition changed (fingerprint {last.fingerprint} -> {definition})" if changed else
-                      "the view's tables changed")
-            return _bootstrap(ctx, maintainer, seq, "bootstrap" if last is None else "rebuild", reason, started, progress)
-        ctx.watermarks = dict(last.watermarks)
-        pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
-        here = deployment(lake.spark)
-        committed = [r for r in history if r.status == "committed" and r.deployment in (None, here)]
-        plan = plan_run(ctx, mode, pending, history=committed, tables=tables)
-        if not plan.tables and mode == "tick":
-            if not any(pending.values()):
-                progress(f"{spec.name}: nothing to apply")
-                return None
-            progress(f"{spec.name}: {plan}")  # the planner batches: the decision is logged, state untouched
-            return _commit(ctx, maintainer, seq, mode, plan, {}, started)
+        lake.spark.conf.set(WRITER_TAG, writer_tag(claim))  # every Delta commit of this run names it
         try:
-            applied = _apply(ctx, maintainer, plan, pending, progress)
-        except ChangeRangeError as err:
-            return _unreadable(ctx, maintainer, last, seq, err, started, progress)
-        return _commit(ctx, maintainer, seq, mode, plan, applied, started)
+            return _run(ctx, maintainer, claim, mode, tables, started, progress)
+        finally:
+            lake.spark.conf.unset(WRITER_TAG)
+
+
+def writer_tag(claim: commit.Lease) -> str:
+    """What a run's Delta commits carry as ``userMetadata`` (``_commit`` checks its state tables had no other writer)."""
+    return f"lakeivm:{claim.view}:{claim.run_id}"
+
+
+def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, tables: Iterable[str] | None,
+         started: float, progress: Callable[[str], None]) -> commit.LogRow | None:
+    """run_view once the run holds the view's claim: recover, pin, plan, apply, commit."""
+    lake, spec, definition, seq = ctx.lake, ctx.spec, ctx.fingerprint, claim.seq
+    restored, last = commit.recover(lake, commit.last_of(claim.history), maintainer.state_tables(ctx), claim)
+    ctx.bases = {name: lake.head_version(path) if lake.is_delta(path) else -1
+                 for name, path in maintainer.state_tables(ctx).items()}
+    if restored:
+        progress(f"{spec.name}: recovered from an interrupted run ({'; '.join(restored)})")
+    changed = last is not None and last.fingerprint is not None and last.fingerprint != definition
+    ctx.pins = changes.pin(lake, ctx.query.tables)
+    if last is None or mode == "rebuild" or changed or set(last.watermarks) != set(ctx.query.tables):
+        reason = ("first run" if last is None else "rebuild requested" if mode == "rebuild" else
+                  f"the view's definition changed (fingerprint {last.fingerprint} -> {definition})" if changed else
+                  "the view's tables changed")
+        return _bootstrap(ctx, maintainer, seq, "bootstrap" if last is None else "rebuild", reason, started, progress)
+    ctx.watermarks = dict(last.watermarks)
+    pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
+    here = deployment(lake.spark)
+    committed = [r for r in claim.history if r.status == "committed" and r.deployment in (None, here)]
+    plan = plan_run(ctx, mode, pending, history=committed, tables=tables)
+    if not plan.tables and mode == "tick":
+        if not any(pending.values()):
+            progress(f"{spec.name}: nothing to apply")
+            return None
+        progress(f"{spec.name}: {plan}")  # the planner batches: the decision is logged, state untouched
+        return _commit(ctx, maintainer, seq, mode, plan, {}, started)
+    try:
+        applied = _apply(ctx, maintainer, plan, pending, progress)
+    except ChangeRangeError as err:
+        return _unreadable(ctx, maintainer, last, seq, err, started, progress)
+    return _commit(ctx, maintainer, seq, mode, plan, applied, started)
 
 
 def _up_to_date(lake: Lake, history: Sequence[commit.LogRow], definition: str) -> bool:
@@ -230,6 +248,7 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
             started: float) -> commit.LogRow:
     lake = ctx.lake
     versions = {name: lake.head_version(path) for name, path in maintainer.state_tables(ctx).items()}
+    _check_sole_writer(ctx, maintainer, versions)
     seconds = time.perf_counter() - started
     pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
     row = commit.LogRow(
@@ -246,6 +265,22 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
     ctx.checkpoint("before_log")
     ctx.lease.commit(row)
     return row
+
+
+def _check_sole_writer(ctx: Context, maintainer: Maintainer, versions: Mapping[str, int]) -> None:
+    """Refuse to commit if a state table has a commit this run did not make since its recovery: the
+    late write of a run that was killed (its Spark Connect operation went on without it) or paused
+    past its claim. The next run's recovery undoes it."""
+    mine = writer_tag(ctx.lease)
+    for name, path in maintainer.state_tables(ctx).items():
+        base = ctx.bases.get(name, -1)
+        for version in range(base + 1 if versions[name] >= base else 0, versions[name] + 1):
+            info = storage.commit_info(path, version)
+            if info is not None and info["userMetadata"] != mine:
+                raise StateError(
+                    f"view {ctx.view!r}: {path} version {version} was written by {info['userMetadata'] or 'a writer outside lakeivm'} "
+                    f"({info['operation']}) while this run held the view -- the late write of a killed or paused run. "
+                    "This run commits nothing; refresh again (recovery undoes that write).")
 
 
 def _kind(maintainer: Maintainer) -> str:

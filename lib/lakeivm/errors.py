@@ -36,3 +36,28 @@ class StateError(LakeIVMError):
 
 class InvalidInput(LakeIVMError):
     """Input data violates what an algorithm needs (e.g. a negative weight where an index needs >= 0)."""
+
+
+# Spark/Delta failures a user meets in normal operation, by a marker of their message: what to say.
+_KNOWN_FAILURES = (
+    (("ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
+      "ConcurrentTransactionException", "ConcurrentWriteException", "MetadataChangedException",
+      "ProtocolChangedException", "DELTA_CONCURRENT"),
+     "another writer committed to a table this run read or wrote ({marker}); nothing was committed: refresh again"),
+    (("FAILED_READ_FILE", "FileNotFoundException", "DELTA_FILE_NOT_FOUND"),
+     "a data file the run needed is gone ({marker}: removed by VACUUM or by hand); rebuild the view "
+     "(lakeivm refresh VIEW --rebuild), or restore the files"),
+    (("ChecksumException", "DELTA_CHECKSUM"),
+     "a file of the lake failed its checksum ({marker}: written partly, or damaged); refresh again, and if it "
+     "persists restore the file or rebuild the view"),
+)
+
+
+def known_failure(err: BaseException) -> str | None:
+    """One line for a known Spark/Delta failure (concurrent modification, missing files, checksum), or None."""
+    text = f"{type(err).__name__}: {err}"
+    for markers, message in _KNOWN_FAILURES:
+        marker = next((m for m in markers if m in text), None)
+        if marker is not None:
+            return message.format(marker=marker)
+    return None

@@ -144,7 +144,7 @@ def history(table: str, after: int, upto: int) -> list[dict[str, Any]]:
 
 def commit_info(table: str, version: int) -> dict[str, Any] | None:
     """What ``DESCRIBE HISTORY`` says of commit ``version``: version, timestamp (UTC), operation,
-    operationParameters, operationMetrics; None if its commit file is gone."""
+    operationParameters, operationMetrics, userMetadata; None if its commit file is gone."""
     actions = commit_actions(table, version)
     if actions is None:
         return None
@@ -152,7 +152,7 @@ def commit_info(table: str, version: int) -> dict[str, Any] | None:
     stamp = info.get("inCommitTimestamp") or info.get("timestamp") or 0
     return {"version": version, "timestamp": datetime.fromtimestamp(stamp / 1000, timezone.utc),
             "operation": info.get("operation", ""), "operationParameters": info.get("operationParameters") or {},
-            "operationMetrics": info.get("operationMetrics") or {}}
+            "operationMetrics": info.get("operationMetrics") or {}, "userMetadata": info.get("userMetadata")}
 
 
 def schema_at(table: str, version: int | None = None) -> dict[str, str]:

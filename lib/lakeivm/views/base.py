@@ -31,6 +31,7 @@ class Context:
     fingerprint: str | None = None  # of the view's definition (lakeivm.fingerprint), recorded in the log row
     checkpoint: Callable[[str], None] = field(default=lambda label: None)
     lease: Any = None  # the run's commit.Lease: its last row is appended through it, fenced
+    bases: dict[str, int] = field(default_factory=dict)  # state table versions after recovery (the run writes above them)
 
     @property
     def spark(self) -> SparkSession:
