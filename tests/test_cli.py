@@ -105,3 +105,10 @@ def test_a_known_spark_failure_is_one_line(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err == (
         "lakeivm: error: view 'by_g': another writer committed to a table this run read or wrote "
         "(ConcurrentAppendException); nothing was committed: refresh again\n")
+
+
+def test_a_lake_path_that_does_not_exist_is_refused_not_created(tmp_path, views, capsys):
+    missing = tmp_path / "typo"
+    assert main(["--lake", str(missing), "--views", views, "refresh", "by_g"]) == 2
+    assert f"no lake at {missing} (no tables/ folder there)" in capsys.readouterr().err
+    assert not missing.exists()  # no _system folder grown at a mistyped path

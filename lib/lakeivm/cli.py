@@ -108,9 +108,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _lake(settings: Settings):
+def _lake(settings: Settings, create: bool = False):
+    """The configured lake; unless the command creates lakes (datagen), one must exist there: a
+    mistyped --lake is refused instead of growing a new _system folder."""
+    from lakeivm import storage
     from lakeivm.engine import open_lake
 
+    if not create and not storage.exists(f"{settings.lake.rstrip('/')}/tables"):
+        raise LakeIVMError(f"no lake at {settings.lake} (no tables/ folder there): pass --lake (or LAKEIVM_LAKE) "
+                           "with the lake's root, or create one with `lakeivm datagen ...`.")
     return open_lake(settings=settings)
 
 
@@ -251,17 +257,17 @@ def _datagen(args, settings: Settings) -> int:
     if args.dataset == "graph":
         from lakeivm.datagen.graph import rmat_edges, write_graph
 
-        count = write_graph(_lake(settings), rmat_edges(args.log2_vertices, args.edges, args.seed), args.table)
+        count = write_graph(_lake(settings, create=True), rmat_edges(args.log2_vertices, args.edges, args.seed), args.table)
         print(f"wrote {count} R-MAT edges over 2^{args.log2_vertices} vertices to table {args.table}")
         return 0
     if args.dataset == "orderbook":
         from lakeivm.datagen.orderbook import write_orderbook
 
-        print(f"wrote order-book tables {write_orderbook(_lake(settings), args.rows, args.seed)}")
+        print(f"wrote order-book tables {write_orderbook(_lake(settings, create=True), args.rows, args.seed)}")
         return 0
     from lakeivm.datagen.tpch import generate_tpch
 
-    generate_tpch(_lake(settings), args.scale)
+    generate_tpch(_lake(settings, create=True), args.scale)
     return 0
 
 
