@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from lakeivm import commit
 from lakeivm.cli import main
 from tests.helpers import sql
 
@@ -39,6 +40,9 @@ def test_refresh_status_read_audit(lake, spark, views, capsys):
     assert set(entries) == {"by_g", "broken"} and entries["broken"]["source"] == f"{views}/broken.yaml"
     assert "by_g  [fivm]  deadline 60s" in out and "r            watermark    0  head    1  pending rows 1" in out
     assert "refresh now: predicted" in out and "within the deadline 60s" in out and "deadline record: 0/0" in out
+    with commit.lease(lake, "by_g", "refresh"):  # a run in progress is shown, with who runs it
+        assert main([*common, "status"]) == 0
+        assert "  running: #2 refresh on " in capsys.readouterr().out
     assert main([*common, "refresh", "by_g"]) == 0
     assert "applied ['r']" in capsys.readouterr().out
     assert main([*common, "read", "by_g"]) == 0

@@ -158,6 +158,8 @@ def _status(args, settings: Settings) -> int:
             print(f"  error: {entry['error']}")
             continue
         print(f"  last run: {entry.get('last_run') or 'never (run `lakeivm refresh ' + entry['view'] + '`)'}")
+        if "running" in entry:
+            print(f"  running: {entry['running']}")
         for table, head in entry["heads"].items():
             mark = entry.get("watermarks", {}).get(table, "-")
             print(f"  {table:<12} watermark {mark!s:>4}  head {head:>4}  pending rows {entry['pending_rows'].get(table)}")

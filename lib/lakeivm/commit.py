@@ -321,7 +321,8 @@ class Lease:
     def _append(self, decide) -> tuple[list[LogRow], LogRow]:
         """Append ``decide(rows)`` as version v+1 of the log, rows being the view's rows at version
         v; retried (re-read, re-decided) while other runs' appends take v+1 first."""
-        deadline = time.monotonic() + max(60.0, self.seconds)
+        patience = max(60.0, self.seconds)
+        deadline = time.monotonic() + patience
         with self._lock:
             while True:
                 version = self.lake.head_version(self.lake.log_path)
@@ -330,7 +331,7 @@ class Lease:
                 if _append_row(self.lake, row, after=version):
                     return rows, row
                 if time.monotonic() > deadline:
-                    raise StateError(f"{self.lake.log_path}: could not append to the log for {deadline:.0f} s (other "
+                    raise StateError(f"{self.lake.log_path}: could not append to the log for {patience:.0f} s (other "
                                      "runs kept committing first); try again.")
                 time.sleep(random.uniform(0.002, 0.03))
 

@@ -371,8 +371,13 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]
         except LakeIVMError as err:
             report.append({**entry, "error": str(err)})
             continue
-        history = commit.log_rows(lake, spec.name)  # committed runs, oldest first: one read of the log
+        rows = commit.log_rows(lake, spec.name, status=None)  # every row, oldest first: one read of the log
+        history = [r for r in rows if r.status == "committed"]
         last = history[-1] if history else None
+        running = commit.holder(rows)
+        if running is not None:
+            entry["running"] = (f"#{running.seq} {running.mode} on {running.holder} since {running.started_at:%Y-%m-%d %H:%M:%S}"
+                                f"{' (claim lapsed: the next run takes it over)' if commit.stale(running) else ''}")
         heads = changes.pin(lake, ctx.query.tables)
         entry["kind"] = _kind(maintainer)
         entry["heads"] = heads

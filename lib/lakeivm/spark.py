@@ -45,7 +45,6 @@ SESSION_CONF = {
     # Constraint propagation over the deep unions of buffered deltas (views/state.py) trips a
     # Spark 4.2 analyzer bug ("key not found" in Union.rewriteConstraints); it only prunes filters.
     "spark.sql.constraintPropagation.enabled": "false",
-    "spark.databricks.delta.retentionDurationCheck.enabled": "false",
 }
 # Only for a JVM on this machine (in-process or the local Connect server).
 LOCAL_CONF = {

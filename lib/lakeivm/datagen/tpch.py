@@ -8,6 +8,7 @@ refresh functions), which keeps every foreign key valid.
 """
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 from lakeivm.lake import Lake
 
@@ -29,7 +31,11 @@ def generate_tpch(lake: Lake, scale: float, tables: Iterable[str] = TABLES, prog
     if unknown:
         raise ValueError(f"unknown TPC-H tables {sorted(unknown)}; choose from {TABLES}")
     counts = {}
-    with tempfile.TemporaryDirectory(prefix="tpchgen") as folder:
+    staging = None  # a local lake stages the files under its root, where a Connect server or a worker sharing the lake sees them
+    if not urlparse(lake.root).scheme:
+        staging = f"{lake.root}/_staging"
+        os.makedirs(staging, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tpchgen", dir=staging) as folder:
         progress(f"tpchgen-cli: generating TPC-H SF {scale} ({', '.join(tables)})")
         subprocess.run(
             [_tpchgen(), "parquet", "-s", str(scale), "--tables", ",".join(tables), "--output-dir", folder],
