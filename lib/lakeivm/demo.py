@@ -58,9 +58,13 @@ def run_demo(settings: Settings, scale: float = 0.01, batches: int = 3, keep_ser
     """On the Spark Connect server (a running one, else one started for the demo and stopped after
     it unless ``keep_server``): build the lake, run every view's DAG after each change batch, print
     views and audits."""
+    import warnings
+
     from lakeivm import server
     from lakeivm.config import DEFAULT_REMOTE
 
+    # dag.test() imports Starlette's test client, which warns about httpx: not the user's concern
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     if settings.spark_remote or not settings.spark_master.startswith("local"):
         return _run_demo(settings, scale, batches)
     running = server.status(DEFAULT_REMOTE)

@@ -67,8 +67,8 @@ class TpchChangeStream:
         lake = self.lake
         current = lake.read(lake.table_path("orders"))
         top = current.agg(F.max("o_orderkey")).first()[0] or 0
-        picked = current.orderBy(F.rand(self.rng.randrange(2**31))).limit(orders)
-        keyed = picked.withColumn("new_key", (F.lit(top) + F.row_number().over(Window.orderBy("o_orderkey"))).cast("bigint")).cache()
+        picked = current.orderBy(F.rand(self.rng.randrange(2**31))).limit(orders)  # a few rows: one window partition is right
+        keyed = picked.withColumn("new_key", (F.lit(top) + F.row_number().over(Window.partitionBy(F.lit(0)).orderBy("o_orderkey"))).cast("bigint")).cache()
         lines = lake.read(lake.table_path("lineitem")).join(keyed.select(F.col("o_orderkey").alias("l_orderkey"), "new_key"), "l_orderkey")
         new_lines = lines.withColumn("l_orderkey", F.col("new_key")).drop("new_key")
         new_orders = keyed.withColumn("o_orderkey", F.col("new_key")).drop("new_key")
