@@ -136,11 +136,10 @@ def _repair(args, settings: Settings) -> int:
 
     lake = Lake(None, settings.lake)  # type: ignore[arg-type] -- files only: no Spark
     if not storage.exists(f"{lake.root}/_system"):
-        print(f"lakeivm: error: no lake at {lake.root} (no _system folder); pass --lake.", file=sys.stderr)
-        return 2
-    report = [line for path in (lake.log_path, lake.costs_path) for line in system_tables.repair(path)]
-    print("\n".join(report))
-    return 1 if any("restore them from a backup" in line or "restore it from a backup" in line for line in report) else 0
+        raise LakeIVMError(f"no lake at {lake.root} (no _system folder there): pass --lake with the lake's root.")
+    results = [system_tables.repair(path) for path in (lake.log_path, lake.costs_path)]
+    print("\n".join(line for report, _ in results for line in report))
+    return 0 if all(ok for _, ok in results) else 1
 
 
 def _status(args, settings: Settings) -> int:

@@ -176,27 +176,24 @@ def recover(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str],
     Returns what was done (for the log) and the committed row recovery ended at. With no
     committed run, partial state is deleted. Before rolling anything back, a committed row the log
     lost (its commit file deleted or moved aside by ``lakeivm repair``, its data file still there)
-    is rolled forward instead: re-appended through ``claim``, so what a committed row names is never
-    undone (``lost_commit``).
+    is rolled forward instead: re-appended through the run's ``claim``, so what a committed row
+    names is never undone (``lost_commit``).
     """
+    heads = {name: lake.head_version(path) for name, path in state_paths.items() if lake.is_delta(path)}
     done: list[str] = []
-    ahead = [name for name, path in state_paths.items() if lake.is_delta(path)
-             and (last is None or name not in last.state_versions or lake.head_version(path) != last.state_versions[name])]
-    if not ahead:
-        return done, last
-    lost = lost_commit(lake, last, state_paths, claim.view if claim else None)
-    if lost is not None and claim is not None:
+    ahead = any(last is None or last.state_versions.get(name) != head for name, head in heads.items())
+    lost = lost_commit(lake, claim.view, last, heads) if ahead and claim is not None else None
+    if lost is not None:
         claim.append(lost)
         done.append(f"rolled forward run #{lost.seq} (its log commit was lost; its row was read back from its data file)")
         last = lost
-    for name, path in state_paths.items():
-        if not lake.is_delta(path):
-            continue
+    for name, head in heads.items():
+        path = state_paths[name]
         if last is None or name not in last.state_versions:
             lake.delete(path)
             done.append(f"{name}: removed uncommitted state")
             continue
-        logged, head = last.state_versions[name], lake.head_version(path)
+        logged = last.state_versions[name]
         if head < logged:
             raise StateError(
                 f"state table {path} is at version {head}, behind the log's {logged}: it was modified "
@@ -208,10 +205,11 @@ def recover(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str],
     return done, last
 
 
-def lost_commit(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str], view: str | None) -> LogRow | None:
+def lost_commit(lake: Lake, view: str, last: LogRow | None, heads: Mapping[str, int]) -> LogRow | None:
     """The newest committed row of ``view`` newer than ``last`` that sits in a data file of
     ``_system/log`` no commit references -- a commit file lost after its data file was written --
-    and whose state versions all still exist; None if there is none (the usual case: a crash).
+    and whose state versions all still exist (``heads``: the state tables' versions); None if there
+    is none (the usual case: a crash).
 
     A data file no commit references is also left by an append that lost its race for a version
     (it was retried) or was compacted away: their rows are in the log, and are skipped by run id.
@@ -219,8 +217,6 @@ def lost_commit(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str],
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
 
-    if view is None:
-        return None
     known = {r.run_id for r in _view_log(lake, view) if r.status != RUNNING}
     referenced = {os.path.basename(uri) for uri in DeltaTable(lake.log_path).file_uris()}
     found = []
@@ -231,13 +227,10 @@ def lost_commit(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str],
             rows = pq.read_table(f"{lake.log_path}/{name}", filters=[("view", "=", view), ("status", "=", "committed")]).to_pylist()
         except Exception:  # a partly written file of a crashed append: nothing committed in it
             continue
-        found += [row for row in map(system_tables.from_arrow, rows) if row["run_id"] not in known]
-    newer = sorted((_to_row(r) for r in found if last is None or r["seq"] > last.seq), key=lambda r: r.seq)
-    for row in reversed(newer):
-        if all(name in state_paths and lake.is_delta(state_paths[name]) and lake.head_version(state_paths[name]) >= v
-               for name, v in row.state_versions.items()):
-            return row
-    return None
+        found += [_to_row(system_tables.from_arrow(row)) for row in rows if row["run_id"] not in known]
+    newer = [row for row in found if last is None or row.seq > last.seq]
+    survivors = [row for row in newer if all(heads.get(name, -1) >= v for name, v in row.state_versions.items())]
+    return max(survivors, key=lambda row: row.seq, default=None)
 
 
 class Lease:
@@ -299,8 +292,9 @@ class Lease:
         self._append(lambda rows: self._held(rows, row))
 
     def release(self, status: str = "released", message: str = "") -> None:
-        """End the claim without committing (nothing to do, or the run failed)."""
-        self._stop.set()
+        """Stop the heartbeat and, unless the run committed or lost its claim, end the claim with a
+        ``status`` row (nothing to do, or the run failed)."""
+        self.stop()
         if self.ended or self.lost.is_set():
             return
         try:
@@ -369,12 +363,9 @@ def lease(lake: Lake, view: str, mode: str = "refresh", seconds: float = LEASE_S
     claim.acquire()
     try:
         yield claim
-    except BaseException as err:
-        claim.stop()
-        if not isinstance(err, LeaseLost):
-            claim.release("failed", f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:500])
+    except BaseException as err:  # a lost claim appends nothing (release knows)
+        claim.release("failed", f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:500])
         raise
-    claim.stop()
     claim.release()
 
 

@@ -188,12 +188,11 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
     return _commit(ctx, maintainer, seq, mode, plan, applied, started)
 
 
-def _up_to_date(lake: Lake, history: Sequence[commit.LogRow], definition: str) -> bool:
+def _up_to_date(lake: Lake, history: list[commit.LogRow], definition: str) -> bool:
     """Whether the view's last committed run has the current definition and every table is still
     at its watermark, and no run holds the view (a listing per table)."""
-    last = commit.last_of(list(history))
-    return (last is not None and last.fingerprint in (None, definition) and commit.holder(list(history)) is None
-            and _caught_up(lake, last))
+    last = commit.last_of(history)
+    return last is not None and last.fingerprint in (None, definition) and commit.holder(history) is None and _caught_up(lake, last)
 
 
 def _caught_up(lake: Lake, last: commit.LogRow) -> bool:
@@ -273,14 +272,15 @@ def _check_sole_writer(ctx: Context, maintainer: Maintainer, versions: Mapping[s
     past its claim. The next run's recovery undoes it."""
     mine = writer_tag(ctx.lease)
     for name, path in maintainer.state_tables(ctx).items():
-        base = ctx.bases.get(name, -1)
-        for version in range(base + 1 if versions[name] >= base else 0, versions[name] + 1):
-            info = storage.commit_info(path, version)
-            if info is not None and info["userMetadata"] != mine:
-                raise StateError(
-                    f"view {ctx.view!r}: {path} version {version} was written by {info['userMetadata'] or 'a writer outside lakeivm'} "
-                    f"({info['operation']}) while this run held the view -- the late write of a killed or paused run. "
-                    "This run commits nothing; refresh again (recovery undoes that write).")
+        base = ctx.bases.get(name, -1)  # a table the run re-created (bootstrap) is checked from its first version
+        foreign = [info for info in storage.history(path, base if versions[name] >= base else -1, versions[name])
+                   if info["userMetadata"] != mine]
+        if foreign:
+            info = foreign[0]
+            raise StateError(
+                f"view {ctx.view!r}: {path} version {info['version']} was written by {info['userMetadata'] or 'a writer outside lakeivm'} "
+                f"({info['operation']}) while this run held the view -- the late write of a killed or paused run. "
+                "This run commits nothing; refresh again (recovery undoes that write).")
 
 
 def _kind(maintainer: Maintainer) -> str:

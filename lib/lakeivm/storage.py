@@ -125,16 +125,20 @@ def commit_actions(table: str, version: int) -> list[dict[str, Any]] | None:
     try:
         actions = [json.loads(line) for line in text.splitlines() if line.strip()]
     except ValueError as err:
-        raise _damaged(table, version, str(err)) from err
+        raise DamagedCommit(table, version, str(err)) from err
     if not actions:
-        raise _damaged(table, version, "empty")
+        raise DamagedCommit(table, version, "empty")
     return actions
 
 
-def _damaged(table: str, version: int, why: str) -> StateError:
-    return StateError(f"{table}: commit file {version:020d}.json is damaged ({why}); the table's history cannot be "
-                      "read. For lakeivm's _system tables run `lakeivm repair`; for other tables restore the file "
-                      "from a backup, or rebuild what reads the table.")
+class DamagedCommit(StateError):
+    """A commit file of a Delta log that does not parse (``why``: what is wrong with it)."""
+
+    def __init__(self, table: str, version: int, why: str) -> None:
+        super().__init__(f"{table}: commit file {version:020d}.json is damaged ({why}); the table's history cannot be "
+                         "read. For lakeivm's _system tables run `lakeivm repair`; for other tables restore the file "
+                         "from a backup, or rebuild what reads the table.")
+        self.why = why
 
 
 def history(table: str, after: int, upto: int) -> list[dict[str, Any]]:

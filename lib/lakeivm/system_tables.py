@@ -87,38 +87,42 @@ def append(path: str, schema_file: str, rows: Iterable[Mapping[str, Any]], after
     return after + 1
 
 
-def repair(path: str) -> list[str]:
+def repair(path: str) -> tuple[list[str], bool]:
     """Check every commit file of the system table at ``path``; move a damaged newest one aside (to
     ``<path>/_damaged/``, which Delta ignores) so the table reads again. Returns what was found and
-    done. A damaged or missing commit below the newest cannot be repaired here: the table would lose
-    history other rows depend on, so that is reported with the fix (restore the file from a backup).
+    done, and whether the table reads now. A damaged or missing commit below the newest cannot be
+    repaired here (the table would lose history other rows depend on): it is reported with the fix,
+    restoring the file from a backup.
     """
     import time
 
     from lakeivm import storage
 
     log = f"{path}/_delta_log"
-    versions = sorted(v for v in (storage.version_of(n) for n in storage.list_names(log, False)) if v is not None)
+    versions = sorted(v for v in map(storage.version_of, storage.list_names(log, False)) if v is not None)
     if not versions:
-        return [f"{path}: no commit files (created on the next run)"]
-    report, head = [], versions[-1]
+        return [f"{path}: no commit files (created on the next run)"], True
+    head = versions[-1]
+    report, ok = [], True
     missing = sorted(set(range(versions[0], head + 1)) - set(versions))
     if missing:
         report.append(f"{path}: commit files {missing} are missing below the newest ({head}); restore them from a "
                       "backup (lakeivm cannot rebuild a system table's history).")
+        ok = False
     for version in versions:
         try:
             storage.commit_actions(path, version)
-        except StateError as err:
+        except storage.DamagedCommit as err:
             if version != head:
                 report.append(f"{err} It is not the newest commit: restore it from a backup.")
+                ok = False
                 continue
             aside = f"{path}/_damaged/{version:020d}.json.{int(time.time())}"
             storage.move(f"{log}/{version:020d}.json", aside)
-            report.append(f"{path}: the newest commit file ({version:020d}.json) was damaged ({str(err).split('(', 1)[-1].split(')')[0]}); "
-                          f"moved it aside to {aside}. A run it committed is rolled forward from its data file on the "
-                          "view's next refresh.")
-    return report or [f"{path}: {len(versions)} commit files, all readable"]
+            report.append(f"{path}: the newest commit file ({version:020d}.json) was damaged ({err.why}); moved it "
+                          f"aside to {aside}. A run it committed is rolled forward from its data file on the view's "
+                          "next refresh.")
+    return report or [f"{path}: {len(versions)} commit files, all readable"], ok
 
 
 def _arrow_type(kind: str):
