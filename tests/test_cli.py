@@ -116,3 +116,24 @@ def test_a_lake_path_that_does_not_exist_is_refused_not_created(tmp_path, views,
     assert main(["--lake", str(missing), "--views", views, "refresh", "by_g"]) == 2
     assert f"no lake at {missing} (no tables/ folder there)" in capsys.readouterr().err
     assert not missing.exists()  # no _system folder grown at a mistyped path
+
+
+def test_explain_and_status_say_why_a_view_is_recomputed_in_full(lake, spark, tmp_path, capsys):
+    lake.create_table("r", spark.createDataFrame([(0, 1), (1, 2)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(0, 0)], "a int, g int"))
+    folder = tmp_path / "full_views"
+    folder.mkdir()
+    (folder / "left_rows.yaml").write_text("name: left_rows\nsql: |\n  SELECT r.a, s.g\n  FROM r LEFT JOIN s ON r.a = s.a\ndeadline: 60s\n")
+    (folder / "by_g.yaml").write_text(VIEW)
+    common = ["--lake", lake.root, "--views", str(folder)]
+    assert main([*common, "explain", "left_rows"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "left_rows: refresh policy auto: full, kind full",
+        "not incremental: line 2: LEFT JOIN is not supported; only inner equi-joins are maintained incrementally."]
+    assert main([*common, "explain", "by_g"]) == 0
+    assert capsys.readouterr().out.startswith("by_g: refresh policy auto: incremental, kind fivm\n")
+    assert main([*common, "refresh", "left_rows"]) == 0
+    capsys.readouterr()
+    assert main([*common, "status"]) == 0
+    out = capsys.readouterr().out
+    assert "left_rows  [full]" in out and "  recomputed in full: line 2: LEFT JOIN is not supported" in out

@@ -116,7 +116,8 @@ def test_classify_first_order_and_rejections():
                                        "kind": "first_order"}), schemas)
     assert kind == "first_order"
     with pytest.raises(UnsupportedQuery, match="needs aggregates"):
-        classify(spec_from_dict({"name": "v", "sql": "SELECT g FROM s", "deadline": 5}), schemas)
+        classify(spec_from_dict({"name": "v", "sql": "SELECT g FROM s", "deadline": 5, "refresh_policy": "incremental"}), schemas)
+    assert classify(spec_from_dict({"name": "v", "sql": "SELECT g FROM s", "deadline": 5}), schemas)[0] == "full"  # auto
     kind, query = classify(spec_from_dict({"name": "v", "sql": "SELECT g, MIN(b) AS m FROM s GROUP BY g", "deadline": 5,
                                            "kind": "first_order"}), schemas)
     assert kind == "first_order" and [a.func for a in query.extrema] == ["MIN"]

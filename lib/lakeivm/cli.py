@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=20)
     p.set_defaults(func=_read)
 
-    p = sub.add_parser("explain", help="how a view is maintained: its kind; for fivm the view tree")
+    p = sub.add_parser("explain", help="how a view is maintained: incremental or full and why, its kind; for fivm the view tree")
     p.add_argument("view")
     p.set_defaults(func=_explain)
 
@@ -156,6 +156,8 @@ def _status(args, settings: Settings) -> int:
         if "error" in entry:
             print(f"  error: {entry['error']}")
             continue
+        if "why_full" in entry:
+            print(f"  recomputed in full: {entry['why_full']}")
         print(f"  last run: {entry.get('last_run') or 'never (run `lakeivm refresh ' + entry['view'] + '`)'}")
         if "running" in entry:
             print(f"  running: {entry['running']}")
@@ -231,16 +233,18 @@ def _read(args, settings: Settings) -> int:
 
 
 def _explain(args, settings: Settings) -> int:
-    from lakeivm.registry import classify, find_spec, why_not_fivm
+    from lakeivm.registry import choose, find_spec, why_not_fivm
 
     spec = find_spec(_specs(settings), args.view)
-    kind, query = classify(spec, _lake(settings).table_schemas())
-    print(f"{spec.name}: kind {kind}")
-    if kind == "fivm":  # the view tree: each view's keys, what it sums out, stored or not
+    choice = choose(spec, _lake(settings).table_schemas())
+    print(f"{spec.name}: refresh policy {spec.refresh_policy}: {choice.mode}, kind {choice.kind}")
+    if choice.why_full:  # the construct that keeps it from incremental maintenance (or the policy)
+        print(f"not incremental: {choice.why_full}")
+    if choice.kind == "fivm":  # the view tree: each view's keys, what it sums out, stored or not
         from lakeivm.views.fivm.plan import build_plan, describe
 
-        print(describe(build_plan(query, spec.options)))
-    elif kind == "first_order" and (reason := why_not_fivm(spec, query)):
+        print(describe(build_plan(choice.query, spec.options)))
+    elif choice.kind == "first_order" and (reason := why_not_fivm(spec, choice.query)):
         print(f"not fivm: {reason}")
     return 0
 

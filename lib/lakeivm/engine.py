@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -15,7 +15,7 @@ from lakeivm.config import Settings, load_settings
 from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError
 from lakeivm.fingerprint import fingerprint
 from lakeivm.lake import Lake
-from lakeivm.registry import ViewSpec, classify, find_spec, load_specs
+from lakeivm.registry import ViewSpec, choose, find_spec, load_specs
 from lakeivm.spark import deployment
 from lakeivm.sql import recompute_sql
 from lakeivm.views.base import Context, Maintainer
@@ -30,6 +30,7 @@ MAINTAINERS: dict[str, str] = {
     "fivm": "lakeivm.views.fivm.maintainer:FivmMaintainer",
     "nested": "lakeivm.views.nested.maintainer:NestedMaintainer",
     "join_sample": "lakeivm.views.join_sample.maintainer:JoinSampleMaintainer",
+    "full": "lakeivm.views.full.maintainer:FullMaintainer",
 }
 MODES = ("tick", "refresh", "rebuild")
 WRITER_TAG = "spark.databricks.delta.commitInfo.userMetadata"
@@ -63,14 +64,15 @@ def open_lake(spark: SparkSession | None = None, settings: Settings | None = Non
 
 def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Context, Maintainer]:
     """Classify the view and build the run's context (pins and watermarks filled by run_view)."""
-    kind, query = classify(spec, lake.table_schemas())
+    choice = choose(spec, lake.table_schemas())
 
     def checkpoint(label: str) -> None:
         if fail_at == label:
             raise InjectedFailure(f"injected failure at {label}")
 
-    ctx = Context(lake, spec, query, pins={}, watermarks={}, seed=int(spec.options.get("seed", 0)), checkpoint=checkpoint)
-    return ctx, maintainer_for(kind)
+    ctx = Context(lake, spec, choice.query, pins={}, watermarks={}, seed=int(spec.options.get("seed", 0)), checkpoint=checkpoint,
+                  why_full=choice.why_full)
+    return ctx, maintainer_for(choice.kind)
 
 
 def maintainer_for(kind: str) -> Maintainer:
@@ -164,13 +166,17 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
     if restored:
         progress(f"{spec.name}: recovered from an interrupted run ({'; '.join(restored)})")
     changed = last is not None and last.fingerprint is not None and last.fingerprint != definition
+    rekinded = last is not None and last.kind != _kind(maintainer)  # e.g. a lakeivm upgrade maintains the SQL otherwise
     ctx.pins = changes.pin(lake, ctx.query.tables)
-    if last is None or mode == "rebuild" or changed or set(last.watermarks) != set(ctx.query.tables):
+    if last is None or mode == "rebuild" or changed or rekinded or set(last.watermarks) != set(ctx.query.tables):
         reason = ("first run" if last is None else "rebuild requested" if mode == "rebuild" else
                   f"the view's definition changed (fingerprint {last.fingerprint} -> {definition})" if changed else
+                  f"the view's kind changed ({last.kind} -> {_kind(maintainer)})" if rekinded else
                   "the view's tables changed")
         return _bootstrap(ctx, maintainer, seq, "bootstrap" if last is None else "rebuild", reason, started, progress)
     ctx.watermarks = dict(last.watermarks)
+    if getattr(maintainer, "recomputes", False):
+        return _recompute(ctx, maintainer, seq, mode, started, progress)
     pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
     here = deployment(lake.spark)
     committed = [r for r in claim.history if r.status == "committed" and r.deployment in (None, here)]
@@ -227,6 +233,17 @@ def _bootstrap(ctx: Context, maintainer: Maintainer, seq: int, mode: str, reason
     return _commit(ctx, maintainer, seq, mode, Plan((), reason), {}, started)
 
 
+def _recompute(ctx: Context, maintainer: Maintainer, seq: int, mode: str, started: float, progress) -> commit.LogRow:
+    """A run of the full kind: the view's SQL on the snapshots at the pins replaces its result."""
+    behind = {t: changes.pending_rows(ctx.lake, t, ctx.watermarks[t], ctx.pins[t])
+              for t in ctx.query.tables if ctx.pins[t] > ctx.watermarks[t]}
+    progress(f"{ctx.view}: recomputing in full on snapshots at {ctx.pins} ({', '.join(behind)} changed)")
+    maintainer.bootstrap(ctx)
+    ctx.watermarks = dict(ctx.pins)
+    return _commit(ctx, maintainer, seq, mode, Plan(tuple(behind), f"recomputed in full: {ctx.why_full}"), {}, started,
+                   recomputed=behind)
+
+
 def _unreadable(ctx: Context, maintainer: Maintainer, last: commit.LogRow | None, seq: int, err: ChangeRangeError,
                 started: float, progress) -> commit.LogRow:
     if ctx.spec.on_unreadable_changes == "rebuild":
@@ -244,7 +261,9 @@ def _unreadable(ctx: Context, maintainer: Maintainer, last: commit.LogRow | None
 
 
 def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Plan, applied: Mapping[str, tuple[int, float]],
-            started: float) -> commit.LogRow:
+            started: float, recomputed: Mapping[str, int] | None = None) -> commit.LogRow:
+    """Append the run's committed log row. ``applied``: {table: (change rows, seconds)} applied as
+    deltas; ``recomputed``: {table: change rows} a recomputation reflects (no seconds of its own)."""
     lake = ctx.lake
     versions = {name: lake.head_version(path) for name, path in maintainer.state_tables(ctx).items()}
     _check_sole_writer(ctx, maintainer, versions)
@@ -254,8 +273,9 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
         view=ctx.view, seq=seq, status="committed", mode=mode, kind=_kind(maintainer),
         pins=dict(ctx.pins), watermarks=dict(ctx.watermarks), state_versions=versions,
         consistent=all(ctx.watermarks[t] == ctx.pins[t] for t in ctx.pins),
-        started_at=datetime.fromtimestamp(time.time() - seconds, timezone.utc), applied=tuple(applied),
-        delta_rows={t: r for t, (r, _) in applied.items()}, table_seconds={t: s for t, (_, s) in applied.items()},
+        started_at=datetime.fromtimestamp(time.time() - seconds, timezone.utc), applied=tuple(applied) + tuple(recomputed or ()),
+        delta_rows={**{t: r for t, (r, _) in applied.items()}, **(recomputed or {})},
+        table_seconds={t: s for t, (_, s) in applied.items()},
         pending_rows=pending, seconds=seconds,
         predicted_seconds=None if plan.predicted_seconds is None else float(plan.predicted_seconds), deadline_s=ctx.spec.deadline_s,
         deadline_met=(seconds <= ctx.spec.deadline_s) if mode == "refresh" else None, plan=str(plan),
@@ -380,6 +400,9 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]
                                 f"{' (claim lapsed: the next run takes it over)' if commit.stale(running) else ''}")
         heads = changes.pin(lake, ctx.query.tables)
         entry["kind"] = _kind(maintainer)
+        entry["refresh_policy"] = spec.refresh_policy
+        if ctx.why_full:
+            entry["why_full"] = ctx.why_full
         entry["heads"] = heads
         if last is None:
             entry.update(last_run=None, pending_rows={t: None for t in heads})
@@ -388,6 +411,10 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]
 
             pending = {t: changes.pending_rows(lake, t, last.watermarks.get(t, -1), h) for t, h in heads.items()}
             predicted = plan_refresh(history, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name))
+            if getattr(maintainer, "recomputes", False):  # a recomputation costs what the last ones did, whatever is pending
+                recent = sorted(r.seconds for r in history[-5:])
+                predicted = replace(predicted, predicted_seconds=recent[len(recent) // 2],
+                                    reason=f"median of the last {len(recent)} recomputations")
             refreshes = [r for r in history if r.mode == "refresh" and r.deadline_met is not None]
             entry.update(
                 last_run=f"#{last.seq} {last.mode} at {last.finished_at:%Y-%m-%d %H:%M:%S} ({last.seconds:.1f}s)",

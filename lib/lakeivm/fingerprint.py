@@ -14,7 +14,7 @@ import json
 from lakeivm.registry import ViewSpec
 
 # Spec options that do not change what the state holds.
-SCHEDULING_OPTIONS = frozenset({"planner", "cost_prior", "fit_costs", "headroom", "refresh_policy", "description"})
+SCHEDULING_OPTIONS = frozenset({"planner", "cost_prior", "fit_costs", "headroom", "description"})
 
 
 def fingerprint(spec: ViewSpec) -> str:
@@ -27,7 +27,10 @@ def fingerprint(spec: ViewSpec) -> str:
     False
     """
     options = {k: v for k, v in sorted(spec.options.items()) if k not in SCHEDULING_OPTIONS}
-    payload = json.dumps({"sql": normalized_sql(spec.sql), "kind": spec.kind, "options": options}, sort_keys=True, default=str)
+    definition = {"sql": normalized_sql(spec.sql), "kind": spec.kind, "options": options}
+    if spec.refresh_policy == "full":  # recomputed: another state (auto and incremental pick the same kind when both can)
+        definition["refresh_policy"] = spec.refresh_policy
+    payload = json.dumps(definition, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

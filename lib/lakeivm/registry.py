@@ -16,7 +16,7 @@ import yaml
 
 from lakeivm.config import SCHEMAS
 from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
-from lakeivm.sql import Query, parse_query
+from lakeivm.sql import Query, parse_full, parse_query
 from lakeivm.views.join_sample.plan import plan_sample
 from lakeivm.views.nested.shape import diagnose, nested_shape
 from lakeivm.views.fivm.plan import build_plan, fit_query
@@ -24,8 +24,10 @@ from lakeivm.views.triangle.shape import triangle_shape
 
 SCHEMA_PATH = SCHEMAS / "view.schema.json"
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-KINDS = ("first_order", "fivm", "triangle", "nested", "join_sample")
+KINDS = ("first_order", "fivm", "triangle", "nested", "join_sample")  # the incremental kinds (spec `kind:`)
 AVAILABLE_KINDS = ("first_order", "triangle", "join_sample", "nested", "fivm")
+FULL = "full"  # the kind that recomputes the SQL on the pinned snapshots (refresh_policy: full, or auto's fallback)
+REFRESH_POLICIES = ("auto", "incremental", "full")
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,62}")  # = the schema's name pattern (a test checks they agree)
 
 
@@ -43,12 +45,15 @@ class ViewSpec:
     max_pending_age_s: float | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<spec>"
+    refresh_policy: str = "auto"
 
     def __post_init__(self) -> None:
         # The name is spliced into SQL (log filters, state paths); a spec built in Python skips the schema.
         if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
             raise SpecError(f"{self.source}: name: {self.name!r} is not a view name: use lower-case letters, digits "
                             "and underscores, starting with a letter (at most 63 characters)")
+        if self.refresh_policy not in REFRESH_POLICIES:
+            raise SpecError(f"{self.source}: refresh_policy: {self.refresh_policy!r} is not one of {', '.join(REFRESH_POLICIES)}")
 
 
 def parse_duration(value: float | int | str) -> float:
@@ -90,7 +95,8 @@ def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] |
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.path))
     if errors:
         raise SpecError("\n".join(f"{_where(source, e, lines or {})}: {_field(e)}: {e.message}" for e in errors))
-    known = {"name", "sql", "deadline", "tick", "kind", "on_unreadable_changes", "nullable_keys", "max_pending_age", "description"}
+    known = {"name", "sql", "deadline", "tick", "kind", "on_unreadable_changes", "nullable_keys", "max_pending_age", "description",
+             "refresh_policy"}
     return ViewSpec(
         name=data["name"],
         sql=data["sql"],
@@ -102,6 +108,7 @@ def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] |
         max_pending_age_s=parse_duration(data["max_pending_age"]) if "max_pending_age" in data else None,
         options={k: v for k, v in data.items() if k not in known},
         source=source,
+        refresh_policy=data.get("refresh_policy", "auto"),
     )
 
 
@@ -169,10 +176,54 @@ def find_spec(specs: Mapping[str, ViewSpec], name: str) -> ViewSpec:
 
 
 FIVM_OPTIONS = frozenset({"features", "label", "updatable"})  # spec options only the fivm kind reads
+# Options that shape an incremental kind's state: a view that has them is never recomputed in full instead.
+KIND_OPTIONS = FIVM_OPTIONS | {"sample_size", "seed", "foreign_keys", "epsilon", "variable_order"}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How a view is maintained: its kind, its parsed query, and (for the full kind) why not incrementally."""
+
+    kind: str
+    query: Query
+    why_full: str | None = None
+
+    @property
+    def mode(self) -> str:
+        return "full" if self.kind == FULL else "incremental"
 
 
 def classify(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[str, Query]:
     """Parse the view's SQL and pick its maintainer kind, or raise UnsupportedQuery saying why."""
+    choice = choose(spec, schemas)
+    return choice.kind, choice.query
+
+
+def choose(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> Choice:
+    """The view's refresh policy applied (Databricks' REFRESH POLICY, Snowflake's refresh modes):
+
+    - ``incremental``: an incremental kind, or UnsupportedQuery naming the construct that prevents it;
+    - ``full``: the full kind, any query (``lakeivm.sql.parse_full``);
+    - ``auto`` (default): incremental where the SQL allows it, else full, with the construct as the reason.
+      A spec that names a ``kind`` or a kind's options asked for that kind: it is never recomputed instead.
+    """
+    if spec.refresh_policy == FULL:
+        if spec.kind or KIND_OPTIONS & set(spec.options):
+            asked = f"kind {spec.kind}" if spec.kind else "/".join(sorted(KIND_OPTIONS & set(spec.options)))
+            raise UnsupportedQuery(f"{spec.source}: refresh_policy: full recomputes the view, so {asked} does not apply; "
+                                   "remove it, or the refresh policy.")
+        return Choice(FULL, parse_full(spec.sql, schemas, spec.source), "refresh_policy: full")
+    try:
+        kind, query = _classify_incremental(spec, schemas)
+        return Choice(kind, query)
+    except UnsupportedQuery as err:
+        if spec.refresh_policy == "incremental" or spec.kind or KIND_OPTIONS & set(spec.options):
+            raise
+        query = parse_full(spec.sql, schemas, spec.source)  # what no view may hold is refused by this too
+        return Choice(FULL, query, str(err).removeprefix(f"{spec.source}: "))
+
+
+def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[str, Query]:
     query = parse_query(spec.sql, schemas, source=spec.source)
     kind = spec.kind or _default_kind(spec, query)
     if kind not in AVAILABLE_KINDS:

@@ -22,7 +22,7 @@ from sqlglot.errors import OptimizeError, ParseError
 from sqlglot.optimizer.qualify import qualify
 
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.sql_functions import check_functions
+from lakeivm.sql_functions import RECOMPUTE_ALLOWED, check_functions
 
 DIALECT = "spark"
 MULTIPLICITY = "_lakeivm_m"
@@ -91,6 +91,7 @@ class Query:
     aggregates: tuple[Aggregate, ...]
     outputs: tuple[Output, ...]
     has_subquery: bool
+    recomputed: bool = False  # parsed by parse_full: any query, only ever recomputed (the full kind)
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -135,24 +136,104 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
     deterministic built-ins (``lakeivm.sql_functions``). Subqueries are recorded, not rejected: the
     classifier decides whether the nested kind takes them.
     """
+    tree = _parse(sql, source)
+    if not isinstance(tree, exp.Select):
+        raise UnsupportedQuery(f"{source}: line {_line(tree, sql)}: {_what(tree)} is not maintained incrementally; "
+                               "an incremental view is one SELECT (refresh_policy: auto recomputes it in full)")
+    _reject_constructs(tree, sql, source)
+    _check_tables(tree.find_all(exp.Table), schemas, sql, source)
+    return _build(sql, _qualified(tree, schemas, source), source)
+
+
+def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str = "<sql>") -> Query:
+    """Parse any one Spark SQL query over lake tables for the full kind, which recomputes it on the
+    pinned snapshots: outer joins, set operations, CTEs, window functions, DISTINCT, HAVING, ORDER BY
+    ... LIMIT. Refused, naming the line: anything but one query, unknown tables or columns, functions
+    outside the vetted deterministic built-ins, ``${...}``, scripts, samples, parameters, and result
+    columns a Delta table cannot hold (an unnamed expression, a name given twice).
+
+    The Query's relations are its base tables, one each (alias = table name: ``full_sql`` swaps
+    every reference to a table, at any depth, for that table's snapshot).
+    """
+    tree = _parse(sql, source)
+    if not isinstance(tree, exp.Query):
+        raise UnsupportedQuery(f"{source}: line {_line(tree, sql)}: a view is one query (SELECT, set operations, WITH), "
+                               f"got {_what(tree)}")
+    _reject_unsafe(tree, sql, source)
+    check_functions(tree, sql, source, RECOMPUTE_ALLOWED)
+    tables = _base_tables(tree)
+    _check_tables(tables, schemas, sql, source)
+    _check_result_columns(tree, sql, source)
+    names = _qualified(tree.copy(), schemas, source).named_selects  # validates the columns; the SQL runs as written
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UnsupportedQuery(f"{source}: result column {twice[0]!r} is named twice; a view's columns need distinct "
+                               "names: rename one with AS")
+    used = tuple(dict.fromkeys(t.name for t in tables))
+    return Query(sql=sql, tree=tree, relations=tuple(Relation(t, t, tuple(schemas[t])) for t in used), joins=(), filters={},
+                 residual=(), group_keys=(), aggregates=(), outputs=tuple(Output(n, n, False) for n in names),
+                 has_subquery=_has_nested_select(tree), recomputed=True)
+
+
+def full_sql(query: Query, sources: Mapping[str, str]) -> str:
+    """A recomputed view's SQL with every base table (``{table: Spark table/view}``) swapped for its
+    source, at any depth; a CTE of the same name is left alone."""
+    tree = query.tree.copy()
+    for table in _base_tables(tree):
+        if table.name in sources:
+            table.replace(exp.alias_(exp.to_table(sources[table.name]), table.alias_or_name, table=True))
+    return tree.sql(dialect=DIALECT)
+
+
+def _parse(sql: str, source: str) -> exp.Expression:
+    if "${" in sql:  # Spark substitutes ${env:...}, ${system:...}, ${spark:...} before parsing, in literals too
+        line = sql.count("\n", 0, sql.index("${")) + 1
+        raise UnsupportedQuery(f"{source}: line {line}: ${{...}} is not allowed: Spark replaces it with an "
+                               "environment variable, system property or setting; write the value itself.")
     try:
-        tree = sqlglot.parse_one(sql, dialect=DIALECT)
+        return sqlglot.parse_one(sql, dialect=DIALECT)
     except ParseError as err:
         raise UnsupportedQuery(f"{source}: SQL does not parse: {err}") from err
-    if not isinstance(tree, exp.Select):
-        raise UnsupportedQuery(f"{source}: a view must be one SELECT, got {tree.key.upper()} (line {_line(tree, sql)})")
-    _reject_constructs(tree, sql, source)
-    for table in tree.find_all(exp.Table):
+
+
+def _what(tree: exp.Expression) -> str:
+    return "several statements" if isinstance(tree, exp.Block) else tree.key.upper()
+
+
+def _base_tables(tree: exp.Expression) -> list[exp.Table]:
+    """The references to lake tables: every table node but those naming a CTE in scope (approximated
+    as: any CTE of the query, since a CTE shadows the table of its name)."""
+    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    return [t for t in tree.find_all(exp.Table) if not (t.name in ctes and not t.db)]
+
+
+def _check_tables(tables, schemas: Mapping[str, Mapping[str, str]], sql: str, source: str) -> None:
+    for table in tables:
         if table.name not in schemas:
             raise UnsupportedQuery(
                 f"{source}: line {_line(table, sql)}: unknown table {table.name!r}; "
                 f"known tables: {sorted(schemas)}. Create it under the lake's tables/ first."
             )
+
+
+def _qualified(tree: exp.Expression, schemas: Mapping[str, Mapping[str, str]], source: str) -> exp.Expression:
     try:
-        tree = qualify(tree, schema={t: dict(c) for t, c in schemas.items()}, dialect=DIALECT, quote_identifiers=False)
+        return qualify(tree, schema={t: dict(c) for t, c in schemas.items()}, dialect=DIALECT, quote_identifiers=False)
     except OptimizeError as err:
         raise UnsupportedQuery(f"{source}: {err}; check the column names against the tables' schemas") from err
-    return _build(sql, tree, source)
+
+
+def _check_result_columns(tree: exp.Query, sql: str, source: str) -> None:
+    """Every result column of a recomputed view has a name Delta can store: a column, ``*`` or ``AS``."""
+    first = tree
+    while isinstance(first, exp.SetOperation):
+        first = first.this
+    if isinstance(first, exp.Subquery):
+        first = first.unnest()
+    for item in first.expressions if isinstance(first, exp.Select) else ():
+        if not isinstance(item, (exp.Alias, exp.Column, exp.Star)):
+            raise UnsupportedQuery(f"{source}: line {_line(item, sql)}: result column {item.sql(DIALECT)} has no name; "
+                                   "name it with AS (a view's columns are stored in a Delta table)")
 
 
 def state_sql(query: Query, sources: Mapping[str, str], delta_alias: str | None = None) -> str:
@@ -203,6 +284,8 @@ def recompute_sql(query: Query, sources: Mapping[str, str]) -> str:
 
     A table read inside a subquery is read from the source of the outer relation of the same table.
     """
+    if query.recomputed:
+        return full_sql(query, sources)
     by_table = {r.table: sources[r.alias] for r in query.relations if r.alias in sources}
     return _with_sources(query.tree, sources, by_table).sql(dialect=DIALECT)
 
@@ -230,11 +313,21 @@ def _build(sql: str, tree: exp.Select, source: str) -> Query:
     )
 
 
+def _reject_unsafe(tree: exp.Expression, sql: str, source: str) -> None:
+    """What no view may hold, recomputed or not: a script, a sample (differs between runs), a parameter."""
+    checks = [
+        (tree.find(exp.QueryTransform), "TRANSFORM ... USING (a script)", "it runs a program; compute the column upstream"),
+        (tree.find(exp.TableSample), "TABLESAMPLE", "a sample differs between runs; keep one with sample_size: k"),
+        (tree.find(exp.Parameter, exp.Placeholder), "a query parameter", "write the value in the SQL"),
+    ]
+    for node, construct, fix in checks:
+        if node:
+            raise UnsupportedQuery(f"{source}: line {_line(node, sql)}: {construct} is not supported; {fix}.")
+
+
 def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
-    if "${" in sql:  # Spark substitutes ${env:...}, ${system:...}, ${spark:...} before parsing, in literals too
-        line = sql.count("\n", 0, sql.index("${")) + 1
-        raise UnsupportedQuery(f"{source}: line {line}: ${{...}} is not allowed: Spark replaces it with an "
-                               "environment variable, system property or setting; write the value itself.")
+    """What incremental maintenance does not take (refresh_policy: auto recomputes such a view in full)."""
+    _reject_unsafe(tree, sql, source)
     checks = [
         (tree.args.get("with"), "a WITH clause (CTE)", "inline the CTE as a join"),
         (tree.args.get("distinct"), "SELECT DISTINCT", "GROUP BY the columns instead"),
@@ -243,9 +336,6 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
         (tree.args.get("limit"), "LIMIT", "limit when reading the view"),
         (tree.find(exp.Window), "a window function", "window functions are not maintained incrementally"),
         (tree.find(exp.Union, exp.Intersect, exp.Except), "a set operation", "register one view per branch"),
-        (tree.find(exp.QueryTransform), "TRANSFORM ... USING (a script)", "it runs a program; compute the column upstream"),
-        (tree.find(exp.TableSample), "TABLESAMPLE", "a sample differs between runs; keep one with sample_size: k"),
-        (tree.find(exp.Parameter, exp.Placeholder), "a query parameter", "write the value in the SQL"),
     ]
     for node, construct, fix in checks:
         if node:

@@ -38,6 +38,15 @@ ALLOWED: frozenset[type[exp.Func]] = frozenset({
     exp.Sum, exp.Count, exp.Avg, exp.Min, exp.Max,
 })
 
+# What a view recomputed in full (refresh_policy: full) may call besides: window functions and more
+# aggregates. Still deterministic built-ins only: the result must equal its SQL at the pinned snapshots.
+RECOMPUTE_ALLOWED: frozenset[type[exp.Func]] = ALLOWED | frozenset({
+    exp.RowNumber, exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist, exp.Ntile, exp.Lag, exp.Lead,
+    exp.FirstValue, exp.LastValue, exp.NthValue,
+    exp.Stddev, exp.StddevPop, exp.StddevSamp, exp.Variance, exp.VariancePop, exp.CountIf, exp.Median,
+    exp.PercentileCont, exp.PercentileDisc, exp.Corr, exp.CovarPop, exp.CovarSamp,
+})
+
 NONDETERMINISTIC: frozenset[str] = frozenset({
     "rand", "randn", "random", "uuid", "shuffle", "now", "current_timestamp", "current_date", "current_time",
     "localtimestamp", "current_timezone", "current_user", "user", "session_user", "current_database",
@@ -49,9 +58,9 @@ _NONDETERMINISTIC_TYPES = (exp.Rand, exp.Randn, exp.Uuid, exp.Shuffle, exp.Curre
                            exp.SessionUser, exp.CurrentDatabase, exp.CurrentSchema, exp.CurrentCatalog)
 
 
-def check_functions(tree: exp.Expression, sql: str, source: str) -> None:
+def check_functions(tree: exp.Expression, sql: str, source: str, allowed: frozenset[type[exp.Func]] = ALLOWED) -> None:
     """Raise UnsupportedQuery naming the first function of ``tree`` that is non-deterministic or not
-    in ALLOWED, with ``source``, its line in ``sql`` and the fix. Non-deterministic calls are named
+    in ``allowed``, with ``source``, its line in ``sql`` and the fix. Non-deterministic calls are named
     first, even inside another refused call (``unix_timestamp()`` reads the current time)."""
     calls = list(tree.find_all(exp.Func))
     for call in calls:
@@ -62,7 +71,7 @@ def check_functions(tree: exp.Expression, sql: str, source: str) -> None:
                 "recomputation); store the value in a column of the source table and use that column."
             )
     for call in calls:
-        if type(call) not in ALLOWED:
+        if type(call) not in allowed:
             raise UnsupportedQuery(
                 f"{source}: line {_line(call, sql)}: function {_name(call, sql)}() is not allowed in a view: only "
                 "vetted deterministic built-ins are (CASE/COALESCE/NULLIF/IF, casts, arithmetic, ABS/ROUND/FLOOR/CEIL, "

@@ -32,6 +32,7 @@ class Context:
     checkpoint: Callable[[str], None] = field(default=lambda label: None)
     lease: Any = None  # the run's commit.Lease: its last row is appended through it, fenced
     bases: dict[str, int] = field(default_factory=dict)  # state table versions after recovery (the run writes above them)
+    why_full: str | None = None  # the full kind: why the view is not maintained incrementally (registry.Choice)
 
     @property
     def spark(self) -> SparkSession:

@@ -1,0 +1,124 @@
+"""The full kind and refresh policies: any query over lake tables, recomputed on the pinned snapshots.
+
+Registration (no Spark): which policy gives which kind, and the construct named as the reason.
+On Spark: outer joins, window functions, CTEs with DISTINCT and UNION ALL, HAVING with ORDER BY ...
+LIMIT, each equal to its SQL after random insert/update/delete streams; a crash mid-run; a view
+moved between an incremental kind and full by editing its policy.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from lakeivm.engine import InjectedFailure, audit, run_view
+from lakeivm.errors import UnsupportedQuery
+from lakeivm.fingerprint import fingerprint
+from lakeivm.registry import choose, spec_from_dict
+from tests.helpers import random_batch
+
+SCHEMAS = {"r": {"a": "int", "x": "int"}, "s": {"a": "int", "g": "int"}}
+
+
+def spec(name: str, sql: str, **options) -> object:
+    return spec_from_dict({"name": name, "deadline": 60, "sql": sql, **options}, source=f"{name}.yaml")
+
+
+def test_auto_recomputes_what_is_not_incremental_and_names_the_construct():
+    left = spec("left_rows", "SELECT r.a, s.g FROM r LEFT JOIN s ON r.a = s.a")
+    choice = choose(left, SCHEMAS)
+    assert (choice.kind, choice.mode) == ("full", "full")
+    assert "LEFT JOIN" in choice.why_full and choice.query.tables == ("r", "s")
+    assert choose(spec("sums", "SELECT a, SUM(x) AS sx FROM r GROUP BY a"), SCHEMAS).mode == "incremental"
+    windowed = choose(spec("ranked", "SELECT a, RANK() OVER (ORDER BY x) AS rk FROM r"), SCHEMAS)
+    assert windowed.kind == "full" and "window function" in windowed.why_full
+
+
+def test_incremental_policy_refuses_naming_the_construct_file_and_line():
+    strict = spec("strict", "SELECT a,\n  SUM(x) AS sx\nFROM r GROUP BY a\nHAVING SUM(x) > 1", refresh_policy="incremental")
+    with pytest.raises(UnsupportedQuery, match=r"strict\.yaml: line 4: HAVING is not supported"):
+        choose(strict, SCHEMAS)
+
+
+def test_full_policy_recomputes_even_incremental_sql_and_refuses_kind_options():
+    assert choose(spec("sums", "SELECT a, SUM(x) AS sx FROM r GROUP BY a", refresh_policy="full"), SCHEMAS).kind == "full"
+    with pytest.raises(UnsupportedQuery, match="epsilon does not apply"):
+        choose(spec("tri", "SELECT COUNT(*) AS n FROM r", refresh_policy="full", epsilon=0.5), SCHEMAS)
+
+
+def test_a_view_that_asked_for_a_kind_is_not_recomputed_instead():
+    with pytest.raises(UnsupportedQuery, match="LEFT JOIN"):
+        choose(spec("asked", "SELECT r.a, COUNT(*) AS n FROM r LEFT JOIN s ON r.a = s.a GROUP BY r.a", kind="first_order"), SCHEMAS)
+    with pytest.raises(UnsupportedQuery, match="LEFT JOIN"):  # a sample's options ask for join_sample
+        choose(spec("sampled", "SELECT r.a, s.g FROM r LEFT JOIN s ON r.a = s.a", sample_size=5), SCHEMAS)
+
+
+@pytest.mark.parametrize("sql, problem", [
+    ("SELECT a, COUNT(*) FROM r GROUP BY a HAVING COUNT(*) > 1", "result column COUNT\\(\\*\\) has no name"),
+    ("SELECT r.a, s.a FROM r JOIN s ON r.a = s.a", "result column 'a' is named twice"),
+    ("SELECT a FROM t", "unknown table 't'"),
+    ("SELECT java_method('java.lang.System', 'exit', 1) AS z FROM r", "function java_method\\(\\) is not allowed"),
+    ("SELECT a, RAND() AS z FROM r", "non-deterministic function"),
+    ("SELECT a FROM r; DROP TABLE s", "several statements"),
+    ("SELECT nope FROM r", "'nope' could not be resolved"),
+])
+def test_what_no_view_may_hold_is_refused_under_auto_too(sql, problem):
+    with pytest.raises(UnsupportedQuery, match=problem):
+        choose(spec("bad", sql), SCHEMAS)
+
+
+def test_the_fingerprint_records_a_full_policy_only():
+    sql = "SELECT a, SUM(x) AS sx FROM r GROUP BY a"
+    assert fingerprint(spec("v", sql)) == fingerprint(spec("v", sql, refresh_policy="incremental"))
+    assert fingerprint(spec("v", sql)) != fingerprint(spec("v", sql, refresh_policy="full"))
+
+
+FULL_VIEWS = [
+    spec("outer_rows", "SELECT COALESCE(r.a, s.a) AS a, r.x, COALESCE(s.g, -1) AS g FROM r FULL OUTER JOIN s ON r.a = s.a"),
+    spec("ranked", "SELECT a, x, RANK() OVER (PARTITION BY a ORDER BY x) AS rk FROM r"),
+    spec("values_seen", "WITH gs AS (SELECT DISTINCT g FROM s) SELECT g AS v FROM gs UNION ALL SELECT DISTINCT x AS v FROM r"),
+    spec("top_keys", "SELECT a, COUNT(*) AS n, COUNT(DISTINCT x) AS dx FROM r GROUP BY a HAVING COUNT(*) > 1 ORDER BY n DESC, a LIMIT 2"),
+]
+
+
+def test_full_views_equal_their_sql_after_random_streams(lake, spark):
+    rng = random.Random(18)
+    lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5), (2, 7)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(0, 0), (1, 1), (3, None)], "a int, g int"))
+    for view in FULL_VIEWS:
+        assert run_view(lake, view).kind == "full"
+    for _ in range(2):
+        for table in ("r", "s"):
+            random_batch(lake, rng, table, "a", "x" if table == "r" else "g")
+        for view in FULL_VIEWS:
+            row = run_view(lake, view)
+            assert row.kind == "full" and ": recomputed in full: " in row.plan and row.consistent
+            report = audit(lake, view)
+            assert report.ok, str(report)
+    assert run_view(lake, FULL_VIEWS[0]) is None  # nothing changed: no recomputation
+
+
+def test_a_crash_mid_recomputation_then_a_rerun_equals_the_sql(lake, spark):
+    lake.create_table("r", spark.createDataFrame([(0, 1), (2, 5)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(0, 0)], "a int, g int"))
+    view = FULL_VIEWS[0]
+    run_view(lake, view)
+    spark.sql(f"INSERT INTO delta.`{lake.table_path('s')}` VALUES (2, 9), (4, 4)")
+    with pytest.raises(InjectedFailure):
+        run_view(lake, view, fail_at="bootstrap:result")  # the result was overwritten, the log row not written
+    row = run_view(lake, view)
+    assert row.watermarks == {"r": 0, "s": 1}
+    assert audit(lake, view).ok
+
+
+def test_editing_the_policy_moves_the_view_between_kinds(lake, spark):
+    lake.create_table("r", spark.createDataFrame([(0, 1), (0, 2), (2, 5)], "a int, x int"))
+    sql = "SELECT a, SUM(x) AS sx FROM r GROUP BY a"
+    assert run_view(lake, spec("sums", sql)).kind == "fivm"
+    full = run_view(lake, spec("sums", sql, refresh_policy="full"))
+    assert full.kind == "full" and full.mode == "rebuild" and "definition changed" in full.plan
+    assert audit(lake, spec("sums", sql, refresh_policy="full")).ok
+    spark.sql(f"INSERT INTO delta.`{lake.table_path('r')}` VALUES (0, 3), (7, 7)")
+    back = run_view(lake, spec("sums", sql))
+    assert back.kind == "fivm" and back.mode == "rebuild"
+    assert audit(lake, spec("sums", sql)).ok
