@@ -51,6 +51,14 @@ def test_cli_and_refresh_job_start(installed):
     assert "--validate" in run("python", str(package / "jobs" / "refresh.py"), "--help").stdout
 
 
+def test_every_package_of_the_source_tree_is_installed(installed):
+    _, package = installed  # a package left out of pyproject's list fails only when its code first runs
+    source = REPO / "lib" / "lakeivm"
+    expected = sorted(str(init.parent.relative_to(source)) for init in source.rglob("__init__.py"))
+    assert sorted(str(init.parent.relative_to(package)) for init in package.rglob("__init__.py")
+                  if init.parent.name != "schemas") == [e for e in expected if e != "schemas"]
+
+
 def test_shipped_dag_file_parses(installed):
     run, package = installed
     probe = ("import sys\n"
