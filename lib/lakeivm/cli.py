@@ -240,6 +240,8 @@ def _explain(args, settings: Settings) -> int:
     print(f"{spec.name}: refresh policy {spec.refresh_policy}: {choice.mode}, kind {choice.kind}")
     if choice.why_full:  # the construct that keeps it from incremental maintenance (or the policy)
         print(f"not incremental: {choice.why_full}")
+    for note in choice.query.notes:
+        print(note)
     if choice.kind == "fivm":  # the view tree: each view's keys, what it sums out, stored or not
         from lakeivm.views.fivm.plan import build_plan, describe
 

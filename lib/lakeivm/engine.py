@@ -17,7 +17,7 @@ from lakeivm.fingerprint import fingerprint
 from lakeivm.lake import Lake
 from lakeivm.registry import ViewSpec, choose, find_spec, load_specs
 from lakeivm.spark import deployment
-from lakeivm.sql import recompute_sql
+from lakeivm.sql import as_written
 from lakeivm.views.base import Context, Maintainer
 
 if TYPE_CHECKING:
@@ -325,10 +325,9 @@ def view_snapshot(lake: Lake, spec: ViewSpec, latest: bool = False) -> DataFrame
 
 
 def recompute(lake: Lake, spec: ViewSpec, versions: Mapping[str, int]) -> DataFrame:
-    """The view's own SQL run by Spark on the snapshots at ``versions``: the oracle."""
+    """The view's own SQL, as its spec has it, run by Spark on the snapshots at ``versions``: the oracle."""
     ctx, _ = prepare(lake, spec)
-    sources = {r.alias: ctx.snapshot(r.table, versions[r.table]) for r in ctx.query.relations}
-    return lake.spark.sql(recompute_sql(ctx.query, sources))
+    return lake.spark.sql(as_written(spec.sql, {t: ctx.snapshot(t, versions[t]) for t in ctx.query.tables}))
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 
 from lakeivm.errors import UnsupportedQuery
@@ -92,6 +93,7 @@ class Query:
     outputs: tuple[Output, ...]
     has_subquery: bool
     recomputed: bool = False  # parsed by parse_full: any query, only ever recomputed (the full kind)
+    notes: tuple[str, ...] = ()  # what parsing changed that does not change the result (explain prints them)
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -140,9 +142,16 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
     if not isinstance(tree, exp.Select):
         raise UnsupportedQuery(f"{source}: line {_line(tree, sql)}: {_what(tree)} is not maintained incrementally; "
                                "an incremental view is one SELECT (refresh_policy: auto recomputes it in full)")
+    _reject_unsafe(tree, sql, source)
+    _check_tables(_base_tables(tree), schemas, sql, source)
+    notes = ()
+    if tree.args.get("order") and not tree.args.get("limit"):  # a stored view has no order: the ORDER BY changes nothing
+        tree.set("order", None)
+        notes = ("ORDER BY ignored: a view's rows have no order; sort when reading it",)
+    # A derived table or CTE that is a plain SELECT (TPC-H Q7-Q9) is merged into the query (sqlglot's optimizer).
+    tree = merge_subqueries(_qualified(tree, schemas, source))
     _reject_constructs(tree, sql, source)
-    _check_tables(tree.find_all(exp.Table), schemas, sql, source)
-    return _build(sql, _qualified(tree, schemas, source), source)
+    return replace(_build(sql, tree, source), notes=notes)
 
 
 def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str = "<sql>") -> Query:
@@ -161,6 +170,10 @@ def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str =
                                f"got {_what(tree)}")
     _reject_unsafe(tree, sql, source)
     check_functions(tree, sql, source, RECOMPUTE_ALLOWED)
+    for query in tree.find_all(exp.Query):
+        if query.args.get("limit") and not query.args.get("order"):
+            raise UnsupportedQuery(f"{source}: line {_line(query.args['limit'], sql)}: LIMIT without ORDER BY keeps arbitrary rows, "
+                                   "so the view would differ from its SQL between runs; add an ORDER BY that decides every tie")
     tables = _base_tables(tree)
     _check_tables(tables, schemas, sql, source)
     _check_result_columns(tree, sql, source)
@@ -176,9 +189,15 @@ def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str =
 
 
 def full_sql(query: Query, sources: Mapping[str, str]) -> str:
-    """A recomputed view's SQL with every base table (``{table: Spark table/view}``) swapped for its
-    source, at any depth; a CTE of the same name is left alone."""
-    tree = query.tree.copy()
+    """A recomputed view's SQL with every base table swapped for its source (see ``as_written``)."""
+    return as_written(query.sql, sources)
+
+
+def as_written(sql: str, sources: Mapping[str, str]) -> str:
+    """The view's SQL as its spec has it, every reference to a base table (``{table: Spark table or
+    view}``) at any depth swapped for its source; a CTE of the same name is left alone. The audit's
+    oracle: what Spark computes from the user's own SQL, not from lakeivm's reading of it."""
+    tree = sqlglot.parse_one(sql, dialect=DIALECT)
     for table in _base_tables(tree):
         if table.name in sources:
             table.replace(exp.alias_(exp.to_table(sources[table.name]), table.alias_or_name, table=True))

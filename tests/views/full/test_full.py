@@ -61,6 +61,7 @@ def test_a_view_that_asked_for_a_kind_is_not_recomputed_instead():
     ("SELECT a, RAND() AS z FROM r", "non-deterministic function"),
     ("SELECT a FROM r; DROP TABLE s", "several statements"),
     ("SELECT nope FROM r", "'nope' could not be resolved"),
+    ("SELECT a, x FROM r LIMIT 3", "LIMIT without ORDER BY keeps arbitrary rows"),
 ])
 def test_what_no_view_may_hold_is_refused_under_auto_too(sql, problem):
     with pytest.raises(UnsupportedQuery, match=problem):

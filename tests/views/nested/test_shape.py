@@ -28,7 +28,7 @@ EXPECTED_PARAMS = {
 
 
 def classify_sql(sql: str):
-    return classify(spec_from_dict({"name": "v", "sql": sql, "deadline": 60}), SCHEMAS)
+    return classify(spec_from_dict({"name": "v", "sql": sql, "deadline": 60, "refresh_policy": "incremental"}), SCHEMAS)
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
