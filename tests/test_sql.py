@@ -57,7 +57,7 @@ def test_hidden_group_key_when_not_selected():
     [
         ("SELECT g FROM s LEFT JOIN r ON r.a = s.a GROUP BY g", "LEFT JOIN is not supported"),
         ("SELECT g, SUM(b) FROM s GROUP BY g HAVING SUM(b) > 1", "HAVING is not supported"),
-        ("SELECT g, SUM(b) FROM s GROUP BY g ORDER BY g LIMIT 2", "ORDER BY is not supported"),
+        ("SELECT g, SUM(b) FROM s GROUP BY g ORDER BY g LIMIT 2", r"ORDER BY \.\.\. LIMIT \(a top-k\) is not supported"),
         ("SELECT DISTINCT g FROM s", "SELECT DISTINCT is not supported"),
         ("SELECT g, COUNT(DISTINCT b) FROM s GROUP BY g", "DISTINCT inside COUNT"),
         ("SELECT g, SUM(b) OVER (PARTITION BY g) FROM s", "window function"),
@@ -144,3 +144,14 @@ def test_vetted_deterministic_functions_are_accepted():
            "GROUP BY UPPER(TRIM(g)), YEAR(TO_DATE(g))")
     q = parse_query(sql, SCHEMAS)
     assert [o.name for o in q.outputs] == ["ug", "yr", "sb", "ay", "c", "mn", "mx"]
+
+
+def test_plain_ctes_and_derived_tables_are_merged_and_an_order_by_is_ignored():
+    merged = parse_query("WITH t AS (SELECT a, x FROM r WHERE x > 0) SELECT d.a, SUM(d.x) AS s FROM (SELECT a, x FROM t) AS d "
+                         "GROUP BY d.a ORDER BY s", SCHEMAS)
+    assert merged.tables == ("r",) and not merged.has_subquery and merged.filters
+    assert merged.notes == ("ORDER BY ignored: a view's rows have no order; sort when reading it",)
+    with pytest.raises(UnsupportedQuery, match="a CTE that is not a plain SELECT"):
+        parse_query("WITH t AS (SELECT a, SUM(x) AS s FROM r GROUP BY a) SELECT a, s FROM t", SCHEMAS)
+    with pytest.raises(UnsupportedQuery, match="a derived table that is not a plain SELECT"):
+        parse_query("SELECT t.a, COUNT(*) AS n FROM (SELECT DISTINCT a FROM r) AS t GROUP BY t.a", SCHEMAS)

@@ -314,7 +314,7 @@ def _build(sql: str, tree: exp.Select, source: str) -> Query:
     joins, filters, residual = _split_conditions(tree)
     group_keys = _group_keys(tree)
     aggregates: dict[tuple[str, str | None], Aggregate] = {}
-    if group_keys or tree.find(exp.AggFunc):
+    if group_keys or any(agg.find_ancestor(exp.Subquery) is None for agg in tree.find_all(exp.AggFunc)):
         outputs = tuple(_output(item, group_keys, aggregates, sql, source) for item in tree.expressions)
     else:  # a plain select-project-join (a join sample's query)
         outputs = tuple(Output(i.alias_or_name, (i.this if isinstance(i, exp.Alias) else i).sql(DIALECT), False) for i in tree.expressions)
@@ -348,11 +348,12 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
     """What incremental maintenance does not take (refresh_policy: auto recomputes such a view in full)."""
     _reject_unsafe(tree, sql, source)
     checks = [
-        (tree.args.get("with"), "a WITH clause (CTE)", "inline the CTE as a join"),
+        (tree.find(exp.With), "a CTE that is not a plain SELECT (it aggregates, or is read twice)", "inline it as a join"),
+        (next((q for q in tree.find_all(exp.Subquery) if isinstance(q.parent, (exp.From, exp.Join))), None),
+         "a derived table that is not a plain SELECT (FROM (SELECT ... GROUP BY ...))", "join the tables themselves"),
         (tree.args.get("distinct"), "SELECT DISTINCT", "GROUP BY the columns instead"),
         (tree.args.get("having"), "HAVING", "filter when reading the view"),
-        (tree.args.get("order"), "ORDER BY", "a view has no order; sort when reading it"),
-        (tree.args.get("limit"), "LIMIT", "limit when reading the view"),
+        (tree.args.get("limit"), "ORDER BY ... LIMIT (a top-k)", "it is recomputed in full under refresh_policy auto"),
         (tree.find(exp.Window), "a window function", "window functions are not maintained incrementally"),
         (tree.find(exp.Union, exp.Intersect, exp.Except), "a set operation", "register one view per branch"),
     ]
