@@ -38,11 +38,13 @@ def lake(spark, tmp_path):
 def pytest_collection_modifyitems(items):
     """Anything using the spark fixture carries the spark marker. The Spark Connect clients (markers
     connect, deployment) run last: pyspark refuses a Connect session in a process that has a local
-    one, so they stop it first."""
+    one, so they stop it first. The tests marked heavy run first."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()) or "lake" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-    items.sort(key=_connect_client)  # stable: the order is kept otherwise
+    # stable: the order is kept otherwise. The heavy tests first: xdist hands out the first tests
+    # round-robin, so each worker starts on one instead of the longest ending the run alone.
+    items.sort(key=lambda item: (_connect_client(item), item.get_closest_marker("heavy") is None))
 
 
 def _connect_client(item) -> bool:

@@ -115,9 +115,10 @@ def test_classify_first_order_and_rejections():
     kind, _ = classify(spec_from_dict({"name": "v", "sql": "SELECT g, SUM(b) AS sb FROM s GROUP BY g", "deadline": 5,
                                        "kind": "first_order"}), schemas)
     assert kind == "first_order"
-    with pytest.raises(UnsupportedQuery, match="needs aggregates"):
-        classify(spec_from_dict({"name": "v", "sql": "SELECT g FROM s", "deadline": 5, "refresh_policy": "incremental"}), schemas)
-    assert classify(spec_from_dict({"name": "v", "sql": "SELECT g FROM s", "deadline": 5}), schemas)[0] == "full"  # auto
+    kind, query = classify(spec_from_dict({"name": "v", "sql": "SELECT g FROM s", "deadline": 5, "refresh_policy": "incremental"}), schemas)
+    assert kind == "first_order" and query.implicit_keys == "projection"  # rows with multiplicities
+    with pytest.raises(UnsupportedQuery, match="kind triangle needs aggregates"):
+        classify(spec_from_dict({"name": "v", "sql": "SELECT g FROM s", "deadline": 5, "kind": "triangle"}), schemas)
     kind, query = classify(spec_from_dict({"name": "v", "sql": "SELECT g, MIN(b) AS m FROM s GROUP BY g", "deadline": 5,
                                            "kind": "first_order"}), schemas)
     assert kind == "first_order" and [a.func for a in query.extrema] == ["MIN"]

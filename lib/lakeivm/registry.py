@@ -16,7 +16,7 @@ import yaml
 
 from lakeivm.config import SCHEMAS
 from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
-from lakeivm.sql import Query, parse_full, parse_query
+from lakeivm.sql import Query, grouped, parse_full, parse_query
 from lakeivm.views.join_sample.plan import plan_sample
 from lakeivm.views.nested.shape import diagnose, nested_shape
 from lakeivm.views.fivm.plan import build_plan, fit_query
@@ -225,6 +225,11 @@ def choose(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> Choice:
 
 def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[str, Query]:
     query = parse_query(spec.sql, schemas, source=spec.source)
+    if _is_projection(spec, query):  # rows with multiplicities, kept by first_order
+        query = grouped(query, spec.source)
+        if spec.kind not in (None, "first_order"):
+            raise UnsupportedQuery(f"{spec.source}: kind {spec.kind} needs aggregates; a projection without them is kept "
+                                   "by kind first_order (each distinct row and its multiplicity). Remove `kind:`.")
     kind = spec.kind or _default_kind(spec, query)
     if kind not in AVAILABLE_KINDS:
         raise UnsupportedQuery(
@@ -254,11 +259,19 @@ def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str
     return kind, query
 
 
+def _is_projection(spec: ViewSpec, query: Query) -> bool:
+    """A select-project-join without aggregates or GROUP BY that no sample option claims."""
+    return (not query.aggregates and not query.group_keys and not query.has_subquery and spec.kind != "join_sample"
+            and not ({"sample_size"} | FIVM_OPTIONS) & set(spec.options))
+
+
 def _default_kind(spec: ViewSpec, query: Query) -> str:
     if "sample_size" in spec.options:
         return "join_sample"
     if query.has_subquery:
         return "nested"
+    if query.implicit_keys == "projection":
+        return "first_order"
     if triangle_shape(query) is not None:
         return "triangle"
     if FIVM_OPTIONS & set(spec.options) or why_not_fivm(spec, query) is None:
@@ -287,9 +300,9 @@ def _check_fivm(spec: ViewSpec, query: Query, schemas: Mapping[str, Mapping[str,
 def _check_first_order(spec: ViewSpec, query: Query) -> None:
     if query.has_subquery:
         raise UnsupportedQuery(f"{spec.source}: first_order cannot maintain a nested subquery; it needs the nested kind.")
-    if not query.aggregates:
+    if not query.aggregates and not query.group_keys:
         raise UnsupportedQuery(
-            f"{spec.source}: a first_order view needs aggregates (SUM/COUNT/AVG with or without GROUP BY); "
+            f"{spec.source}: a first_order view needs aggregates (SUM/COUNT/AVG with or without GROUP BY) or GROUP BY; "
             "a plain join is kept as a sample with sample_size."
         )
 

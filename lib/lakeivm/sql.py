@@ -94,6 +94,7 @@ class Query:
     has_subquery: bool
     recomputed: bool = False  # parsed by parse_full: any query, only ever recomputed (the full kind)
     notes: tuple[str, ...] = ()  # what parsing changed that does not change the result (explain prints them)
+    implicit_keys: str | None = None  # "distinct" or "projection": GROUP BY keys lakeivm added (``grouped``)
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -150,8 +151,36 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
         notes = ("ORDER BY ignored: a view's rows have no order; sort when reading it",)
     # A derived table or CTE that is a plain SELECT (TPC-H Q7-Q9) is merged into the query (sqlglot's optimizer).
     tree = merge_subqueries(_qualified(tree, schemas, source))
+    implicit = None
+    if tree.args.get("distinct") and not tree.args.get("group") and not _aggregates_here(tree):
+        tree.set("distinct", None)  # SELECT DISTINCT e1, e2 = GROUP BY e1, e2: a group per distinct row
+        implicit, notes = "distinct", (*notes, "SELECT DISTINCT maintained as GROUP BY of its columns")
+        _group_by_outputs(tree, sql, source)
     _reject_constructs(tree, sql, source)
-    return replace(_build(sql, tree, source), notes=notes)
+    return replace(_build(sql, tree, source), notes=notes, implicit_keys=implicit)
+
+
+def grouped(query: Query, source: str = "<sql>") -> Query:
+    """A projection without aggregates (``SELECT e1, e2 FROM ... WHERE ...``) as ``GROUP BY e1, e2``:
+    each distinct row kept once with its multiplicity in the count column, which the first-order
+    kind's reader expands back into that many rows."""
+    tree = query.tree.copy()
+    _group_by_outputs(tree, query.sql, source)
+    return replace(_build(query.sql, tree, source), notes=query.notes, implicit_keys="projection")
+
+
+def _group_by_outputs(tree: exp.Select, sql: str, source: str) -> None:
+    names = [item.alias_or_name for item in tree.expressions]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UnsupportedQuery(f"{source}: result column {twice[0]!r} is named twice; a view's columns need distinct names: "
+                               "rename one with AS")
+    tree.set("group", exp.Group(expressions=[(i.this if isinstance(i, exp.Alias) else i).copy() for i in tree.expressions]))
+
+
+def _aggregates_here(tree: exp.Select) -> bool:
+    """Whether the SELECT itself aggregates (an aggregate inside a subquery does not count)."""
+    return any(agg.find_ancestor(exp.Subquery) is None for agg in tree.find_all(exp.AggFunc))
 
 
 def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str = "<sql>") -> Query:
@@ -314,7 +343,7 @@ def _build(sql: str, tree: exp.Select, source: str) -> Query:
     joins, filters, residual = _split_conditions(tree)
     group_keys = _group_keys(tree)
     aggregates: dict[tuple[str, str | None], Aggregate] = {}
-    if group_keys or any(agg.find_ancestor(exp.Subquery) is None for agg in tree.find_all(exp.AggFunc)):
+    if group_keys or _aggregates_here(tree):
         outputs = tuple(_output(item, group_keys, aggregates, sql, source) for item in tree.expressions)
     else:  # a plain select-project-join (a join sample's query)
         outputs = tuple(Output(i.alias_or_name, (i.this if isinstance(i, exp.Alias) else i).sql(DIALECT), False) for i in tree.expressions)

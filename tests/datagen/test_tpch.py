@@ -1,6 +1,8 @@
 """TPC-H generation and its change stream, with the shipped views maintained over it."""
 from __future__ import annotations
 
+import pytest
+
 from lakeivm.config import SHIPPED_VIEWS
 from lakeivm.datagen.graph import apply_edge_batch, edge_stream, rmat_edges, write_graph
 from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
@@ -8,6 +10,7 @@ from lakeivm.engine import audit, run_view
 from lakeivm.registry import load_specs
 
 
+@pytest.mark.heavy  # started first: xdist spreads the longest tests over its workers
 def test_shipped_views_follow_the_tpch_change_stream(lake):
     counts = generate_tpch(lake, 0.002, progress=lambda m: None)
     assert counts["nation"] == 25 and counts["lineitem"] > 1000

@@ -78,7 +78,12 @@ class FirstOrderMaintainer:
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         df = ctx.lake.read(ctx.lake.view_path(ctx.view), version)
-        return df.select(*[c for c in df.columns if not c.startswith(HIDDEN)])
+        visible = [c for c in df.columns if not c.startswith(HIDDEN)]
+        if ctx.query.implicit_keys == "projection":  # each distinct row stored once with its multiplicity
+            from pyspark.sql import functions as F
+
+            df = df.withColumn(f"{HIDDEN}copy", F.explode(F.sequence(F.lit(1), F.col(COUNT).cast("int"))))
+        return df.select(*visible)
 
     def _extrema(self, ctx: Context) -> dict[int, AdditiveTable]:
         """One multiset table per MIN/MAX aggregate: (group keys, value) -> count."""
