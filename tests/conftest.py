@@ -22,10 +22,7 @@ def spark():
     from lakeivm.config import Settings
     from lakeivm.spark import get_spark
 
-    # The serial collector and the client compiler only: three test JVMs share 2 cores, and their tiny jobs
-    # gain nothing from parallel GC threads or C2's compiles (measured: 3 tests in parallel, 264 s -> 228 s).
-    java = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
-    session = get_spark(Settings(spark_master="local[2]", shuffle_partitions=2, spark_conf=java), app_name="lakeivm-tests")
+    session = get_spark(Settings(spark_master="local[2]", shuffle_partitions=2), app_name="lakeivm-tests")
     yield session
     session.stop()
 
