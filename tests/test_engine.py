@@ -40,7 +40,7 @@ def assert_matches_sql(lake, spec):
 
 @settings(max_examples=3, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@pytest.mark.heavy  # started first: xdist spreads the longest tests over its workers
+@pytest.mark.heavy
 @given(seed=st.integers(0, 10**6), plans=st.lists(st.sampled_from([("r",), ("s",), ("r", "s"), None]), min_size=3, max_size=3))
 def test_random_streams_and_asymmetric_plans_match_sql(spark, seed, plans):
     rng = random.Random(seed)

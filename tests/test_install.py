@@ -71,7 +71,7 @@ def test_shipped_dag_file_parses(installed):
     assert "lakeivm__revenue_by_nation" in dag_ids and dag_ids == shipped
 
 
-@pytest.mark.heavy  # started first: xdist spreads the longest tests over its workers
+@pytest.mark.heavy
 def test_datagen_refresh_audit(installed):
     run, _ = installed  # the first session gets Delta's JARs itself: no set-up command needed
     run("lakeivm", "--lake", "lake", "datagen", "tpch", "--scale", "0.001")

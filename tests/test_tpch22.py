@@ -15,7 +15,7 @@ INCREMENTAL = {"tpch_q01", "tpch_q05", "tpch_q06", "tpch_q07", "tpch_q08", "tpch
                "tpch_q19"}  # the README's TPC-H table says why each other query is recomputed in full
 
 
-@pytest.mark.heavy  # started first: xdist spreads the longest tests over its workers
+@pytest.mark.heavy
 @pytest.mark.parametrize("batches", [1, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("queries", [range(1, 12), range(12, 23)], ids=["q01-q11", "q12-q22"])  # two workers share them
 def test_the_22_queries_are_maintained_and_equal_their_sql(lake, queries, batches):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -15,7 +15,7 @@ from lakeivm.config import Settings, load_settings
 from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError
 from lakeivm.fingerprint import fingerprint
 from lakeivm.lake import Lake
-from lakeivm.registry import ViewSpec, choose, find_spec, load_specs
+from lakeivm.registry import FULL, ViewSpec, choose, find_spec, load_specs
 from lakeivm.spark import deployment
 from lakeivm.sql import as_written
 from lakeivm.views.base import Context, Maintainer
@@ -175,7 +175,7 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
                   "the view's tables changed")
         return _bootstrap(ctx, maintainer, seq, "bootstrap" if last is None else "rebuild", reason, started, progress)
     ctx.watermarks = dict(last.watermarks)
-    if getattr(maintainer, "recomputes", False):
+    if _kind(maintainer) == FULL:
         return _recompute(ctx, maintainer, seq, mode, started, progress)
     pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
     here = deployment(lake.spark)
@@ -409,19 +409,20 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]
             from lakeivm.planning.tick import plan_refresh
 
             pending = {t: changes.pending_rows(lake, t, last.watermarks.get(t, -1), h) for t, h in heads.items()}
-            predicted = plan_refresh(history, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name))
-            if getattr(maintainer, "recomputes", False):  # a recomputation costs what the last ones did, whatever is pending
+            if _kind(maintainer) == FULL:  # a recomputation costs what the last ones did, whatever is pending
                 recent = sorted(r.seconds for r in history[-5:])
-                predicted = replace(predicted, predicted_seconds=recent[len(recent) // 2],
-                                    reason=f"median of the last {len(recent)} recomputations")
+                seconds, why = recent[len(recent) // 2], f"median of the last {len(recent)} recomputations"
+            else:
+                decision = plan_refresh(history, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name))
+                seconds, why = decision.predicted_seconds, decision.reason
             refreshes = [r for r in history if r.mode == "refresh" and r.deadline_met is not None]
             entry.update(
                 last_run=f"#{last.seq} {last.mode} at {last.finished_at:%Y-%m-%d %H:%M:%S} ({last.seconds:.1f}s)",
                 watermarks=dict(last.watermarks),
                 pending_rows=pending,
                 consistent=last.consistent,
-                predicted_refresh_s=round(predicted.predicted_seconds, 3),
-                refresh_prediction=predicted.reason,
+                predicted_refresh_s=round(seconds, 3),
+                refresh_prediction=why,
                 last_plan=last.plan,
                 deadline_record={"refreshes": len(refreshes), "met": sum(bool(r.deadline_met) for r in refreshes),
                                  "recent": [(r.seq, round(r.seconds, 1), r.deadline_met) for r in refreshes[-5:]]},

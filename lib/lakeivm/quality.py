@@ -50,7 +50,8 @@ def build_suite(spec: ViewSpec, query: Query):
     gx.get_context(mode="ephemeral")  # suites need an active context
     suite = gx.ExpectationSuite(name=f"lakeivm__{spec.name}")
     keys = [k.name for k in query.group_keys]
-    for key in keys if not query.implicit_keys else ():  # a DISTINCT or projected column may hold NULL
+    required = () if query.implicit_keys else keys  # a DISTINCT or projected column may hold NULL
+    for key in required:
         if key not in spec.nullable_keys:
             suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=key))
     if len(keys) == 1:

@@ -207,9 +207,9 @@ def choose(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> Choice:
     - ``auto`` (default): incremental where the SQL allows it, else full, with the construct as the reason.
       A spec that names a ``kind`` or a kind's options asked for that kind: it is never recomputed instead.
     """
+    asked = _asked_kind(spec)
     if spec.refresh_policy == FULL:
-        if spec.kind or KIND_OPTIONS & set(spec.options):
-            asked = f"kind {spec.kind}" if spec.kind else "/".join(sorted(KIND_OPTIONS & set(spec.options)))
+        if asked:
             raise UnsupportedQuery(f"{spec.source}: refresh_policy: full recomputes the view, so {asked} does not apply; "
                                    "remove it, or the refresh policy.")
         return Choice(FULL, parse_full(spec.sql, schemas, spec.source), "refresh_policy: full")
@@ -217,10 +217,17 @@ def choose(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> Choice:
         kind, query = _classify_incremental(spec, schemas)
         return Choice(kind, query)
     except UnsupportedQuery as err:
-        if spec.refresh_policy == "incremental" or spec.kind or KIND_OPTIONS & set(spec.options):
+        if spec.refresh_policy == "incremental" or asked:
             raise
         query = parse_full(spec.sql, schemas, spec.source)  # what no view may hold is refused by this too
         return Choice(FULL, query, str(err).removeprefix(f"{spec.source}: "))
+
+
+def _asked_kind(spec: ViewSpec) -> str | None:
+    """What in the spec asks for one incremental kind (``kind:`` or that kind's options), if anything."""
+    if spec.kind:
+        return f"kind {spec.kind}"
+    return "/".join(sorted(KIND_OPTIONS & set(spec.options))) or None
 
 
 def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[str, Query]:

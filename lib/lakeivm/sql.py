@@ -92,7 +92,6 @@ class Query:
     aggregates: tuple[Aggregate, ...]
     outputs: tuple[Output, ...]
     has_subquery: bool
-    recomputed: bool = False  # parsed by parse_full: any query, only ever recomputed (the full kind)
     notes: tuple[str, ...] = ()  # what parsing changed that does not change the result (explain prints them)
     implicit_keys: str | None = None  # "distinct" or "projection": GROUP BY keys lakeivm added (``grouped``)
 
@@ -170,12 +169,16 @@ def grouped(query: Query, source: str = "<sql>") -> Query:
 
 
 def _group_by_outputs(tree: exp.Select, sql: str, source: str) -> None:
-    names = [item.alias_or_name for item in tree.expressions]
+    _check_distinct_names([item.alias_or_name for item in tree.expressions], source)
+    tree.set("group", exp.Group(expressions=[(i.this if isinstance(i, exp.Alias) else i).copy() for i in tree.expressions]))
+
+
+def _check_distinct_names(names: list[str], source: str) -> None:
+    """A view's result columns are a Delta table's: no name twice."""
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise UnsupportedQuery(f"{source}: result column {twice[0]!r} is named twice; a view's columns need distinct names: "
                                "rename one with AS")
-    tree.set("group", exp.Group(expressions=[(i.this if isinstance(i, exp.Alias) else i).copy() for i in tree.expressions]))
 
 
 def _aggregates_here(tree: exp.Select) -> bool:
@@ -190,7 +193,7 @@ def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str =
     outside the vetted deterministic built-ins, ``${...}``, scripts, samples, parameters, and result
     columns a Delta table cannot hold (an unnamed expression, a name given twice).
 
-    The Query's relations are its base tables, one each (alias = table name: ``full_sql`` swaps
+    The Query's relations are its base tables, one each (alias = table name: ``as_written`` swaps
     every reference to a table, at any depth, for that table's snapshot).
     """
     tree = _parse(sql, source)
@@ -207,19 +210,11 @@ def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str =
     _check_tables(tables, schemas, sql, source)
     _check_result_columns(tree, sql, source)
     names = _qualified(tree.copy(), schemas, source).named_selects  # validates the columns; the SQL runs as written
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise UnsupportedQuery(f"{source}: result column {twice[0]!r} is named twice; a view's columns need distinct "
-                               "names: rename one with AS")
+    _check_distinct_names(names, source)
     used = tuple(dict.fromkeys(t.name for t in tables))
     return Query(sql=sql, tree=tree, relations=tuple(Relation(t, t, tuple(schemas[t])) for t in used), joins=(), filters={},
                  residual=(), group_keys=(), aggregates=(), outputs=tuple(Output(n, n, False) for n in names),
-                 has_subquery=_has_nested_select(tree), recomputed=True)
-
-
-def full_sql(query: Query, sources: Mapping[str, str]) -> str:
-    """A recomputed view's SQL with every base table swapped for its source (see ``as_written``)."""
-    return as_written(query.sql, sources)
+                 has_subquery=_has_nested_select(tree))
 
 
 def as_written(sql: str, sources: Mapping[str, str]) -> str:
@@ -332,8 +327,6 @@ def recompute_sql(query: Query, sources: Mapping[str, str]) -> str:
 
     A table read inside a subquery is read from the source of the outer relation of the same table.
     """
-    if query.recomputed:
-        return full_sql(query, sources)
     by_table = {r.table: sources[r.alias] for r in query.relations if r.alias in sources}
     return _with_sources(query.tree, sources, by_table).sql(dialect=DIALECT)
 
@@ -374,8 +367,8 @@ def _reject_unsafe(tree: exp.Expression, sql: str, source: str) -> None:
 
 
 def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
-    """What incremental maintenance does not take (refresh_policy: auto recomputes such a view in full)."""
-    _reject_unsafe(tree, sql, source)
+    """What incremental maintenance does not take (refresh_policy: auto recomputes such a view in full);
+    parse_query has already refused what no view may hold (``_reject_unsafe``)."""
     checks = [
         (tree.find(exp.With), "a CTE that is not a plain SELECT (it aggregates, or is read twice)", "inline it as a join"),
         (next((q for q in tree.find_all(exp.Subquery) if isinstance(q.parent, (exp.From, exp.Join))), None),

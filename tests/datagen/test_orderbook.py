@@ -73,7 +73,7 @@ def test_bad_arguments_named() -> None:
         OrderBookGenerator().rows("trades")
 
 
-@pytest.mark.heavy  # started first: xdist spreads the longest tests over its workers
+@pytest.mark.heavy
 def test_written_book_and_event_batches_feed_the_shipped_order_book_views(lake) -> None:
     """End to end on Spark: write_orderbook, an event batch (deletes of one copy included), shipped order-book
     views maintained over it and equal to their SQL (streams of batches: tests/views/nested)."""

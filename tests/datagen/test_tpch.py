@@ -10,7 +10,7 @@ from lakeivm.engine import audit, run_view
 from lakeivm.registry import load_specs
 
 
-@pytest.mark.heavy  # started first: xdist spreads the longest tests over its workers
+@pytest.mark.heavy
 def test_shipped_views_follow_the_tpch_change_stream(lake):
     counts = generate_tpch(lake, 0.002, progress=lambda m: None)
     assert counts["nation"] == 25 and counts["lineitem"] > 1000

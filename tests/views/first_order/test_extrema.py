@@ -23,7 +23,7 @@ SPEC = spec_from_dict({
 GLOBAL = spec_from_dict({"name": "lowest", "sql": "SELECT MIN(x) AS lo FROM r", "deadline": 60, "kind": "first_order"})
 
 
-@pytest.mark.heavy  # started first: xdist spreads the longest tests over its workers
+@pytest.mark.heavy
 def test_min_max_match_sql_under_random_streams_and_asymmetric_runs(lake, spark):
     rng = random.Random(11)
     lake.create_table("r", spark.createDataFrame([(0, 5), (0, 1), (1, None), (2, 7), (3, 2)], "a int, x int"))

@@ -132,7 +132,7 @@ def test_q5_like_revenue_by_nation(lake, spark):
         assert_exact(lake, spec, definitions=plan is None)
 
 
-@pytest.mark.heavy  # started first: xdist spreads the longest tests over its workers
+@pytest.mark.heavy
 def test_updatable_fact_table_only(lake, spark):
     """``updatable: [lineitem]`` (Fig. 5's μ with U = {lineitem}): the lineitem leaf is not stored,
     lineitem batches are applied incrementally, other tables' changes rebuild the state; mixed

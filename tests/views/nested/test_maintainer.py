@@ -102,7 +102,7 @@ def maintainer_shape(ctx):
     return nested_shape(ctx.query)
 
 
-@pytest.mark.heavy  # started first: xdist spreads the longest tests over its workers
+@pytest.mark.heavy
 def test_order_book_views_emit_the_sql_result_for_every_version(lake, spark):
     rng = random.Random(5)
     lake.create_table("bids", spark.createDataFrame(book_rows(rng, 12), BOOK_DDL))

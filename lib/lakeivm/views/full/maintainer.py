@@ -3,7 +3,7 @@
 What Databricks calls a full refresh and Snowflake a full-mode dynamic table: the fallback that lets
 any Spark SQL query over lake tables be a view (outer joins, set operations, CTEs, window functions,
 ORDER BY ... LIMIT). It keeps no state but the result, so every run is a ``bootstrap``; the engine
-never hands it a delta. The run still goes through the commit protocol: one overwrite of the
+never hands it a delta (``engine._recompute``). The run still goes through the commit protocol: one overwrite of the
 result (a Delta commit, change data feed on), versioned by the log row, undone by recovery.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lakeivm.lake import CDF
-from lakeivm.sql import full_sql
+from lakeivm.sql import as_written
 from lakeivm.views.base import Context
 
 if TYPE_CHECKING:
@@ -22,14 +22,12 @@ if TYPE_CHECKING:
 class FullMaintainer:
     """Keeps ``views/<view>/result``: the query's rows, rewritten whole by every run."""
 
-    recomputes = True  # the engine recomputes instead of reading changes (engine._run)
-
     def state_tables(self, ctx: Context) -> Mapping[str, str]:
         return {"result": ctx.lake.view_path(ctx.view)}
 
     def bootstrap(self, ctx: Context) -> None:
         sources = {table: ctx.snapshot(table, ctx.pins[table]) for table in ctx.query.tables}
-        rows = ctx.spark.sql(full_sql(ctx.query, sources))
+        rows = ctx.spark.sql(as_written(ctx.query.sql, sources))
         (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(CDF, "true")
          .save(ctx.lake.view_path(ctx.view)))
         ctx.checkpoint("bootstrap:result")
