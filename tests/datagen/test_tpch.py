@@ -10,13 +10,21 @@ from lakeivm.engine import audit, run_view
 from lakeivm.registry import load_specs
 
 
+# Shipped views whose SQL another stream test maintains and audits already (the CI budget).
+COVERED_ELSEWHERE = {
+    "customer_distribution": "tests/test_tpch22.py: tpch_q13 is the same SQL",
+    "tpch_q17": "tests/test_tpch22.py: tpch_q17, the same query with the specification's constants",
+    "price_model": "tests/views/fivm/test_maintainer.py: the regression view, the same SQL and features",
+}
+
+
 @pytest.mark.heavy
 def test_shipped_views_follow_the_tpch_change_stream(lake):
     counts = generate_tpch(lake, 0.002, progress=lambda m: None)
     assert counts["nation"] == 25 and counts["lineitem"] > 1000
     edges = rmat_edges(7, 300, seed=1)  # the shipped graph_triangles view reads an edges table
     write_graph(lake, edges)
-    specs = load_specs(SHIPPED_VIEWS)
+    specs = {name: spec for name, spec in load_specs(SHIPPED_VIEWS).items() if name not in COVERED_ELSEWHERE}
     for spec in specs.values():
         run_view(lake, spec)
     stream = TpchChangeStream(lake, seed=3)

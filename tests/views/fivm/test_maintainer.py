@@ -119,6 +119,7 @@ def test_chain_random_streams_with_asymmetric_plans(lake, spark):
     assert lake.read(lake.view_path("chain")).count() == 0
 
 
+@pytest.mark.slow  # CI budget: test_updatable_fact_table_only runs this view and stream shape, definitions checked
 def test_q5_like_revenue_by_nation(lake, spark):
     rng = random.Random(11)
     spec = load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml")
