@@ -14,7 +14,7 @@ from lakeivm import changes, commit, storage
 from lakeivm.config import Settings, load_settings
 from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError
 from lakeivm.fingerprint import fingerprint
-from lakeivm.lake import Lake
+from lakeivm.lake import WRITER_TAG, Lake
 from lakeivm.registry import FULL, ViewSpec, choose, find_spec, load_specs
 from lakeivm.spark import deployment
 from lakeivm.sql import as_written
@@ -33,7 +33,6 @@ MAINTAINERS: dict[str, str] = {
     "full": "lakeivm.views.full.maintainer:FullMaintainer",
 }
 MODES = ("tick", "refresh", "rebuild")
-WRITER_TAG = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 class InjectedFailure(LakeIVMError):

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 CDF = "delta.enableChangeDataFeed"
+WRITER_TAG = "spark.databricks.delta.commitInfo.userMetadata"  # set per run: every Delta commit of the run names it
 
 
 @dataclass
@@ -104,6 +105,30 @@ class Lake:
             except Exception:  # a table feature delta-rs cannot read: ask Spark
                 self.cache[key] = {f.name: f.dataType.simpleString() for f in self.read(path, version).schema.fields}
         return self.cache[key]
+
+    def read_small(self, path: str) -> tuple[DataFrame, object] | None:
+        """A small Delta table read in this process (delta-rs) and handed to Spark as local rows:
+        ``(frame, arrow schema)``, or None if delta-rs cannot read it (a table feature it lacks,
+        e.g. deletion vectors). Spark reads no Delta snapshot of it (a snapshot of a table that
+        changes every run costs Spark jobs and seconds, however few its rows)."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaProtocolError
+
+        try:
+            rows = DeltaTable(path).to_pyarrow_table()
+        except DeltaProtocolError:
+            return None
+        ddl = ", ".join(f"`{name}` {kind}" for name, kind in self.schema_at(path, self.head_version(path)).items())
+        return self.spark.createDataFrame(rows, schema=ddl), rows.schema
+
+    def overwrite_small(self, path: str, rows: DataFrame, schema: object) -> None:
+        """Replace the Delta table's rows with ``rows`` (few: collected to this process) in one
+        commit written by delta-rs, carrying the run's writer tag like its Spark commits."""
+        from deltalake import CommitProperties, write_deltalake
+
+        tag = self.spark.conf.get(WRITER_TAG, None)
+        write_deltalake(path, rows.toArrow().cast(schema), mode="overwrite",
+                        commit_properties=CommitProperties(custom_metadata={"userMetadata": tag} if tag else None))
 
     def ensure_system_tables(self) -> None:
         """Create ``_system/log`` and ``_system/costs`` (schemas in lakeivm/schemas/system/) if missing."""

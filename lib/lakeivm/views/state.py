@@ -105,6 +105,12 @@ def rewrite_is_cheaper(lake: Lake, path: str) -> bool:
     return lake.row_count(path) <= REWRITE_ROWS
 
 
+def read_if_small(lake: Lake, path: str) -> tuple[DataFrame, object] | None:
+    """``lake.read_small(path)`` -- the rows as local rows and their Arrow schema -- if the table is
+    small enough to rewrite whole (and delta-rs reads it), else None: MERGE or write it with Spark."""
+    return lake.read_small(path) if rewrite_is_cheaper(lake, path) else None
+
+
 COMPACT_RATIO = 0.25  # appended rows, as a fraction of the rows at the last rewrite, that trigger a compaction
 COMPACT_COMMITS = 40  # appends that trigger one whatever their size (each is a file every scan opens)
 

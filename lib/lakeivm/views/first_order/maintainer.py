@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from lakeivm.lake import CDF
 from lakeivm.sql import COUNT, Aggregate, Query, multiset_sql, state_sql
 from lakeivm.views.base import Context
-from lakeivm.views.state import AdditiveTable, rewrite_is_cheaper
+from lakeivm.views.state import AdditiveTable, read_if_small
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -132,17 +132,18 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
     keys = [k.name for k in query.group_keys]
     sums = [F.sum(c).alias(c) for c in query.additive_columns]
     change = change.groupBy(*keys).agg(*sums) if keys else change.agg(*sums)
+    small, schema = read_if_small(ctx.lake, path) or (None, None)
     on = " AND ".join(f"c.`{k}` <=> d.`{k}`" for k in keys) or "true"
     added = [f"COALESCE(c.`{s}`, 0) + COALESCE(d.`{s}`, 0) AS `{s}`" for s in query.additive_columns]
-    joined = change.alias("d").join(ctx.lake.read(path).alias("c"), on=F.expr(on), how="left")
+    joined = change.alias("d").join((small if small is not None else ctx.lake.read(path)).alias("c"), on=F.expr(on), how="left")
     touched = joined.selectExpr(*[f"d.`{k}` AS `{k}`" for k in keys], *added)
     for agg, multiset in (multisets or {}).items():
         touched = _with_extremum(touched, ctx.lake.read(multiset), agg, keys)
-    # Materialize the (small) set of touched groups: MERGE evaluates its source more than once.
-    updated = finalize(query, touched).localCheckpoint(eager=True)
-    if rewrite_is_cheaper(ctx.lake, path):
-        _rewrite(ctx, path, updated, keys)
+    updated = finalize(query, touched)
+    if small is not None:
+        _rewrite(ctx, path, small, schema, updated, keys)
         return
+    updated = updated.localCheckpoint(eager=True)  # the touched groups, computed once: MERGE evaluates its source twice
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true"
     if keys:
         clauses = (f"WHEN MATCHED AND s.{COUNT} = 0 THEN DELETE", "WHEN MATCHED THEN UPDATE SET *",
@@ -152,18 +153,18 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
     ctx.lake.merge(path, updated, on, *clauses)
 
 
-def _rewrite(ctx: Context, path: str, updated: DataFrame, keys: list[str]) -> None:
-    """The stored view with its touched groups replaced by ``updated`` (a group whose count reached
-    zero dropped), written as one overwrite."""
+def _rewrite(ctx: Context, path: str, stored: DataFrame, schema: object, updated: DataFrame, keys: list[str]) -> None:
+    """The small stored view (``stored``: its rows read in this process) with its touched groups
+    replaced by ``updated`` (a group whose count reached zero dropped), collected and written back
+    as one overwrite by delta-rs: Spark takes no snapshot of the table and writes no commit."""
     from pyspark.sql import functions as F
 
-    stored = ctx.lake.read(path)
     rows = updated
     if keys:
         on = F.expr(" AND ".join(f"c.`{k}` <=> u.`{k}`" for k in keys))
         rows = stored.alias("c").join(updated.alias("u"), on, "left_anti").unionByName(updated.where(f"{COUNT} > 0"))
     rows = rows.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in stored.schema.fields])
-    rows.localCheckpoint(eager=True).write.format("delta").mode("overwrite").save(path)  # computed before the table is replaced
+    ctx.lake.overwrite_small(path, rows, schema)
 
 
 def _with_extremum(groups: DataFrame, multiset: DataFrame, agg: Aggregate, keys: list[str]) -> DataFrame:

@@ -30,7 +30,7 @@ from lakeivm.views.base import Context
 from lakeivm.views.fivm.payload import ALIVE
 from lakeivm.views.fivm.plan import FivmPlan, build_plan, leaf_weights
 from lakeivm.views.fivm.tree import View
-from lakeivm.views.state import AdditiveTable, consolidate, rewrite_is_cheaper
+from lakeivm.views.state import AdditiveTable, consolidate, read_if_small
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -110,18 +110,22 @@ class FivmMaintainer:
             table.flush()
             ctx.checkpoint(f"flush:{vid}")
         path = ctx.lake.view_path(ctx.view)
-        stored = ctx.lake.read(path)
+        small = read_if_small(ctx.lake, path)  # read in this process: rewritten whole by delta-rs below
+        stored, schema = small if small is not None else (ctx.lake.read(path), None)
         types = {f.name: f.dataType.simpleString() for f in stored.schema.fields}
         keys, columns = plan.tree.root.keys, plan.payload_columns(plan.tree.root)
         change = self._root_deltas[0]
         for more in self._root_deltas[1:]:
             change = change.unionByName(more)
-        if not keys or self._rebuilt or rewrite_is_cheaper(ctx.lake, path):  # the whole result: rebuilt, or small
+        if not keys or self._rebuilt or small is not None:  # the whole result: rebuilt, or small
             root = change if self._rebuilt else root_rows(plan, stored).unionByName(change)
             if keys:
                 root = root.groupBy(*keys).agg(*[F.sum(c).alias(c) for c in columns]).where(F.col(ALIVE) != 0)
-            rows = _render(plan, root, types, self._exact_sums(ctx)).localCheckpoint(eager=True)  # computed before the table is replaced
-            rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+            rows = _render(plan, root, types, self._exact_sums(ctx))
+            if small is not None and rows.columns == stored.columns:
+                ctx.lake.overwrite_small(path, rows, schema)
+            else:  # one query reading the stored snapshot it replaces (Delta pins it at analysis)
+                rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
         else:  # the touched groups: stored state + delta, MERGEd (a group whose count reaches 0 is deleted)
             touched = change.select(*keys).distinct()
             on = F.expr(" AND ".join(f"o.`{k}` <=> t.`{k}`" for k in keys))
