@@ -216,19 +216,20 @@ def test_regression_cofactor_and_coefficients_match_numpy(lake, spark):
 
 
 def test_crashes_then_rerun_equal_crash_free_run(lake, spark):
-    """Crashes mid-apply, between two view MERGEs and after them; each rerun first restores the
-    state the last commit names, and the final run equals the SQL (the crash-free result)."""
+    """Crashes between two view writes and after them; each rerun first restores the state the last
+    commit names, and the final run equals the SQL (the crash-free result). F-IVM's apply only buffers,
+    so a crash there writes nothing (the engine's crash points in apply run under -m slow)."""
     rng = random.Random(8)
     create(lake, spark, rng, CHAIN_TABLES)
     run_view(lake, CHAIN)
     for name in ("r", "s", "t"):
         change(lake, rng, name, CHAIN_TABLES)
-    for point in ("apply:s", "flush:at_b", "flush:result"):
+    for point in ("flush:at_b", "flush:result"):
         with pytest.raises(InjectedFailure):
             run_view(lake, CHAIN, fail_at=point)
     assert len(commit.log_rows(lake, "chain")) == 1
     row = run_view(lake, CHAIN)
-    assert row.applied == ("r", "s", "t") and row.consistent and row.seq == 5  # each crashed run took a seq
+    assert row.applied == ("r", "s", "t") and row.consistent and row.seq == 4  # each crashed run took a seq
     assert_exact(lake, CHAIN)
 
 
