@@ -19,7 +19,7 @@ INCREMENTAL = {"tpch_q01", "tpch_q05", "tpch_q06", "tpch_q07", "tpch_q08", "tpch
 @pytest.mark.parametrize("batches", [1, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("queries", [range(1, 12), range(12, 23)], ids=["q01-q11", "q12-q22"])  # two workers share them
 def test_the_22_queries_are_maintained_and_equal_their_sql(lake, queries, batches):
-    generate_tpch(lake, 0.002, progress=lambda m: None)
+    generate_tpch(lake, 0.002 if batches == 1 else 0.01, progress=lambda m: None)  # CI: SF 0.002; -m slow: the issue's SF 0.01
     shipped = load_specs(SCHEMAS / "views-tpch")
     assert len(shipped) == 22 and not shipped.broken
     specs = {f"tpch_q{n:02d}": shipped[f"tpch_q{n:02d}"] for n in queries}

@@ -106,19 +106,23 @@ class Lake:
                 self.cache[key] = {f.name: f.dataType.simpleString() for f in self.read(path, version).schema.fields}
         return self.cache[key]
 
-    def read_small(self, path: str) -> tuple[DataFrame, object] | None:
-        """A small Delta table read in this process (delta-rs) and handed to Spark as local rows:
-        ``(frame, arrow schema)``, or None if delta-rs cannot read it (a table feature it lacks,
-        e.g. deletion vectors). Spark reads no Delta snapshot of it (a snapshot of a table that
-        changes every run costs Spark jobs and seconds, however few its rows)."""
+    def read_small(self, path: str, max_rows: int) -> tuple[DataFrame, object] | None:
+        """The Delta table read in this process (delta-rs, one load of its log) and handed to Spark
+        as local rows: ``(frame, arrow schema)``; None if it holds more than ``max_rows`` rows (by
+        its files' statistics) or delta-rs cannot read it (a table feature it lacks, e.g. deletion
+        vectors). Spark reads no Delta snapshot of it (a snapshot of a table that changes every run
+        costs Spark jobs and seconds, however few its rows)."""
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaProtocolError
 
+        table = DeltaTable(path)
         try:
-            rows = DeltaTable(path).to_pyarrow_table()
+            if storage.rows_in(table) > max_rows:
+                return None
+            rows = table.to_pyarrow_table()
         except DeltaProtocolError:
             return None
-        ddl = ", ".join(f"`{name}` {kind}" for name, kind in self.schema_at(path, self.head_version(path)).items())
+        ddl = ", ".join(f"`{name}` {kind}" for name, kind in storage.spark_columns(table).items())
         return self.spark.createDataFrame(rows, schema=ddl), rows.schema
 
     def overwrite_small(self, path: str, rows: DataFrame, schema: object) -> None:

@@ -164,15 +164,24 @@ def schema_at(table: str, version: int | None = None) -> dict[str, str]:
     log by delta-rs: no Spark job, no snapshot on a server."""
     from deltalake import DeltaTable
 
-    fields = json.loads(DeltaTable(table, version=version).schema().to_json())["fields"]
-    return {f["name"]: _spark_type(f["type"]) for f in fields}
+    return spark_columns(DeltaTable(table, version=version))
+
+
+def spark_columns(table) -> dict[str, str]:
+    """{column: Spark SQL type} of a loaded delta-rs ``DeltaTable``."""
+    return {f["name"]: _spark_type(f["type"]) for f in json.loads(table.schema().to_json())["fields"]}
 
 
 def row_count(table: str) -> int:
     """Rows in the table's current files, from the log's per-file statistics (delta-rs; no scan)."""
     from deltalake import DeltaTable
 
-    actions = DeltaTable(table).get_add_actions(flatten=True)
+    return rows_in(DeltaTable(table))
+
+
+def rows_in(table) -> int:
+    """Rows in a loaded delta-rs ``DeltaTable``'s files, from their statistics."""
+    actions = table.get_add_actions(flatten=True)
     return int(sum(n or 0 for n in actions.column("num_records").to_pylist())) if actions.num_rows else 0
 
 

@@ -99,16 +99,11 @@ def write_overwrite(rows: DataFrame, path: str) -> None:
 REWRITE_ROWS = 20_000  # a result this small is rewritten whole: cheaper than a Delta MERGE of its touched rows
 
 
-def rewrite_is_cheaper(lake: Lake, path: str) -> bool:
-    """Whether the table at ``path`` is small enough (by its Delta statistics) to overwrite whole
-    rather than MERGE into: a MERGE costs seconds whatever it touches."""
-    return lake.row_count(path) <= REWRITE_ROWS
-
-
 def read_if_small(lake: Lake, path: str) -> tuple[DataFrame, object] | None:
-    """``lake.read_small(path)`` -- the rows as local rows and their Arrow schema -- if the table is
-    small enough to rewrite whole (and delta-rs reads it), else None: MERGE or write it with Spark."""
-    return lake.read_small(path) if rewrite_is_cheaper(lake, path) else None
+    """The table's rows as local rows and their Arrow schema (``Lake.read_small``) if it is small
+    enough to rewrite whole (by its Delta statistics) and delta-rs reads it, else None: MERGE or write
+    it with Spark (a MERGE costs seconds whatever it touches)."""
+    return lake.read_small(path, REWRITE_ROWS)
 
 
 COMPACT_RATIO = 0.25  # appended rows, as a fraction of the rows at the last rewrite, that trigger a compaction

@@ -133,9 +133,10 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
     sums = [F.sum(c).alias(c) for c in query.additive_columns]
     change = change.groupBy(*keys).agg(*sums) if keys else change.agg(*sums)
     small, schema = read_if_small(ctx.lake, path) or (None, None)
+    stored = small if small is not None else ctx.lake.read(path)
     on = " AND ".join(f"c.`{k}` <=> d.`{k}`" for k in keys) or "true"
     added = [f"COALESCE(c.`{s}`, 0) + COALESCE(d.`{s}`, 0) AS `{s}`" for s in query.additive_columns]
-    joined = change.alias("d").join((small if small is not None else ctx.lake.read(path)).alias("c"), on=F.expr(on), how="left")
+    joined = change.alias("d").join(stored.alias("c"), on=F.expr(on), how="left")
     touched = joined.selectExpr(*[f"d.`{k}` AS `{k}`" for k in keys], *added)
     for agg, multiset in (multisets or {}).items():
         touched = _with_extremum(touched, ctx.lake.read(multiset), agg, keys)
