@@ -8,7 +8,7 @@ process that was not killed exits 0 or 2 with one line a user can act on -- neve
 A killed client's server-side operation may still land after it died; the next run then refuses to
 commit (``late write``, exit 2) and the one after recovers: the reruns below allow for that.
 
-``LAKEIVM_FAULT_KILLS`` sets the kills per view kind (2 in the default suite, for the CI budget; the slow test: 10).
+``LAKEIVM_FAULT_KILLS`` sets the kills per view kind (1 in the default suite, for the CI budget; the slow test: 10).
 """
 from __future__ import annotations
 
@@ -159,7 +159,7 @@ def test_refreshes_killed_at_random_moments_rerun_to_the_sql(faulty):
     lake, env, views = faulty
     rng = random.Random(17)
     _tables(lake, rng)
-    kills = _kills(lake, env, views, rng, int(os.environ.get("LAKEIVM_FAULT_KILLS", "2")))
+    kills = _kills(lake, env, views, rng, int(os.environ.get("LAKEIVM_FAULT_KILLS", "1")))
     assert all(n > 0 for n in kills.values()), kills
 
 
