@@ -68,7 +68,7 @@ def test_join_aggregates_over_connect(clake, kind, text):
 
 def test_nothing_pending_writes_nothing(clake):
     _rs(clake)
-    spec = spec_from_dict({"name": "noop", "sql": FIVM_SQL, "deadline": 60})
+    spec = spec_from_dict({"refresh_policy": "incremental", "name": "noop", "sql": FIVM_SQL, "deadline": 60})
     run_view(clake, spec)
     log_head = storage.head_version(clake.log_path)
     assert run_view(clake, spec) is None and run_view(clake, spec, mode="tick") is None
@@ -94,7 +94,7 @@ def test_nested_vwap_over_connect(clake):
     rng = random.Random(5)
     rows = [(rng.randrange(3), Decimal(f"10.{rng.randrange(4):02d}"), rng.randrange(5)) for _ in range(30)]
     clake.create_table("bids", clake.spark.createDataFrame(rows, "broker_id int, price decimal(8,2), volume bigint"))
-    spec = spec_from_dict({"name": "vwap", "sql": QUERIES["vwap"], "deadline": 60})
+    spec = spec_from_dict({"refresh_policy": "incremental", "name": "vwap", "sql": QUERIES["vwap"], "deadline": 60})
     assert run_view(clake, spec).kind == "nested"
     sql(clake, "INSERT INTO {t} VALUES (1, 10.01, 3), (2, 10.03, 4)", "bids")
     sql(clake, "UPDATE {t} SET volume = volume + 1 WHERE broker_id = 0", "bids")

@@ -91,7 +91,7 @@ def test_dag_shape_local_and_cluster(tmp_path):
     from lakeivm.registry import spec_from_dict
     from lakeivm.scheduling import build_dag
 
-    spec = spec_from_dict({"name": "v", "sql": "SELECT COUNT(*) AS c FROM r", "deadline": 10, "tick": "2m"})
+    spec = spec_from_dict({"refresh_policy": "incremental", "name": "v", "sql": "SELECT COUNT(*) AS c FROM r", "deadline": 10, "tick": "2m"})
     local = build_dag(spec, Settings(lake=str(tmp_path), spark_master="local[2]"))
     assert local.dag_id == "lakeivm__v" and set(local.task_ids) == {"plan", "apply", "validate"}
     assert local.max_active_runs == 1 and local.catchup is False and "refresh" in local.params

@@ -20,7 +20,7 @@ from lakeivm.errors import ChangeRangeError, LeaseHeld, StateError
 from lakeivm.registry import spec_from_dict
 from tests.helpers import random_batch, sql
 
-JOIN_VIEW = spec_from_dict({
+JOIN_VIEW = spec_from_dict({"refresh_policy": "incremental",
     "name": "by_g",
     "sql": "SELECT g, SUM(x) AS sx, COUNT(*) AS c, AVG(x) AS ax, COUNT(x) AS nx FROM r JOIN s ON r.a = s.a GROUP BY g",
     "deadline": "1m",
@@ -64,7 +64,7 @@ def test_random_streams_and_asymmetric_plans_match_sql(spark, seed, plans):
 
 def test_self_join_and_scalar_aggregate(lake, spark):
     lake.create_table("e", spark.createDataFrame([(1, 2), (2, 3), (3, 1), (2, 4)], "src int, dst int"))
-    spec = spec_from_dict({"name": "paths", "deadline": 60,
+    spec = spec_from_dict({"refresh_policy": "incremental", "name": "paths", "deadline": 60,
                            "sql": "SELECT COUNT(*) AS paths, SUM(e2.dst) AS s FROM e AS e1 JOIN e AS e2 ON e1.dst = e2.src"})
     run_view(lake, spec)
     sql(lake, "INSERT INTO {t} VALUES (4, 2), (3, 2)", "e")
@@ -150,7 +150,7 @@ def _raw(spec):
 def test_cached_log_equals_a_fresh_read(lake, spark):
     """Runs of two views interleaved (each a claim and a committed row): each view's cached log rows equal what a fresh Lake reads."""
     make_tables(lake, spark)
-    other = spec_from_dict({"name": "by_a", "sql": "SELECT a, COUNT(*) AS c FROM r GROUP BY a", "deadline": "1m"})
+    other = spec_from_dict({"refresh_policy": "incremental", "name": "by_a", "sql": "SELECT a, COUNT(*) AS c FROM r GROUP BY a", "deadline": "1m"})
     rng = random.Random(3)
     for _ in range(3):
         random_batch(lake, rng, "r", "a", "x")
@@ -174,12 +174,12 @@ def test_an_edited_definition_rebuilds_and_a_noop_writes_nothing(lake, spark):
     log_head = lake.head_version(lake.log_path)
     assert run_view(lake, JOIN_VIEW) is None and run_view(lake, JOIN_VIEW, mode="tick") is None
     assert lake.head_version(lake.log_path) == log_head  # nothing pending: no log row, no state write
-    edited = spec_from_dict({"name": "by_g", "deadline": "1m",  # same tables, another WHERE
+    edited = spec_from_dict({"refresh_policy": "incremental", "name": "by_g", "deadline": "1m",  # same tables, another WHERE
                              "sql": JOIN_VIEW.sql.replace("GROUP BY", "WHERE x > 2 GROUP BY")})
     row = run_view(lake, edited)
     assert row.mode == "rebuild" and "definition changed" in row.plan
     assert_matches_sql(lake, edited)
-    same = spec_from_dict({"name": "by_g", "deadline": "2m", "tick": "5m",  # scheduling only: state kept
+    same = spec_from_dict({"refresh_policy": "incremental", "name": "by_g", "deadline": "2m", "tick": "5m",  # scheduling only: state kept
                            "sql": edited.sql.lower().replace("  ", " ")})
     assert run_view(lake, same) is None
 

@@ -7,7 +7,7 @@ from lakeivm.quality import ExpectationFailed, build_suite, validate
 from lakeivm.registry import spec_from_dict
 from lakeivm.sql import parse_query
 
-SPEC = spec_from_dict({"name": "by_g", "deadline": 60,
+SPEC = spec_from_dict({"refresh_policy": "incremental", "name": "by_g", "deadline": 60,
                        "sql": "SELECT g, SUM(x) AS sx, COUNT(*) AS c FROM r JOIN s ON r.a = s.a GROUP BY g"})
 QUERY = parse_query(SPEC.sql, {"r": {"a": "int", "x": "int"}, "s": {"a": "int", "g": "int"}})
 LAYOUT = "g int, sx bigint, c bigint, _lakeivm_count bigint, _lakeivm_s0 bigint, _lakeivm_n0 bigint"
@@ -30,7 +30,7 @@ def test_good_rows_pass_and_bad_rows_are_named(spark, rows):
     null_key = spark.createDataFrame([(None, 3, 2, 2, 3, 2)], LAYOUT)
     with pytest.raises(ExpectationFailed, match=r"expect_column_values_to_not_be_null\(column=g\)"):
         validate(null_key, SPEC, QUERY, rows).raise_if_failed()
-    nullable = spec_from_dict({"name": "by_g", "deadline": 60, "sql": SPEC.sql, "nullable_keys": ["g"]})
+    nullable = spec_from_dict({"refresh_policy": "incremental", "name": "by_g", "deadline": 60, "sql": SPEC.sql, "nullable_keys": ["g"]})
     assert validate(null_key, nullable, QUERY, rows).success
     empty_group = spark.createDataFrame([(0, 0, 0, 0, 0, 0)], LAYOUT)
     with pytest.raises(ExpectationFailed, match=r"column=_lakeivm_count, min_value=1"):

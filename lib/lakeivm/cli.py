@@ -158,7 +158,8 @@ def _status(args, settings: Settings) -> int:
             continue
         if "why_full" in entry:
             print(f"  recomputed in full: {entry['why_full']}")
-        print(f"  last run: {entry.get('last_run') or 'never (run `lakeivm refresh ' + entry['view'] + '`)'}")
+        print(f"  last run: {entry.get('last_run') or 'never (run `lakeivm refresh ' + entry['view'] + '`)'}"
+              + (f" -- {entry['last_mode']} (refresh policy auto)" if "last_mode" in entry else ""))
         if "running" in entry:
             print(f"  running: {entry['running']}")
         for table, head in entry["heads"].items():
@@ -238,6 +239,9 @@ def _explain(args, settings: Settings) -> int:
     spec = find_spec(_specs(settings), args.view)
     choice = choose(spec, _lake(settings).table_schemas())
     print(f"{spec.name}: refresh policy {spec.refresh_policy}: {choice.mode}, kind {choice.kind}")
+    if choice.auto:
+        print("auto: each run maintains it incrementally or recomputes it in full, whichever its log predicts cheaper "
+              "(`lakeivm status` shows the last choice; the log row's plan says why)")
     if choice.why_full:  # the construct that keeps it from incremental maintenance (or the policy)
         print(f"not incremental: {choice.why_full}")
     for note in choice.query.notes:
@@ -293,7 +297,7 @@ def _demo(args, settings: Settings) -> int:
 
 # Each suite is a module of lakeivm.bench with ``main(argv, settings) -> int`` parsing its own options.
 BENCH_SUITES = {"first-order": "first_order", "planner": "planner", "triangle": "triangle", "fivm": "fivm", "nested": "nested",
-                "join-sample": "join_sample", "warm": "warm", "latency": "latency"}
+                "join-sample": "join_sample", "warm": "warm", "latency": "latency", "auto": "auto"}
 
 
 def _bench(args, settings: Settings) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -70,7 +70,7 @@ def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Con
             raise InjectedFailure(f"injected failure at {label}")
 
     ctx = Context(lake, spec, choice.query, pins={}, watermarks={}, seed=int(spec.options.get("seed", 0)), checkpoint=checkpoint,
-                  why_full=choice.why_full)
+                  why_full=choice.why_full, auto=choice.auto)
     return ctx, maintainer_for(choice.kind)
 
 
@@ -165,7 +165,8 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
     if restored:
         progress(f"{spec.name}: recovered from an interrupted run ({'; '.join(restored)})")
     changed = last is not None and last.fingerprint is not None and last.fingerprint != definition
-    rekinded = last is not None and last.kind != _kind(maintainer)  # e.g. a lakeivm upgrade maintains the SQL otherwise
+    in_full = ctx.auto and last is not None and last.kind == FULL  # auto recomputed the last run in full
+    rekinded = last is not None and last.kind != _kind(maintainer) and not in_full  # e.g. a lakeivm upgrade maintains the SQL otherwise
     ctx.pins = changes.pin(lake, ctx.query.tables)
     if last is None or mode == "rebuild" or changed or rekinded or set(last.watermarks) != set(ctx.query.tables):
         reason = ("first run" if last is None else "rebuild requested" if mode == "rebuild" else
@@ -179,7 +180,18 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
     pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
     here = deployment(lake.spark)
     committed = [r for r in claim.history if r.status == "committed" and r.deployment in (None, here)]
-    plan = plan_run(ctx, mode, pending, history=committed, tables=tables)
+    own = [r for r in committed if r.kind == _kind(maintainer)]  # the incremental cost models learn from these
+    probe = False
+    plan = plan_run(ctx, mode, pending, history=own, tables=tables)
+    if ctx.auto and tables is None and (plan.tables or in_full):
+        same = [r for r in committed if r.fingerprint in (None, definition)]  # not costs of an earlier definition
+        choice = _auto_mode(ctx, _kind(maintainer), same, own, mode, pending, plan, in_full)
+        if choice.full:
+            return _recompute(ctx, maintainer_for(FULL), seq, mode, started, progress, choice.reason)
+        if in_full:
+            return _bootstrap(ctx, maintainer, seq, "rebuild", choice.reason, started, progress)
+        plan = replace(plan, reason=f"{plan.reason}; {choice.reason}")
+        probe = choice.probe
     if not plan.tables and mode == "tick":
         if not any(pending.values()):
             progress(f"{spec.name}: nothing to apply")
@@ -190,7 +202,30 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
         applied = _apply(ctx, maintainer, plan, pending, progress)
     except ChangeRangeError as err:
         return _unreadable(ctx, maintainer, last, seq, err, started, progress)
-    return _commit(ctx, maintainer, seq, mode, plan, applied, started)
+    return _commit(ctx, maintainer, seq, mode, plan, applied, started, probe=_probe(ctx, progress) if probe else None)
+
+
+def _probe(ctx: Context, progress: Callable[[str], None]) -> float:
+    """Seconds of the view's SQL on the run's snapshots, computed to the end but not written (Spark's
+    ``noop`` sink): what a full recompute would cost auto (``planning.auto``), learned once."""
+    t0 = time.perf_counter()
+    sources = {t: ctx.snapshot(t, ctx.pins[t]) for t in ctx.query.tables}
+    ctx.spark.sql(as_written(ctx.spec.sql, sources)).write.format("noop").mode("overwrite").save()
+    seconds = time.perf_counter() - t0
+    progress(f"{ctx.view}: probed a full recompute: {seconds:.2f} s")
+    return seconds
+
+
+def _auto_mode(ctx: Context, kind: str, committed: Sequence[commit.LogRow], own: Sequence[commit.LogRow], mode: str,
+               pending: Mapping[str, int], plan: Plan, in_full: bool):
+    """refresh_policy auto: recompute this run in full or maintain it incrementally (``planning.auto``).
+    From full, both choices catch up everything (a recompute or a rebuild), so a tick compares them so."""
+    from lakeivm.planning.auto import choose_mode
+
+    incremental = plan.predicted_seconds
+    if in_full and mode == "tick":
+        incremental = plan_run(ctx, "refresh", pending, history=own).predicted_seconds
+    return choose_mode(committed, kind, incremental, in_full)
 
 
 def _up_to_date(lake: Lake, history: list[commit.LogRow], definition: str) -> bool:
@@ -232,14 +267,16 @@ def _bootstrap(ctx: Context, maintainer: Maintainer, seq: int, mode: str, reason
     return _commit(ctx, maintainer, seq, mode, Plan((), reason), {}, started)
 
 
-def _recompute(ctx: Context, maintainer: Maintainer, seq: int, mode: str, started: float, progress) -> commit.LogRow:
-    """A run of the full kind: the view's SQL on the snapshots at the pins replaces its result."""
+def _recompute(ctx: Context, maintainer: Maintainer, seq: int, mode: str, started: float, progress,
+               reason: str | None = None) -> commit.LogRow:
+    """A run of the full kind (or auto's choice, ``reason``): the view's SQL on the snapshots at the pins replaces its result."""
     behind = {t: changes.pending_rows(ctx.lake, t, ctx.watermarks[t], ctx.pins[t])
               for t in ctx.query.tables if ctx.pins[t] > ctx.watermarks[t]}
-    progress(f"{ctx.view}: recomputing in full on snapshots at {ctx.pins} ({', '.join(behind)} changed)")
+    progress(f"{ctx.view}: recomputing in full on snapshots at {ctx.pins} ({', '.join(behind)} changed)"
+             + (f" -- {reason}" if reason else ""))
     maintainer.bootstrap(ctx)
     ctx.watermarks = dict(ctx.pins)
-    return _commit(ctx, maintainer, seq, mode, Plan(tuple(behind), f"recomputed in full: {ctx.why_full}"), {}, started,
+    return _commit(ctx, maintainer, seq, mode, Plan(tuple(behind), reason or f"recomputed in full: {ctx.why_full}"), {}, started,
                    recomputed=behind)
 
 
@@ -260,9 +297,12 @@ def _unreadable(ctx: Context, maintainer: Maintainer, last: commit.LogRow | None
 
 
 def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Plan, applied: Mapping[str, tuple[int, float]],
-            started: float, recomputed: Mapping[str, int] | None = None) -> commit.LogRow:
+            started: float, recomputed: Mapping[str, int] | None = None, probe: float | None = None) -> commit.LogRow:
     """Append the run's committed log row. ``applied``: {table: (change rows, seconds)} applied as
-    deltas; ``recomputed``: {table: change rows} a recomputation reflects (no seconds of its own)."""
+    deltas; ``recomputed``: {table: change rows} a recomputation reflects (no seconds of its own);
+    ``probe``: the seconds of a recompute timed for auto, kept among the table seconds."""
+    from lakeivm.planning.auto import PROBE
+
     lake = ctx.lake
     versions = {name: lake.head_version(path) for name, path in maintainer.state_tables(ctx).items()}
     _check_sole_writer(ctx, maintainer, versions)
@@ -274,7 +314,7 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
         consistent=all(ctx.watermarks[t] == ctx.pins[t] for t in ctx.pins),
         started_at=datetime.fromtimestamp(time.time() - seconds, timezone.utc), applied=tuple(applied) + tuple(recomputed or ()),
         delta_rows={**{t: r for t, (r, _) in applied.items()}, **(recomputed or {})},
-        table_seconds={t: s for t, (_, s) in applied.items()},
+        table_seconds={**{t: s for t, (_, s) in applied.items()}, **({PROBE: probe} if probe is not None else {})},
         pending_rows=pending, seconds=seconds,
         predicted_seconds=None if plan.predicted_seconds is None else float(plan.predicted_seconds), deadline_s=ctx.spec.deadline_s,
         deadline_met=(seconds <= ctx.spec.deadline_s) if mode == "refresh" else None, plan=str(plan),
@@ -319,8 +359,20 @@ def view_snapshot(lake: Lake, spec: ViewSpec, latest: bool = False) -> DataFrame
     row = commit.last_committed(lake, spec.name, consistent=not latest)
     if row is None:
         raise StateError(f"view {spec.name!r} has no {'committed' if latest else 'consistent'} run yet; run `lakeivm refresh {spec.name}`.")
-    ctx, maintainer = prepare(lake, spec)
+    ctx, maintainer = reader(lake, spec, row)
     return maintainer.result(ctx, row.state_versions["result"])
+
+
+def reader(lake: Lake, spec: ViewSpec, row: commit.LogRow | None) -> tuple[Context, Maintainer]:
+    """The context and the maintainer of the result ``row`` committed: the view's kind, or the full
+    kind (its query: the SQL as written) where auto recomputed that run in full."""
+    from lakeivm.sql import parse_full
+
+    ctx, maintainer = prepare(lake, spec)
+    if ctx.auto and row is not None and row.kind == FULL:
+        full = parse_full(spec.sql, lake.table_schemas(), spec.source)
+        return replace(ctx, query=full, why_full="auto chose a full recompute"), maintainer_for(FULL)
+    return ctx, maintainer
 
 
 def recompute(lake: Lake, spec: ViewSpec, versions: Mapping[str, int]) -> DataFrame:
@@ -353,7 +405,7 @@ def audit(lake: Lake, spec: ViewSpec, latest: bool = True) -> Audit:
     row = commit.last_committed(lake, spec.name, consistent=not latest)
     if row is None:
         raise StateError(f"view {spec.name!r} has no committed run to audit; run `lakeivm refresh {spec.name}`.")
-    ctx, maintainer = prepare(lake, spec)
+    ctx, maintainer = reader(lake, spec, row)
     if hasattr(maintainer, "audit_sample"):  # a sample: each row a join result, min(k, |join|) rows
         rows, missing, unexpected = maintainer.audit_sample(ctx, recompute(lake, spec, row.watermarks), row.state_versions["result"])
         return Audit(spec.name, row.watermarks, rows, missing, unexpected)
@@ -408,12 +460,15 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]
             from lakeivm.planning.tick import plan_refresh
 
             pending = {t: changes.pending_rows(lake, t, last.watermarks.get(t, -1), h) for t, h in heads.items()}
-            if _kind(maintainer) == FULL:  # a recomputation costs what the last ones did, whatever is pending
-                recent = sorted(r.seconds for r in history[-5:])
+            if last.kind == FULL:  # a recomputation costs what the last ones did, whatever is pending
+                recent = sorted([r.seconds for r in history if r.kind == FULL][-5:])
                 seconds, why = recent[len(recent) // 2], f"median of the last {len(recent)} recomputations"
             else:
-                decision = plan_refresh(history, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name))
+                own = [r for r in history if r.kind == last.kind]
+                decision = plan_refresh(own, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name))
                 seconds, why = decision.predicted_seconds, decision.reason
+            if ctx.auto:  # the last run's choice between incremental and full, and why
+                entry["last_mode"] = "full" if last.kind == FULL else "incremental"
             refreshes = [r for r in history if r.mode == "refresh" and r.deadline_met is not None]
             entry.update(
                 last_run=f"#{last.seq} {last.mode} at {last.finished_at:%Y-%m-%d %H:%M:%S} ({last.seconds:.1f}s)",

@@ -187,6 +187,7 @@ class Choice:
     kind: str
     query: Query
     why_full: str | None = None
+    auto: bool = False  # refresh_policy auto over an incremental kind: a run may recompute in full instead (planning.auto)
 
     @property
     def mode(self) -> str:
@@ -215,7 +216,7 @@ def choose(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> Choice:
         return Choice(FULL, parse_full(spec.sql, schemas, spec.source), "refresh_policy: full")
     try:
         kind, query = _classify_incremental(spec, schemas)
-        return Choice(kind, query)
+        return Choice(kind, query, auto=spec.refresh_policy == "auto" and not asked)
     except UnsupportedQuery as err:
         if spec.refresh_policy == "incremental" or asked:
             raise

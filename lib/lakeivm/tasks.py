@@ -56,7 +56,7 @@ def validate(view: str, summary: dict[str, Any], session: str | None = None) -> 
     """Validate the stored view with its expectation suite; raises ExpectationFailed naming it.
     A run that applied nothing left the validated state as it was: nothing to check again."""
     from lakeivm import commit
-    from lakeivm.engine import prepare
+    from lakeivm.engine import reader
     from lakeivm.quality import validate as run_suite
     from lakeivm.registry import find_spec, load_specs
 
@@ -65,8 +65,8 @@ def validate(view: str, summary: dict[str, Any], session: str | None = None) -> 
     settings = resolve(load_settings())
     lake = _open(settings, session)
     spec = find_spec(load_specs(settings.views), view)
-    ctx, maintainer = prepare(lake, spec)
     row = commit.last_committed(lake, view)
+    ctx, maintainer = reader(lake, spec, row)
     path = maintainer.state_tables(ctx)["result"]
     stored = lake.read(path, row.state_versions["result"] if row else None)
     report = run_suite(stored, spec, ctx.query, rows=lake.row_count(path))

@@ -81,7 +81,7 @@ def _views_folder(folder: Path, views: list[str]) -> Path:
     folder.mkdir(parents=True)
     for view in views:
         spec = yaml.safe_load((SHIPPED_VIEWS / f"{view}.yaml").read_text())
-        (folder / f"{view}.yaml").write_text(yaml.safe_dump({**spec, "tick": "24h"}))
+        (folder / f"{view}.yaml").write_text(yaml.safe_dump({**spec, "tick": "24h", "refresh_policy": "incremental"}))
     return folder
 
 

@@ -33,6 +33,7 @@ class Context:
     lease: Any = None  # the run's commit.Lease: its last row is appended through it, fenced
     bases: dict[str, int] = field(default_factory=dict)  # state table versions after recovery (the run writes above them)
     why_full: str | None = None  # the full kind: why the view is not maintained incrementally (registry.Choice)
+    auto: bool = False  # refresh_policy auto: a run may recompute in full instead of maintaining (planning.auto)
 
     @property
     def spark(self) -> SparkSession:

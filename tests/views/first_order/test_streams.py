@@ -52,8 +52,8 @@ def test_distinct_and_projections_with_multiplicities_match_sql(lake, spark):
     rng = random.Random(9)
     lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5)], "a int, x int"))
     lake.create_table("s", spark.createDataFrame([(0, 0), (1, 1), (2, 0), (3, None)], "a int, g int"))
-    distinct = spec_from_dict({"name": "pairs", "deadline": 60, "sql": "SELECT DISTINCT s.g, r.x FROM r JOIN s ON r.a = s.a"})
-    rows = spec_from_dict({"name": "rows_fo", "deadline": 60,
+    distinct = spec_from_dict({"refresh_policy": "incremental", "name": "pairs", "deadline": 60, "sql": "SELECT DISTINCT s.g, r.x FROM r JOIN s ON r.a = s.a"})
+    rows = spec_from_dict({"refresh_policy": "incremental", "name": "rows_fo", "deadline": 60,
                            "sql": "SELECT r.a, r.x + 1 AS y, s.g FROM r JOIN s ON r.a = s.a WHERE r.a < 3"})
     for spec in (distinct, rows):
         assert run_view(lake, spec).kind == "first_order"

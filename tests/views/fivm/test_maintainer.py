@@ -24,7 +24,7 @@ from lakeivm.sql import recompute_sql
 from lakeivm.views.fivm.maintainer import COFACTOR, coefficients
 from tests.helpers import sql
 
-CHAIN = spec_from_dict({
+CHAIN = spec_from_dict({"refresh_policy": "incremental",
     "name": "chain", "deadline": 60,
     "sql": "SELECT g, SUM(x * z) AS sxz, COUNT(*) AS c, AVG(z) AS az, COUNT(x) AS nx "
            "FROM r JOIN s ON r.a = s.a JOIN t ON s.b = t.b WHERE t.z <> 9 GROUP BY g",
@@ -165,7 +165,7 @@ def test_avg_of_decimals_rounds_like_sql(lake, spark):
     lake.create_table("r", spark.sql("SELECT 1 AS a, CAST(CASE id WHEN 0 THEN 0.01 WHEN 1 THEN 0.06 ELSE 0 END "
                                      "AS DECIMAL(15,2)) AS v FROM range(31)"))
     lake.create_table("s", spark.sql("SELECT 1 AS a, 7 AS g"))
-    spec = spec_from_dict({"name": "avg_tie", "deadline": 60,
+    spec = spec_from_dict({"refresh_policy": "incremental", "name": "avg_tie", "deadline": 60,
                            "sql": "SELECT g, AVG(v) AS av, SUM(v) AS sv FROM r JOIN s ON r.a = s.a GROUP BY g"})
     assert run_view(lake, spec).kind == "fivm"
     assert_exact(lake, spec, definitions=False)
@@ -235,7 +235,7 @@ def test_crashes_then_rerun_equal_crash_free_run(lake, spark):
 
 def test_classifier_defaults_and_fallbacks():
     schemas = {"r": {"a": "int", "x": "int"}, "s": {"a": "int", "g": "int", "b": "int"}, "t": {"b": "int", "z": "int"}}
-    kind = lambda text, **extra: classify(spec_from_dict({"name": "v", "sql": text, "deadline": 5, **extra}), schemas)[0]  # noqa: E731
+    kind = lambda text, **extra: classify(spec_from_dict({"refresh_policy": "incremental", "name": "v", "sql": text, "deadline": 5, **extra}), schemas)[0]  # noqa: E731
     assert kind(CHAIN.sql) == "fivm"
     assert kind(CHAIN.sql, kind="first_order") == "first_order"
     # a SUM whose factor mixes two tables, and a non-equi join condition: first_order keeps them

@@ -14,6 +14,7 @@ import pytest
 from lakeivm.engine import InjectedFailure, audit, run_view
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.fingerprint import fingerprint
+from lakeivm.planning.auto import PROBE, Mode
 from lakeivm.registry import choose, spec_from_dict
 from tests.helpers import random_batch
 
@@ -123,3 +124,42 @@ def test_editing_the_policy_moves_the_view_between_kinds(lake, spark):
     back = run_view(lake, spec("sums", sql))
     assert back.kind == "fivm" and back.mode == "rebuild"
     assert audit(lake, spec("sums", sql)).ok
+
+
+def test_auto_recomputes_a_run_in_full_when_its_log_predicts_that_cheaper_and_comes_back(lake, spark, monkeypatch):
+    """Per run, auto compares the planner's incremental prediction with a recompute's (planning.auto).
+    A cost prior of 100 s per change row (fit_costs off) makes incremental runs look expensive."""
+    lake.create_table("r", spark.createDataFrame([(0, 1), (0, 2), (2, 5)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(0, 10), (2, 20)], "a int, g int"))
+    sql = "SELECT s.g, SUM(r.x) AS sx, COUNT(*) AS n FROM r JOIN s ON r.a = s.a GROUP BY s.g"
+    dear = {"fit_costs": False, "cost_prior": {t: {"per_row": 100.0, "fixed": 0.0} for t in ("r", "s")}}
+    view = spec("joined", sql, **dear)
+    rng = random.Random(3)
+    assert run_view(lake, view).kind == "fivm"  # the build
+    insert = lambda: spark.sql(f"INSERT INTO delta.`{lake.table_path('r')}` VALUES ({rng.choice([0, 2, 4])}, {rng.randint(0, 9)})")  # noqa: E731
+    insert()
+    first = run_view(lake, view)
+    assert first.kind == "fivm" and "no incremental run measured yet" in first.plan
+    with monkeypatch.context() as forced:  # a probe: maintained incrementally, a recompute timed, not written
+        forced.setattr("lakeivm.planning.auto.choose_mode", lambda history, kind, seconds, in_full: Mode(False, "probe (forced)", probe=True))
+        insert()
+        probed = run_view(lake, view)
+    assert probed.kind == "fivm" and probed.table_seconds[PROBE] > 0 and audit(lake, view).ok
+    for _ in range(2):  # 100 s predicted per row against the build's seconds: full, then full again
+        insert()
+        row = run_view(lake, view)
+        assert row.kind == "full" and "auto: full, predicted" in row.plan and row.consistent, row.plan
+        assert "a probe" in row.plan or "full recomputes" in row.plan  # learned, not the build's bound
+        assert audit(lake, view).ok
+        assert sorted(lake.spark.read.format("delta").load(lake.view_path("joined")).columns) == ["g", "n", "sx"]
+    # Back to incremental: the decision itself is tested in tests/planning/test_auto.py; here, that the
+    # engine rebuilds the state a full run left behind (recovery removed it) and maintains it again.
+    monkeypatch.setattr("lakeivm.planning.auto.choose_mode", lambda history, kind, seconds, in_full: Mode(False, "auto: back (forced)"))
+    insert()
+    back = run_view(lake, view)
+    assert back.kind == "fivm" and back.mode == "rebuild" and "auto: back (forced)" in back.plan, back.plan
+    assert audit(lake, view).ok
+    insert()
+    again = run_view(lake, view)
+    assert again.kind == "fivm" and again.mode == "refresh" and again.applied == ("r",)
+    assert audit(lake, view).ok

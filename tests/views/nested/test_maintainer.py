@@ -107,7 +107,7 @@ def test_order_book_views_emit_the_sql_result_for_every_version(lake, spark):
     rng = random.Random(5)
     lake.create_table("bids", spark.createDataFrame(book_rows(rng, 12), BOOK_DDL))
     lake.create_table("asks", spark.createDataFrame(book_rows(rng, 12), BOOK_DDL))
-    specs = [spec_from_dict({"name": name, "sql": text, "deadline": 60}) for name, text in
+    specs = [spec_from_dict({"refresh_policy": "incremental", "name": name, "sql": text, "deadline": 60}) for name, text in
              [("ex21", QUERIES["example_2_1"]), ("vwap", QUERIES["vwap"]), ("mst", QUERIES["mst"]), ("psp", PSP_SQL)]]
     for spec in specs:
         assert run_view(lake, spec).kind == "nested"
@@ -141,7 +141,7 @@ def test_q17_with_asymmetric_plans(lake, spark):
     lake.create_table("lineitem", spark.createDataFrame([line() for _ in range(25)], Q17_DDL[0]))
     lake.create_table("part", spark.createDataFrame(
         [(pk, "Brand#23" if pk % 2 == 0 else "Brand#12", "WRAP BOX") for pk in range(4)], Q17_DDL[1]))
-    spec = spec_from_dict({"name": "q17", "sql": QUERIES["q17"], "deadline": 60})
+    spec = spec_from_dict({"refresh_policy": "incremental", "name": "q17", "sql": QUERIES["q17"], "deadline": 60})
     run_view(lake, spec)
     for plan in [("lineitem",), ("part",), ("lineitem", "part")]:
         if plan == ("lineitem",):
@@ -171,7 +171,7 @@ def test_crash_at_any_write_then_rerun_equals_crash_free_run(lake, spark, name, 
     tables = ["bids"] if name == "vwap" else ["bids", "asks"]
     for table in tables:
         lake.create_table(table, spark.createDataFrame(book_rows(rng, 10), BOOK_DDL))
-    spec = spec_from_dict({"name": name, "sql": QUERIES[name], "deadline": 60})
+    spec = spec_from_dict({"refresh_policy": "incremental", "name": name, "sql": QUERIES[name], "deadline": 60})
     run_view(lake, spec)
     for table in ["bids", "bids", "bids"] if name == "vwap" else ["bids", "asks", "bids"]:
         change_book(lake, rng, table)

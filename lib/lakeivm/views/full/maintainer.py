@@ -27,7 +27,7 @@ class FullMaintainer:
 
     def bootstrap(self, ctx: Context) -> None:
         sources = {table: ctx.snapshot(table, ctx.pins[table]) for table in ctx.query.tables}
-        rows = ctx.spark.sql(as_written(ctx.query.sql, sources))
+        rows = ctx.spark.sql(as_written(ctx.spec.sql, sources))  # also auto's recompute of an incremental view
         (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(CDF, "true")
          .save(ctx.lake.view_path(ctx.view)))
         ctx.checkpoint("bootstrap:result")

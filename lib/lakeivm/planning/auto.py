@@ -1,0 +1,95 @@
+"""``refresh_policy: auto``: per run, the cheaper of incremental maintenance and a full recompute.
+
+What Databricks' REFRESH POLICY AUTO and Snowflake's adaptive dynamic tables do, decided here from
+the view's own maintenance log, never from a guess in code:
+
+- **incremental**: the planner's prediction for the run (per-table cost models fitted to the
+  view's incremental runs, plus their shared run seconds; ``lakeivm.planning.tick``). No switch is
+  considered before one incremental run has been measured.
+- **full**: the median seconds of the view's last full recomputes; before the first one, a
+  *probe* -- the view's SQL timed on the run's snapshots without writing (Spark's ``noop`` sink),
+  plus the run's own shared seconds -- or, before a probe, the seconds of the view's last build
+  from snapshots. A build writes every state table, a recompute only the result, so the build
+  over-estimates: when it is cheaper than the incremental prediction auto switches at once; when it
+  is within ``PROBE_RATIO`` of it, an incremental run also probes a recompute once, to learn.
+
+A full run leaves the incremental state behind (recovery removes it at the next run), so going
+back costs a rebuild: from full, auto returns to incremental maintenance only if the rebuild plus
+``HORIZON`` incremental runs cost less than ``HORIZON + 1`` recomputations.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lakeivm.commit import LogRow
+
+FULL = "full"
+HORIZON = 5  # runs a rebuild is amortized over when auto returns from full to incremental
+PROBE = "(full)"  # the table_seconds key of a probe: the view's SQL timed without writing its rows
+PROBE_RATIO = 4.0  # a build this many times the incremental prediction or more: no probe (a recompute will not win)
+RECENT = 5  # full recomputations the full estimate is the median of
+BUILDS = ("bootstrap", "rebuild")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One run's choice: ``full`` (recompute) or not, and why (for the log row and ``lakeivm status``)."""
+
+    full: bool
+    reason: str
+    probe: bool = False  # maintain incrementally, and time a recompute too (without writing it)
+
+
+def full_seconds(history: Sequence[LogRow], kind: str) -> tuple[float, str] | None:
+    """The predicted seconds of a full recompute of the view and where the figure comes from."""
+    recomputes = [r.seconds for r in history if r.kind == FULL and r.mode not in BUILDS][-RECENT:]
+    if recomputes:
+        return statistics.median(recomputes), f"median of its last {len(recomputes)} full recomputes"
+    probes = [(r.table_seconds[PROBE], r.seconds - sum(r.table_seconds.values())) for r in history if PROBE in r.table_seconds]
+    if probes:
+        probe, shared = probes[-1]
+        return probe + shared, f"a probe: its SQL {probe:.2f} s + a run's shared {shared:.2f} s"
+    builds = [r.seconds for r in history if r.kind in (kind, FULL) and r.mode in BUILDS]
+    if builds:
+        return builds[-1], "its last build from snapshots"
+    return None
+
+
+def rebuild_seconds(history: Sequence[LogRow], kind: str) -> float | None:
+    """The seconds of the view's last build of its incremental state."""
+    builds = [r.seconds for r in history if r.kind == kind and r.mode in BUILDS]
+    return builds[-1] if builds else None
+
+
+def measured_incremental(history: Sequence[LogRow], kind: str) -> bool:
+    """Whether an incremental run of ``kind`` that applied changes is in the history."""
+    return any(r.kind == kind and r.mode not in BUILDS and r.table_seconds for r in history)
+
+
+def choose_mode(history: Sequence[LogRow], kind: str, incremental_seconds: float | None, in_full: bool) -> Mode:
+    """Full or incremental for this run. ``in_full``: the last committed run recomputed in full.
+
+    ``incremental_seconds``: the planner's prediction for maintaining this run's changes incrementally.
+    """
+    full = full_seconds(history, kind)
+    if incremental_seconds is None or full is None or not measured_incremental(history, kind):
+        if in_full:
+            return Mode(True, "auto: full (no incremental run measured to compare with)")
+        return Mode(False, "auto: incremental (no incremental run measured yet)")
+    seconds, source = full
+    if not in_full:
+        if seconds < incremental_seconds:
+            return Mode(True, f"auto: full, predicted {seconds:.2f} s ({source}) < incremental {incremental_seconds:.2f} s")
+        if source.startswith("its last build") and seconds < PROBE_RATIO * incremental_seconds:
+            return Mode(False, f"auto: incremental, predicted {incremental_seconds:.2f} s; a recompute is probed (its build "
+                               f"took {seconds:.2f} s, under {PROBE_RATIO:g}x that)", probe=True)
+        return Mode(False, f"auto: incremental, predicted {incremental_seconds:.2f} s <= full {seconds:.2f} s ({source})")
+    rebuild = rebuild_seconds(history, kind) or seconds
+    back = rebuild + HORIZON * incremental_seconds
+    if back < (HORIZON + 1) * seconds:
+        return Mode(False, f"auto: back to incremental, a rebuild ({rebuild:.2f} s) + {HORIZON} incremental runs "
+                           f"({incremental_seconds:.2f} s each) < {HORIZON + 1} full recomputes ({seconds:.2f} s each, {source})")
+    return Mode(True, f"auto: full, predicted {seconds:.2f} s ({source}); incremental {incremental_seconds:.2f} s "
+                      f"would not repay a rebuild ({rebuild:.2f} s) within {HORIZON} runs")

@@ -1,0 +1,51 @@
+"""refresh_policy auto's per-run choice (lakeivm.planning.auto), on made-up log rows."""
+from __future__ import annotations
+
+from lakeivm.commit import LogRow
+from lakeivm.planning.auto import HORIZON, choose_mode, full_seconds
+
+
+def row(kind: str, mode: str, seconds: float, applied: bool = True) -> LogRow:
+    return LogRow(view="v", seq=0, status="committed", mode=mode, kind=kind, pins={}, watermarks={}, state_versions={},
+                  consistent=True, seconds=seconds, table_seconds={"t": seconds / 2} if applied and mode == "refresh" and kind != "full" else {})
+
+
+BUILD = row("fivm", "bootstrap", 4.0)
+INCREMENTAL = row("fivm", "refresh", 2.0)
+
+
+def test_no_switch_before_an_incremental_run_is_measured():
+    mode = choose_mode([BUILD], "fivm", 100.0, in_full=False)
+    assert not mode.full and "no incremental run measured yet" in mode.reason
+
+
+def test_the_build_bounds_the_first_recompute_then_recomputes_are_learned():
+    assert full_seconds([BUILD, INCREMENTAL], "fivm") == (4.0, "its last build from snapshots")
+    assert choose_mode([BUILD, INCREMENTAL], "fivm", 5.0, in_full=False).full
+    assert not choose_mode([BUILD, INCREMENTAL], "fivm", 3.0, in_full=False).full
+    recomputes = [row("full", "refresh", s) for s in (1.0, 9.0, 1.2)]
+    assert full_seconds([BUILD, INCREMENTAL, *recomputes], "fivm")[0] == 1.2  # the median of the recent ones
+    assert choose_mode([BUILD, INCREMENTAL, *recomputes], "fivm", 2.0, in_full=False).full
+
+
+def test_from_full_a_rebuild_must_pay_for_itself_within_the_horizon():
+    history = [BUILD, INCREMENTAL, row("full", "refresh", 3.0)]
+    # stay: (H + 1) * 3.0 = 18 s; back: 4.0 s + H * incremental
+    assert choose_mode(history, "fivm", 2.9, in_full=True).full  # cheaper per run, but not by enough to repay the rebuild
+    assert not choose_mode(history, "fivm", 2.0, in_full=True).full
+    stay_limit = ((HORIZON + 1) * 3.0 - 4.0) / HORIZON
+    assert choose_mode(history, "fivm", stay_limit + 0.01, in_full=True).full
+    assert not choose_mode(history, "fivm", stay_limit - 0.01, in_full=True).full
+
+
+def test_a_build_within_the_probe_ratio_asks_for_a_probe_once_and_the_probe_decides():
+    from lakeivm.planning.auto import PROBE
+
+    mode = choose_mode([BUILD, INCREMENTAL], "fivm", 2.0, in_full=False)  # the build: 2x the prediction
+    assert not mode.full and mode.probe
+    assert not choose_mode([BUILD, INCREMENTAL], "fivm", 0.5, in_full=False).probe  # 8x: a recompute will not win
+    probed = LogRow(view="v", seq=0, status="committed", mode="refresh", kind="fivm", pins={}, watermarks={},
+                    state_versions={}, consistent=True, seconds=3.0, table_seconds={"t": 1.5, PROBE: 0.5})
+    assert full_seconds([BUILD, probed], "fivm")[0] == 1.5  # the probe + the run's shared 1.0 s
+    mode = choose_mode([BUILD, probed], "fivm", 2.0, in_full=False)
+    assert mode.full and not mode.probe and "a probe" in mode.reason
