@@ -56,10 +56,10 @@ def test_hidden_group_key_when_not_selected():
     "sql, message",
     [
         ("SELECT g FROM s LEFT JOIN r ON r.a = s.a GROUP BY g", "LEFT JOIN is not supported"),
-        ("SELECT g, SUM(b) FROM s GROUP BY g HAVING SUM(b) > 1", "HAVING is not supported"),
-        ("SELECT g, SUM(b) FROM s GROUP BY g ORDER BY g LIMIT 2", r"ORDER BY \.\.\. LIMIT \(a top-k\) is not supported"),
+        ("SELECT g, SUM(b) FROM s GROUP BY g HAVING g > 1", "HAVING is not supported"),
+        ("SELECT g, SUM(b) FROM s GROUP BY g ORDER BY g LIMIT 2 OFFSET 1", r"ORDER BY \.\.\. LIMIT \(a top-k\) is not supported"),
         ("SELECT DISTINCT g, COUNT(*) FROM s GROUP BY g", "SELECT DISTINCT is not supported"),
-        ("SELECT g, COUNT(DISTINCT b) FROM s GROUP BY g", "DISTINCT inside COUNT"),
+        ("SELECT g, COUNT(DISTINCT b, g) FROM s GROUP BY g", "DISTINCT inside COUNT"),
         ("SELECT g, SUM(b) OVER (PARTITION BY g) FROM s", "window function"),
         ("SELECT g, STDDEV(b) FROM s GROUP BY g", "aggregate STDDEV"),
         ("SELECT g FROM nope GROUP BY g", "unknown table 'nope'"),
@@ -155,3 +155,32 @@ def test_plain_ctes_and_derived_tables_are_merged_and_an_order_by_is_ignored():
         parse_query("WITH t AS (SELECT a, SUM(x) AS s FROM r GROUP BY a) SELECT a, s FROM t", SCHEMAS)
     with pytest.raises(UnsupportedQuery, match="a derived table that is not a plain SELECT"):
         parse_query("SELECT t.a, COUNT(*) AS n FROM (SELECT DISTINCT a FROM r) AS t GROUP BY t.a", SCHEMAS)
+
+
+def test_a_top_k_over_result_columns_is_kept_as_its_groups_plus_the_order_and_k():
+    q = parse_query("SELECT g, SUM(x) AS sx FROM r JOIN s ON r.a = s.a GROUP BY g ORDER BY sx DESC, g LIMIT 3", SCHEMAS)
+    assert (q.top, q.limit) == ((("sx", True, False), ("g", False, True)), 3)  # Spark: ASC nulls first, DESC nulls last
+    assert q.tree.args.get("limit") is None and q.tree.args.get("order") is None and "LIMIT 3" in q.notes[0]
+    by_expression = parse_query("SELECT g, SUM(x) AS sx FROM r JOIN s ON r.a = s.a GROUP BY g ORDER BY SUM(x) DESC NULLS FIRST LIMIT 1",
+                                SCHEMAS)
+    assert by_expression.top == (("sx", True, True),)
+    with pytest.raises(UnsupportedQuery, match="line 1: ORDER BY .*not a result column"):
+        parse_query("SELECT g, SUM(x) AS sx FROM r JOIN s ON r.a = s.a GROUP BY g ORDER BY COUNT(*) LIMIT 3", SCHEMAS)
+    with pytest.raises(UnsupportedQuery, match=r"ORDER BY \.\.\. LIMIT \(a top-k\)"):
+        parse_query("SELECT g, SUM(x) AS sx FROM r JOIN s ON r.a = s.a GROUP BY g ORDER BY sx LIMIT 3 OFFSET 1", SCHEMAS)
+
+
+def test_a_having_over_aggregates_is_kept_as_a_hidden_column_of_every_group():
+    q = parse_query("SELECT g, SUM(x) AS sx FROM r JOIN s ON r.a = s.a GROUP BY g HAVING sx > 1 AND COUNT(*) >= 2", SCHEMAS)
+    assert q.having and q.tree.args.get("having") is None and q.outputs[-1].name == "_lakeivm_having"
+    assert "_lakeivm_count >= 2" in q.outputs[-1].finalize_sql and "_lakeivm_s0" in q.outputs[-1].finalize_sql  # sx expanded
+    with pytest.raises(UnsupportedQuery, match="HAVING is not supported"):
+        parse_query("SELECT g, SUM(x) AS sx FROM r JOIN s ON r.a = s.a GROUP BY g HAVING SUM(x) > (SELECT MAX(y) FROM t)", SCHEMAS)
+
+
+def test_count_distinct_of_one_expression_is_a_multiset_aggregate():
+    q = parse_query("SELECT g, COUNT(DISTINCT x) AS dx, COUNT(x) AS nx FROM r JOIN s ON r.a = s.a GROUP BY g", SCHEMAS)
+    (distinct,) = q.extrema
+    assert distinct.func == "DISTINCT" and q.outputs[1].finalize_sql == f"COALESCE(_lakeivm_s{distinct.index}, 0)"
+    with pytest.raises(UnsupportedQuery, match=r"DISTINCT inside SUM is not supported"):
+        parse_query("SELECT g, SUM(DISTINCT x) AS sx FROM r JOIN s ON r.a = s.a GROUP BY g", SCHEMAS)

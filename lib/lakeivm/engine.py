@@ -202,17 +202,29 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
         applied = _apply(ctx, maintainer, plan, pending, progress)
     except ChangeRangeError as err:
         return _unreadable(ctx, maintainer, last, seq, err, started, progress)
-    return _commit(ctx, maintainer, seq, mode, plan, applied, started, probe=_probe(ctx, progress) if probe else None)
+    probed = _probe(ctx, plan.predicted_seconds or 0.0, progress) if probe else None
+    return _commit(ctx, maintainer, seq, mode, plan, applied, started, probe=probed)
 
 
-def _probe(ctx: Context, progress: Callable[[str], None]) -> float:
+def _probe(ctx: Context, limit: float, progress: Callable[[str], None]) -> float:
     """Seconds of the view's SQL on the run's snapshots, computed to the end but not written (Spark's
-    ``noop`` sink): what a full recompute would cost auto (``planning.auto``), learned once."""
+    ``noop`` sink): what a full recompute would cost auto (``planning.auto``), learned once. It is
+    interrupted after ``limit`` seconds (the incremental prediction: past it a recompute cannot win),
+    and then its seconds are a lower bound, which is all auto needs."""
+    from lakeivm.spark import interrupted_after
+
     t0 = time.perf_counter()
-    sources = {t: ctx.snapshot(t, ctx.pins[t]) for t in ctx.query.tables}
-    ctx.spark.sql(as_written(ctx.spec.sql, sources)).write.format("noop").mode("overwrite").save()
+    try:
+        with interrupted_after(ctx.spark, limit, f"lakeivm-probe-{ctx.lease.run_id}"):
+            sources = {t: ctx.snapshot(t, ctx.pins[t]) for t in ctx.query.tables}
+            ctx.spark.sql(as_written(ctx.spec.sql, sources)).write.format("noop").mode("overwrite").save()
+        outcome = "probed a full recompute"
+    except Exception:  # interrupted at the limit (an interrupted Spark operation raises)
+        if time.perf_counter() - t0 < limit:
+            raise
+        outcome = "stopped probing a full recompute (slower than the incremental run)"
     seconds = time.perf_counter() - t0
-    progress(f"{ctx.view}: probed a full recompute: {seconds:.2f} s")
+    progress(f"{ctx.view}: {outcome}: {seconds:.2f} s")
     return seconds
 
 

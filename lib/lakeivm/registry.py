@@ -264,6 +264,9 @@ def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str
         plan_sample(query, spec.options, spec.source)  # raises UnsupportedQuery naming the construct
     if kind == "nested" and nested_shape(query) is None:
         raise UnsupportedQuery(f"{spec.source}: kind nested: {diagnose(query)}.")
+    if query.limit is not None and kind not in ("first_order", "fivm"):
+        raise UnsupportedQuery(f"{spec.source}: ORDER BY ... LIMIT (a top-k) is maintained over the groups of kinds first_order "
+                               f"and fivm, not by kind {kind}.")
     return kind, query
 
 

@@ -16,6 +16,8 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -127,6 +129,35 @@ def release_connect_session() -> None:
 def is_connect(spark: SparkSession) -> bool:
     """Whether ``spark`` is a Spark Connect client session (no JVM in this process)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+@contextmanager
+def interrupted_after(spark: SparkSession, seconds: float, tag: str) -> Iterator[None]:
+    """Run the block's Spark operations, interrupting them once ``seconds`` have passed (they then
+    raise). Over Connect by an operation tag; in a local session by a job group cancelled with
+    interrupt-on-cancel (classic sessions do not attach tags to the jobs of a write)."""
+    import threading
+
+    if is_connect(spark):
+        spark.addTag(tag)
+        cancel, reset = (lambda: spark.interruptTag(tag)), (lambda: spark.removeTag(tag))
+    else:
+        context = spark.sparkContext
+        context.setJobGroup(tag, "lakeivm: interrupted after a limit", interruptOnCancel=True)
+
+        def cancel() -> None:
+            context.cancelJobGroup(tag)
+
+        def reset() -> None:
+            for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+                context.setLocalProperty(key, None)
+    timer = threading.Timer(seconds, cancel)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        reset()
 
 
 def deployment(spark: SparkSession) -> str:

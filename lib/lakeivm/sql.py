@@ -28,7 +28,9 @@ from lakeivm.sql_functions import RECOMPUTE_ALLOWED, check_functions
 DIALECT = "spark"
 MULTIPLICITY = "_lakeivm_m"
 COUNT = "_lakeivm_count"
+HAVING = "_lakeivm_having"  # a hidden result column: the group satisfies the view's HAVING (its reader keeps those)
 _AGGREGATES = {exp.Sum: "SUM", exp.Count: "COUNT", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
+MULTISET_FUNCS = ("MIN", "MAX", "DISTINCT")  # state kept as a multiset per group; DISTINCT: COUNT(DISTINCT e)
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,8 @@ class GroupKey:
 @dataclass(frozen=True)
 class Aggregate:
     """State kept for one aggregated expression: ``func`` is SUM (shared by SUM, COUNT and AVG of
-    the same expression), MIN or MAX; ``sql`` is None for COUNT(*). State columns: s<index>, n<index>."""
+    the same expression), MIN, MAX or DISTINCT (COUNT(DISTINCT)); ``sql`` is None for COUNT(*).
+    State columns: s<index>, n<index>."""
 
     func: str
     sql: str | None
@@ -94,6 +97,8 @@ class Query:
     has_subquery: bool
     notes: tuple[str, ...] = ()  # what parsing changed that does not change the result (explain prints them)
     implicit_keys: str | None = None  # "distinct" or "projection": GROUP BY keys lakeivm added (``grouped``)
+    top: tuple[tuple[str, bool, bool], ...] = ()  # ORDER BY of a top-k: (result column, descending, nulls first)
+    limit: int | None = None  # the k of ``ORDER BY ... LIMIT k``: every group is kept, the reader takes the first k
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -110,9 +115,15 @@ class Query:
         return tuple(r.alias for r in self.relations if r.table == table)
 
     @property
+    def having(self) -> bool:
+        """Whether the view has a HAVING, kept as the hidden column ``HAVING`` of every group."""
+        return any(o.name == HAVING for o in self.outputs)
+
+    @property
     def extrema(self) -> tuple[Aggregate, ...]:
-        """The MIN/MAX aggregates: their value column is recomputed from a multiset, not added."""
-        return tuple(a for a in self.aggregates if a.func in ("MIN", "MAX"))
+        """The MIN/MAX and COUNT(DISTINCT) aggregates: their value column is recomputed from a multiset
+        of each group's values, not added."""
+        return tuple(a for a in self.aggregates if a.func in MULTISET_FUNCS)
 
     @property
     def additive_columns(self) -> tuple[str, ...]:
@@ -148,6 +159,11 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
     if tree.args.get("order") and not tree.args.get("limit"):  # a stored view has no order: the ORDER BY changes nothing
         tree.set("order", None)
         notes = ("ORDER BY ignored: a view's rows have no order; sort when reading it",)
+    top, limit = _top_k(tree, sql, source)
+    if limit is not None:
+        notes = (f"ORDER BY ... LIMIT {limit}: every group is maintained; reading the view takes the first {limit}",)
+    if _having_as_column(tree):
+        notes = (*notes, "HAVING: every group is maintained, with whether it satisfies HAVING; reading the view keeps those that do")
     # A derived table or CTE that is a plain SELECT (TPC-H Q7-Q9) is merged into the query (sqlglot's optimizer).
     tree = merge_subqueries(_qualified(tree, schemas, source))
     implicit = None
@@ -156,7 +172,48 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
         implicit, notes = "distinct", (*notes, "SELECT DISTINCT maintained as GROUP BY of its columns")
         _group_by_outputs(tree, sql, source)
     _reject_constructs(tree, sql, source)
-    return replace(_build(sql, tree, source), notes=notes, implicit_keys=implicit)
+    return replace(_build(sql, tree, source), notes=notes, implicit_keys=implicit, top=top, limit=limit)
+
+
+def _having_as_column(tree: exp.Select) -> bool:
+    """Move a HAVING over aggregates into the SELECT as the hidden boolean column ``HAVING``, its
+    references to SELECT aliases expanded (Spark resolves them so): the groups are maintained as
+    without it, each with whether it passes. False (the tree untouched) if there is none to move."""
+    having = tree.args.get("having")
+    if not having or not having.this.find(exp.AggFunc) or having.this.find(exp.Subquery, exp.Select):
+        return False
+    aliases = {item.alias: item.this for item in tree.expressions if isinstance(item, exp.Alias)}
+    condition = having.this.copy().transform(
+        lambda node: aliases[node.name].copy() if isinstance(node, exp.Column) and not node.table and node.name in aliases else node)
+    tree.set("having", None)
+    tree.append("expressions", exp.alias_(condition, HAVING))
+    return True
+
+
+def _top_k(tree: exp.Select, sql: str, source: str) -> tuple[tuple[tuple[str, bool, bool], ...], int | None]:
+    """A top-level ``ORDER BY ... LIMIT k`` over result columns, taken off the tree: ((column,
+    descending, nulls first), ...) and k. The view keeps every group; its reader sorts and takes k
+    (what Spark does to the same rows). Anything else is left for ``_reject_constructs``."""
+    order, limit = tree.args.get("order"), tree.args.get("limit")
+    if not (order and limit) or tree.args.get("offset") or not isinstance(limit.expression, exp.Literal) or limit.expression.is_string:
+        return (), None
+    names = {item.alias_or_name for item in tree.expressions}
+    written = {(item.this if isinstance(item, exp.Alias) else item).sql(DIALECT): item.alias_or_name for item in tree.expressions}
+    top = []
+    for ordered in order.expressions:
+        term = ordered.this
+        if isinstance(term, exp.Column) and not term.table and term.name in names:
+            name = term.name
+        elif term.sql(DIALECT) in written:
+            name = written[term.sql(DIALECT)]
+        else:
+            raise UnsupportedQuery(f"{source}: line {_line(ordered, sql)}: ORDER BY {term.sql(DIALECT)} ... LIMIT orders by an "
+                                   "expression that is not a result column; a top-k is maintained when it orders by "
+                                   "columns of its SELECT (add it to the SELECT)")
+        top.append((name, bool(ordered.args.get("desc")), bool(ordered.args.get("nulls_first"))))
+    tree.set("order", None)
+    tree.set("limit", None)
+    return tuple(top), int(limit.expression.this)
 
 
 def grouped(query: Query, source: str = "<sql>") -> Query:
@@ -165,7 +222,7 @@ def grouped(query: Query, source: str = "<sql>") -> Query:
     kind's reader expands back into that many rows."""
     tree = query.tree.copy()
     _group_by_outputs(tree, query.sql, source)
-    return replace(_build(query.sql, tree, source), notes=query.notes, implicit_keys="projection")
+    return replace(_build(query.sql, tree, source), notes=query.notes, implicit_keys="projection", top=query.top, limit=query.limit)
 
 
 def _group_by_outputs(tree: exp.Select, sql: str, source: str) -> None:
@@ -293,8 +350,9 @@ def state_sql(query: Query, sources: Mapping[str, str], delta_alias: str | None 
         if agg.sql is None:
             continue
         s = f"COALESCE(SUM(({agg.sql}) * {m}), 0)"
-        if agg.func in ("MIN", "MAX"):  # exact on a snapshot; a delta's is recomputed from the multiset
-            s = f"{agg.func}({agg.sql})" if delta_alias is None else None
+        if agg.func in MULTISET_FUNCS:  # exact on a snapshot; a delta's is recomputed from the multiset
+            value = f"COUNT(DISTINCT {agg.sql})" if agg.func == "DISTINCT" else f"{agg.func}({agg.sql})"
+            s = value if delta_alias is None else None
         n = f"COALESCE(SUM(CASE WHEN ({agg.sql}) IS NULL THEN 0 ELSE {m} END), 0)"
         if s is not None:
             items.append(exp.alias_(sqlglot.parse_one(s, dialect=DIALECT), f"_lakeivm_s{agg.index}"))
@@ -394,8 +452,9 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
                 f"{source}: line {_line(agg, sql)}: aggregate {agg.sql(DIALECT)} is not supported; "
                 "use SUM, COUNT, AVG, MIN or MAX."
             )
-        if agg.find(exp.Distinct):
-            raise UnsupportedQuery(f"{source}: line {_line(agg, sql)}: DISTINCT inside {agg.key.upper()} is not supported.")
+        if agg.find(exp.Distinct) and not _count_distinct(agg):
+            raise UnsupportedQuery(f"{source}: line {_line(agg, sql)}: DISTINCT inside {agg.key.upper()} is not supported "
+                                   "(COUNT(DISTINCT e) of one expression is).")
     check_functions(tree, sql, source)
 
 
@@ -458,7 +517,17 @@ def _output(item: exp.Expression, keys: tuple[GroupKey, ...], aggs: dict, sql: s
     return Output(name, finalized.sql(DIALECT), False)
 
 
+def _count_distinct(agg: exp.Expression) -> exp.Expression | None:
+    """The expression of ``COUNT(DISTINCT e)``, or None for any other aggregate."""
+    if isinstance(agg, exp.Count) and isinstance(agg.this, exp.Distinct) and len(agg.this.expressions) == 1:
+        return agg.this.expressions[0]
+    return None
+
+
 def _finalize(node: exp.Expression, by_sql: dict[str, str], aggs: dict, sql: str, source: str) -> exp.Expression:
+    if (distinct := _count_distinct(node)) is not None:  # the number of values with a positive count in the multiset
+        agg = aggs.setdefault(("DISTINCT", distinct.sql(DIALECT)), Aggregate("DISTINCT", distinct.sql(DIALECT), len(aggs)))
+        return sqlglot.parse_one(f"COALESCE(_lakeivm_s{agg.index}, 0)", dialect=DIALECT)
     if isinstance(node, exp.AggFunc):
         func = _AGGREGATES[type(node)]
         arg = None if isinstance(node.this, exp.Star) else node.this.sql(DIALECT)

@@ -11,7 +11,9 @@ the view's own maintenance log, never from a guess in code:
   plus the run's own shared seconds -- or, before a probe, the seconds of the view's last build
   from snapshots. A build writes every state table, a recompute only the result, so the build
   over-estimates: when it is cheaper than the incremental prediction auto switches at once; when it
-  is within ``PROBE_RATIO`` of it, an incremental run also probes a recompute once, to learn.
+  is within ``PROBE_RATIO`` of it, an incremental run also probes a recompute once, to learn. The
+  probe is stopped at the incremental prediction (past it a recompute cannot win), so learning
+  costs at most one incremental run's seconds.
 
 A full run leaves the incremental state behind (recovery removes it at the next run), so going
 back costs a rebuild: from full, auto returns to incremental maintenance only if the rebuild plus

@@ -99,6 +99,24 @@ def write_overwrite(rows: DataFrame, path: str) -> None:
 REWRITE_ROWS = 20_000  # a result this small is rewritten whole: cheaper than a Delta MERGE of its touched rows
 
 
+def as_read(rows: DataFrame, query) -> DataFrame:
+    """The view's rows as its reader sees them, from the maintained groups: those that pass the
+    view's HAVING (``Query.having``), and for ``ORDER BY ... LIMIT k`` (``Query.limit``) the first k
+    in that order, as Spark takes them from the same rows."""
+    from pyspark.sql import functions as F
+
+    from lakeivm.sql import HAVING
+
+    if query.having:
+        rows = rows.where(F.col(HAVING))
+    if query.limit is None:
+        return rows
+
+    order = [getattr(F.col(f"`{name}`"), f"{'desc' if desc else 'asc'}_nulls_{'first' if first else 'last'}")()
+             for name, desc, first in query.top]
+    return rows.orderBy(*order).limit(query.limit)
+
+
 def read_if_small(lake: Lake, path: str) -> tuple[DataFrame, object] | None:
     """The table's rows as local rows and their Arrow schema (``Lake.read_small``) if it is small
     enough to rewrite whole (by its Delta statistics) and delta-rs reads it, else None: MERGE or write

@@ -36,8 +36,8 @@ def test_auto_recomputes_what_is_not_incremental_and_names_the_construct():
 
 
 def test_incremental_policy_refuses_naming_the_construct_file_and_line():
-    strict = spec("strict", "SELECT a,\n  SUM(x) AS sx\nFROM r GROUP BY a\nHAVING SUM(x) > 1", refresh_policy="incremental")
-    with pytest.raises(UnsupportedQuery, match=r"strict\.yaml: line 4: HAVING is not supported"):
+    strict = spec("strict", "SELECT a,\n  SUM(x) AS sx\nFROM r GROUP BY a\nHAVING a > 1", refresh_policy="incremental")
+    with pytest.raises(UnsupportedQuery, match=r"strict\.yaml: line 4: HAVING is not supported"):  # over no aggregate: a WHERE
         choose(strict, SCHEMAS)
 
 
@@ -55,7 +55,7 @@ def test_a_view_that_asked_for_a_kind_is_not_recomputed_instead():
 
 
 @pytest.mark.parametrize("sql, problem", [
-    ("SELECT a, COUNT(*) FROM r GROUP BY a HAVING COUNT(*) > 1", "result column COUNT\\(\\*\\) has no name"),
+    ("SELECT a, COUNT(*) FROM r GROUP BY a UNION ALL SELECT a, 0 AS n FROM r", "result column COUNT\\(\\*\\) has no name"),
     ("SELECT r.a, s.a FROM r JOIN s ON r.a = s.a", "result column 'a' is named twice"),
     ("SELECT a FROM t", "unknown table 't'"),
     ("SELECT java_method('java.lang.System', 'exit', 1) AS z FROM r", "function java_method\\(\\) is not allowed"),
@@ -79,7 +79,8 @@ FULL_VIEWS = [
     spec("outer_rows", "SELECT COALESCE(r.a, s.a) AS a, r.x, COALESCE(s.g, -1) AS g FROM r FULL OUTER JOIN s ON r.a = s.a"),
     spec("ranked", "SELECT a, x, RANK() OVER (PARTITION BY a ORDER BY x) AS rk FROM r"),
     spec("values_seen", "WITH gs AS (SELECT DISTINCT g FROM s) SELECT g AS v FROM gs UNION ALL SELECT DISTINCT x AS v FROM r"),
-    spec("top_keys", "SELECT a, COUNT(*) AS n, COUNT(DISTINCT x) AS dx FROM r GROUP BY a HAVING COUNT(*) > 1 ORDER BY n DESC, a LIMIT 2"),
+    spec("top_keys", "SELECT a, COUNT(*) AS n, COUNT(DISTINCT x) AS dx FROM r GROUP BY a HAVING COUNT(*) > 1 ORDER BY n DESC, a LIMIT 2",
+         refresh_policy="full"),  # first_order maintains it under auto (tests/views/first_order); here: recomputed
 ]
 
 
@@ -163,3 +164,20 @@ def test_auto_recomputes_a_run_in_full_when_its_log_predicts_that_cheaper_and_co
     again = run_view(lake, view)
     assert again.kind == "fivm" and again.mode == "refresh" and again.applied == ("r",)
     assert audit(lake, view).ok
+
+
+def test_a_probe_stops_at_its_limit_and_reports_a_lower_bound(lake, spark):
+    """auto's probe of a recompute is interrupted once it costs more than the incremental prediction."""
+    from types import SimpleNamespace
+
+    from lakeivm.engine import _probe, prepare
+    from lakeivm import changes
+
+    lake.create_table("r", spark.range(3000).selectExpr("CAST(id AS INT) AS a", "CAST(id AS INT) AS x"))
+    slow = spec("slow", "SELECT COUNT(*) AS n FROM r r1 JOIN r r2 ON r1.a < r2.a JOIN r r3 ON r2.a < r3.a")  # 4.5e9 triples
+    ctx, _ = prepare(lake, slow)
+    ctx.pins, ctx.lease = changes.pin(lake, ctx.query.tables), SimpleNamespace(run_id="probe-test")
+    said = []
+    seconds = _probe(ctx, 3.0, said.append)
+    assert 3.0 <= seconds < 60 and "stopped probing" in said[0], said
+    assert spark.range(3).count() == 3  # the session works on after the interrupt

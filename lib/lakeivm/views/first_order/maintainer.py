@@ -4,9 +4,9 @@ For a table R occurring as aliases R1..Rn, ΔV = Σ_i V(R1', .., R(i-1)', ΔRi, 
 every other table as of its watermark, R' = R at the pin: a telescoping sum, exact for self-joins
 and asymmetric plans. Per group the state is a row count and, per aggregated expression, the sum
 of its non-null values and their count (lakeivm.sql); states add, and a group whose count reaches
-zero is deleted. MIN/MAX keep, per aggregate, the multiset of each group's values as an additive
-table ``aux/extremum_<i>`` (keys, value, count); after a run the touched groups' extrema are
-re-read from it, so deletes of the current minimum are exact. Cost per batch: one join of the
+zero is deleted. MIN/MAX and COUNT(DISTINCT) keep, per aggregate, the multiset of each group's
+values as an additive table ``aux/extremum_<i>`` (keys, value, count); after a run the touched
+groups' extrema (or number of live values) are re-read from it, so deletes are exact. Cost per batch: one join of the
 delta with the other relations, one MERGE (plus one MERGE per MIN/MAX multiset).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from lakeivm.lake import CDF
 from lakeivm.sql import COUNT, Aggregate, Query, multiset_sql, state_sql
 from lakeivm.views.base import Context
-from lakeivm.views.state import AdditiveTable, read_if_small
+from lakeivm.views.state import AdditiveTable, as_read, read_if_small
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -83,7 +83,7 @@ class FirstOrderMaintainer:
             from pyspark.sql import functions as F
 
             df = df.withColumn(f"{HIDDEN}copy", F.explode(F.sequence(F.lit(1), F.col(COUNT).cast("int"))))
-        return df.select(*visible)
+        return as_read(df, ctx.query).select(*visible)
 
     def _extrema(self, ctx: Context) -> dict[int, AdditiveTable]:
         """One multiset table per MIN/MAX aggregate: (group keys, value) -> count."""
@@ -169,12 +169,13 @@ def _rewrite(ctx: Context, path: str, stored: DataFrame, schema: object, updated
 
 
 def _with_extremum(groups: DataFrame, multiset: DataFrame, agg: Aggregate, keys: list[str]) -> DataFrame:
-    """``groups`` plus ``_lakeivm_s<i>``: the least (MIN) or greatest (MAX) value of each group's multiset."""
+    """``groups`` plus ``_lakeivm_s<i>``: the least (MIN) or greatest (MAX) value of each group's
+    multiset, or its number of values with a positive count (COUNT(DISTINCT))."""
     from functools import reduce
 
     from pyspark.sql import functions as F
 
-    pick = F.min if agg.func == "MIN" else F.max
+    pick = {"MIN": F.min, "MAX": F.max, "DISTINCT": F.count}[agg.func]  # COUNT(DISTINCT): one multiset row per live value
     value = f"_lakeivm_s{agg.index}"
     live = multiset.where("_lakeivm_cnt > 0")
     if not keys:

@@ -30,7 +30,7 @@ from lakeivm.views.base import Context
 from lakeivm.views.fivm.payload import ALIVE
 from lakeivm.views.fivm.plan import FivmPlan, build_plan, leaf_weights
 from lakeivm.views.fivm.tree import View
-from lakeivm.views.state import AdditiveTable, consolidate, read_if_small
+from lakeivm.views.state import AdditiveTable, as_read, consolidate, read_if_small
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -160,7 +160,7 @@ class FivmMaintainer:
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         df = ctx.lake.read(ctx.lake.view_path(ctx.view), version)
-        return df.select(*[c for c in df.columns if not c.startswith(HIDDEN)])
+        return as_read(df, ctx.query).select(*[c for c in df.columns if not c.startswith(HIDDEN)])
 
     # -- helpers ------------------------------------------------------------------------------
     def plan(self, ctx: Context) -> FivmPlan:
