@@ -21,9 +21,8 @@ SPEC = spec_from_dict({
     "kind": "first_order",
 })
 GLOBAL = spec_from_dict({"name": "lowest", "sql": "SELECT MIN(x) AS lo FROM r", "deadline": 60, "kind": "first_order"})
-DISTINCT = spec_from_dict({"name": "distinct_x", "deadline": 60, "refresh_policy": "incremental",  # first_order: F-IVM has no multisets
-                           "sql": "SELECT g, COUNT(DISTINCT x) AS dx, COUNT(DISTINCT x % 3) AS dm, SUM(x) AS sx "
-                                  "FROM r JOIN s ON r.a = s.a GROUP BY g"})
+DISTINCT = spec_from_dict({"name": "distinct_x", "sql": "SELECT a, COUNT(DISTINCT x % 3) AS dx FROM r GROUP BY a", "deadline": 60,
+                           "refresh_policy": "incremental"})  # first_order: F-IVM keeps no multisets
 
 
 @pytest.mark.heavy
@@ -40,11 +39,14 @@ def test_min_max_match_sql_under_random_streams_and_asymmetric_runs(lake, spark)
     for step in range(3):
         random_batch(lake, rng, "r", "a", "x")
         random_batch(lake, rng, "s", "a", "g", keys=3)
-        for view in (SPEC, DISTINCT):  # COUNT(DISTINCT): the number of live values in each group's multiset
-            run_view(lake, view, tables=("r",) if step % 2 else None)
-            assert audit(lake, view).ok, str(audit(lake, view))
-    run_view(lake, GLOBAL)
-    assert audit(lake, GLOBAL).ok
+        run_view(lake, SPEC, tables=("r",) if step % 2 else None)
+        assert audit(lake, SPEC).ok, str(audit(lake, SPEC))
+    for view in (GLOBAL, DISTINCT):  # COUNT(DISTINCT): the number of live values in each group's multiset
+        run_view(lake, view)
+        assert audit(lake, view).ok
+    sql(lake, "UPDATE {t} SET x = NULL WHERE a = 0", "r")
+    run_view(lake, DISTINCT)  # only NULLs left in group 0: COUNT(DISTINCT) 0
+    assert {r["a"]: r["dx"] for r in lake.read(lake.view_path("distinct_x")).collect()}.get(0, 0) == 0 and audit(lake, DISTINCT).ok
     sql(lake, "DELETE FROM {t}", "r")
     run_view(lake, GLOBAL)
     assert lake.read(lake.view_path("lowest")).first()["lo"] is None and audit(lake, GLOBAL).ok
