@@ -469,12 +469,12 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]
         if last is None:
             entry.update(last_run=None, pending_rows={t: None for t in heads})
         else:
+            from lakeivm.planning.auto import full_seconds
             from lakeivm.planning.tick import plan_refresh
 
             pending = {t: changes.pending_rows(lake, t, last.watermarks.get(t, -1), h) for t, h in heads.items()}
             if last.kind == FULL:  # a recomputation costs what the last ones did, whatever is pending
-                recent = sorted([r.seconds for r in history if r.kind == FULL][-5:])
-                seconds, why = recent[len(recent) // 2], f"median of the last {len(recent)} recomputations"
+                seconds, why = full_seconds(history, _kind(maintainer))
             else:
                 own = [r for r in history if r.kind == last.kind]
                 decision = plan_refresh(own, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name))

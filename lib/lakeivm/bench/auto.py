@@ -20,11 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lakeivm.bench import machine, save
+from lakeivm.bench.triangle import SQL as TRIANGLES
 from lakeivm.config import SHIPPED_VIEWS, Settings
 
 POLICIES = ("incremental", "full", "auto")
-TRIANGLES = ("SELECT COUNT(*) AS triangles FROM edges e1 JOIN edges e2 ON e1.dst = e2.src "
-             "JOIN edges e3 ON e2.dst = e3.src AND e3.dst = e1.src")
 
 
 def main(argv: list[str], settings: Settings) -> int:
