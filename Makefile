@@ -21,11 +21,17 @@ demo: $(STAMP)
 	$(BIN)/lakeivm demo
 
 # The suite waits on Spark job latency far more than it computes (one process keeps 2 cores ~20% busy),
-# so it runs in 3 worker processes; the Spark Connect clients (connect, deployment) run after, in one
-# process of their own (pyspark refuses a Connect session beside a local one).
+# so it runs in 3 worker processes; the Spark Connect clients (connect, deployment) run at the same
+# time in a process of their own (pyspark refuses a Connect session beside a local one), their output
+# kept in $(CONNECT_LOG) and printed after the local workers' report.
+CONNECT_LOG := .connect-tests.log
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not connect and not deployment" -n 3 -p no:cacheprovider --durations=25
-	$(BIN)/python -m pytest -m "(connect or deployment) and not slow" -p no:cacheprovider --durations=10
+	@$(BIN)/python -m pytest -m "(connect or deployment) and not slow" -p no:cacheprovider --durations=10 \
+	  > $(CONNECT_LOG) 2>&1 & connect=$$!; \
+	$(BIN)/python -m pytest -m "not slow and not connect and not deployment" -n 3 -p no:cacheprovider --durations=25; \
+	local=$$?; wait $$connect; remote=$$?; \
+	echo "== the Spark Connect clients (connect, deployment markers), run alongside =="; cat $(CONNECT_LOG); \
+	test $$local -eq 0 && test $$remote -eq 0
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider
@@ -39,4 +45,4 @@ bench: $(STAMP)
 	$(BIN)/lakeivm bench all
 
 clean:
-	rm -rf lake .lakeivm-airflow spark-warehouse metastore_db
+	rm -rf lake .lakeivm-airflow spark-warehouse metastore_db .connect-tests.log

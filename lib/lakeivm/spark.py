@@ -135,7 +135,8 @@ def is_connect(spark: SparkSession) -> bool:
 def interrupted_after(spark: SparkSession, seconds: float, tag: str) -> Iterator[None]:
     """Run the block's Spark operations, interrupting them once ``seconds`` have passed (they then
     raise). Over Connect by an operation tag; in a local session by a job group cancelled with
-    interrupt-on-cancel (classic sessions do not attach tags to the jobs of a write)."""
+    interrupt-on-cancel (classic sessions do not attach tags to the jobs of a write). Past the limit
+    it cancels every 0.2 s until the block exits, so an operation that starts late is stopped too."""
     import threading
 
     if is_connect(spark):
@@ -151,12 +152,23 @@ def interrupted_after(spark: SparkSession, seconds: float, tag: str) -> Iterator
         def reset() -> None:
             for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
                 context.setLocalProperty(key, None)
-    timer = threading.Timer(seconds, cancel)
-    timer.start()
+    done = threading.Event()
+
+    def interrupter() -> None:
+        # A cancel reaches only the operations running at that moment: one still being planned when
+        # the limit passes (Delta snapshots, analysis) starts later, so cancel until the block exits.
+        if not done.wait(seconds):
+            cancel()
+            while not done.wait(0.2):
+                cancel()
+
+    thread = threading.Thread(target=interrupter, name=f"{tag}-interrupter", daemon=True)
+    thread.start()
     try:
         yield
     finally:
-        timer.cancel()
+        done.set()
+        thread.join()
         reset()
 
 
