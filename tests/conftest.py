@@ -17,6 +17,13 @@ def pytest_configure(config):
         config.option.basetemp = tempfile.mkdtemp(prefix="lakeivm-pytest-")
 
 
+# The suite's JVMs run tiny queries and are CPU-bound on 2 cores (3 workers): the C1 JIT only, the
+# serial collector and interpreted expressions (no Janino compile per query) cost a third of the CPU
+# (tests/views/first_order/test_streams.py, one stream test alone: JVM CPU 71 s -> 31 s, wall 46 s -> 34 s).
+TEST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.codegen.wholeStage": "false"}
+
+
 @pytest.fixture(scope="session")
 def spark():
     from lakeivm.config import Settings
@@ -25,7 +32,7 @@ def spark():
     # One core, one partition: three test JVMs already share 2 cores, so parallelism inside one only adds
     # task overhead (tests/views/fivm + first_order with -n 3: 449 s -> 408 s).
     session = get_spark(Settings(spark_master="local[1]", shuffle_partitions=1,
-                                 spark_conf={"spark.databricks.delta.snapshotPartitions": "1", "spark.default.parallelism": "1"}),
+                                 spark_conf={"spark.databricks.delta.snapshotPartitions": "1", "spark.default.parallelism": "1", **TEST_JVM}),
                         app_name="lakeivm-tests")
     yield session
     session.stop()
@@ -86,7 +93,7 @@ def remote(tmp_path_factory):
         url = f"sc://127.0.0.1:{probe.getsockname()[1]}"
     with pytest.MonkeyPatch.context() as patch:  # its pid file and log under a home of its own
         patch.setenv("LAKEIVM_HOME", str(home))
-        info = server.start(Settings(shuffle_partitions=2), master="local[2]", remote=url)
+        info = server.start(Settings(shuffle_partitions=2, spark_conf=TEST_JVM), master="local[2]", remote=url)
     try:
         yield info.remote
     finally:

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from lakeivm import storage
+from lakeivm import storage, upstream
 from lakeivm.errors import ChangeRangeError
 from lakeivm.lake import CDF, Lake
 from lakeivm.sql import MULTIPLICITY
@@ -25,8 +25,10 @@ _CDF_ROWS_PER_METRIC = {"numOutputRows": 1, "numDeletedRows": 1, "numUpdatedRows
 
 
 def pin(lake: Lake, tables: Iterable[str]) -> dict[str, int]:
-    """Head version of each table: the run reads every table up to this version and no further."""
-    return {t: lake.head_version(lake.table_path(t)) for t in tables}
+    """Head version of each table: the run reads every table up to this version and no further
+    (for a view read as a source, the seq of its last consistent run: ``lakeivm.upstream``)."""
+    return {t: upstream.pin(lake, lake.upstreams[t]) if t in lake.upstreams else lake.head_version(lake.table_path(t))
+            for t in tables}
 
 
 def pending_rows(lake: Lake, table: str, watermark: int, head: int) -> int:
@@ -34,6 +36,8 @@ def pending_rows(lake: Lake, table: str, watermark: int, head: int) -> int:
 
     An updated row counts twice (pre- and post-image), as in the change data feed.
     """
+    if table in lake.upstreams:
+        return upstream.pending_rows(lake, lake.upstreams[table], watermark, head)
     if head <= watermark:
         return 0
     return sum(_cdf_rows(row["operationMetrics"] or {}) for row in _history(lake, table, watermark, head))
@@ -43,6 +47,8 @@ def pending_age_seconds(lake: Lake, table: str, watermark: int, head: int) -> fl
     """Seconds since the oldest commit in (watermark, head] was written (0 when nothing is pending)."""
     from datetime import datetime, timezone
 
+    if table in lake.upstreams:
+        return upstream.pending_age_seconds(lake, lake.upstreams[table], watermark, head)
     history = _history(lake, table, watermark, head)
     if not history:
         return 0.0
@@ -52,6 +58,8 @@ def pending_age_seconds(lake: Lake, table: str, watermark: int, head: int) -> fl
 
 def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str]) -> None:
     """Raise ChangeRangeError if (watermark, head] of ``table`` cannot be read as changes."""
+    if table in lake.upstreams:
+        return upstream.check_readable(lake, lake.upstreams[table], watermark, head, columns)
     path = lake.table_path(table)
     if head < watermark:
         raise ChangeRangeError(
@@ -90,6 +98,8 @@ def read_delta(lake: Lake, table: str, watermark: int, head: int, columns: Itera
     """
     from pyspark.sql import functions as F
 
+    if table in lake.upstreams:
+        return upstream.read_delta(lake, lake.upstreams[table], watermark, head, columns)
     columns = list(columns)
     check_readable(lake, table, watermark, head, columns)
     sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)

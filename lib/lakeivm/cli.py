@@ -234,11 +234,15 @@ def _read(args, settings: Settings) -> int:
 
 
 def _explain(args, settings: Settings) -> int:
+    from lakeivm.engine import schemas_for
     from lakeivm.registry import choose, find_spec, why_not_fivm
 
     spec = find_spec(_specs(settings), args.view)
-    choice = choose(spec, _lake(settings).table_schemas())
+    choice = choose(spec, schemas_for(_lake(settings), spec))
     print(f"{spec.name}: refresh policy {spec.refresh_policy}: {choice.mode}, kind {choice.kind}")
+    if spec.upstreams:
+        print(f"reads views {', '.join(spec.upstreams)}: their committed results, a change being the difference between two "
+              "of their runs; `lakeivm refresh` refreshes them first, the DAG also runs when they publish")
     if choice.auto:
         print("auto: each run maintains it incrementally or recomputes it in full, whichever its log predicts cheaper "
               "(`lakeivm status` shows the last choice; the log row's plan says why)")

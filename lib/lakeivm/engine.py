@@ -18,6 +18,7 @@ from lakeivm.lake import WRITER_TAG, Lake
 from lakeivm.registry import FULL, ViewSpec, choose, find_spec, load_specs
 from lakeivm.spark import deployment
 from lakeivm.sql import as_written
+from lakeivm.upstream import register as upstream_register
 from lakeivm.views.base import Context, Maintainer
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def open_lake(spark: SparkSession | None = None, settings: Settings | None = Non
 
 def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Context, Maintainer]:
     """Classify the view and build the run's context (pins and watermarks filled by run_view)."""
-    choice = choose(spec, lake.table_schemas())
+    choice = choose(spec, schemas_for(lake, spec))
 
     def checkpoint(label: str) -> None:
         if fail_at == label:
@@ -72,6 +73,20 @@ def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Con
     ctx = Context(lake, spec, choice.query, pins={}, watermarks={}, seed=int(spec.options.get("seed", 0)), checkpoint=checkpoint,
                   why_full=choice.why_full, auto=choice.auto)
     return ctx, maintainer_for(choice.kind)
+
+
+def schemas_for(lake: Lake, spec: ViewSpec) -> dict[str, dict[str, str]]:
+    """{source: {column: type}} the view's SQL is checked against: the lake's tables, and the results
+    of the views it reads (``lakeivm.upstream``; a name that is both is refused)."""
+    from lakeivm import upstream
+
+    upstream.register(lake, spec)
+    tables = lake.table_schemas()
+    both = sorted(set(tables) & set(spec.upstreams))
+    if both:
+        raise LakeIVMError(f"{spec.source}: {', '.join(both)} is both a lake table and a view; rename the view "
+                           f"or the table so that the view's FROM names one thing.")
+    return {**tables, **{name: upstream.schema(lake, up) for name, up in spec.upstreams.items()}}
 
 
 def maintainer_for(kind: str) -> Maintainer:
@@ -133,6 +148,10 @@ def run_view(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     started = time.perf_counter()
+    if mode != "tick":  # on demand: the views it reads first, each under its own claim (ticks follow their Assets)
+        for up in spec.upstreams.values():
+            run_view(lake, up, "refresh", progress=progress)
+    upstream_register(lake, spec)
     definition = fingerprint(spec)
     if mode != "rebuild" and _up_to_date(lake, commit.log_rows(lake, spec.name, status=None), definition):
         progress(f"{spec.name}: nothing to apply")  # a no-op costs a listing per table: no Spark, no write
@@ -248,8 +267,9 @@ def _up_to_date(lake: Lake, history: list[commit.LogRow], definition: str) -> bo
 
 
 def _caught_up(lake: Lake, last: commit.LogRow) -> bool:
-    """Whether every table of the last committed run is still at its watermark (one listing each)."""
-    return last.consistent and all(lake.head_version(lake.table_path(t)) == w for t, w in last.watermarks.items())
+    """Whether every table of the last committed run is still at its watermark (one listing each;
+    for a view read as a source, a read of its log)."""
+    return last.consistent and changes.pin(lake, last.watermarks) == dict(last.watermarks)
 
 
 def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[str, int],
@@ -382,7 +402,7 @@ def reader(lake: Lake, spec: ViewSpec, row: commit.LogRow | None) -> tuple[Conte
 
     ctx, maintainer = prepare(lake, spec)
     if ctx.auto and row is not None and row.kind == FULL:
-        full = parse_full(spec.sql, lake.table_schemas(), spec.source)
+        full = parse_full(spec.sql, schemas_for(lake, spec), spec.source)
         return replace(ctx, query=full, why_full="auto chose a full recompute"), maintainer_for(FULL)
     return ctx, maintainer
 

@@ -30,6 +30,7 @@ class Lake:
     spark: SparkSession
     root: str
     cache: dict = field(default_factory=dict, repr=False)  # immutable facts, e.g. commit histories
+    upstreams: dict = field(default_factory=dict, repr=False)  # views read as sources by other views: name -> ViewSpec (lakeivm.upstream)
 
     def __post_init__(self) -> None:
         if not urlparse(self.root).scheme:

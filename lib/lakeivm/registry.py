@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ class ViewSpec:
     options: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<spec>"
     refresh_policy: str = "auto"
+    upstreams: Mapping[str, ViewSpec] = field(default_factory=dict, compare=False, repr=False)  # views its FROM names (link_upstreams)
 
     def __post_init__(self) -> None:
         # The name is spliced into SQL (log filters, state paths); a spec built in Python skips the schema.
@@ -158,7 +159,41 @@ def load_specs(folder: str | Path) -> Specs:
             broken.append(BrokenSpec(spec.source, f"{spec.source}: line {line}: name: view {name!r} is also declared in "
                                      f"{others}; give each view its own name", (name,)))
     specs = {name: same[0] for name, same in loaded.items() if len(same) == 1}
+    specs, cyclic = link_upstreams(specs)
+    broken += cyclic
     return Specs(specs, sorted(broken, key=lambda entry: entry.path))
+
+
+def link_upstreams(specs: Mapping[str, ViewSpec]) -> tuple[dict[str, ViewSpec], list[BrokenSpec]]:
+    """Each spec with ``upstreams``: the specs of the views its SQL names (a view over views reads
+    their results, ``lakeivm.upstream``), linked transitively; the specs on a cycle do not load
+    (each is reported naming the cycle)."""
+    from graphlib import CycleError, TopologicalSorter
+
+    from lakeivm.sql import referenced_tables
+
+    graph = {name: [t for t in referenced_tables(spec.sql) if t in specs and t != name] for name, spec in specs.items()}
+    broken: list[BrokenSpec] = []
+    for name, spec in specs.items():
+        if name in referenced_tables(spec.sql):
+            graph[name] = [name]  # a view reading itself: the one-view cycle
+    while True:
+        try:
+            order = list(TopologicalSorter(graph).static_order())
+            break
+        except CycleError as err:
+            cycle = err.args[1]
+            text = " -> ".join(cycle)
+            for name in dict.fromkeys(cycle):
+                broken.append(BrokenSpec(specs[name].source, f"{specs[name].source}: sql: views read each other in a cycle "
+                                         f"({text}); a view may read only views that do not read it back", (name,)))
+                graph.pop(name, None)
+            graph = {name: [t for t in reads if t in graph] for name, reads in graph.items()}
+    linked: dict[str, ViewSpec] = {}
+    for name in order:
+        if name in graph:
+            linked[name] = replace(specs[name], upstreams={t: linked[t] for t in graph[name]}) if graph[name] else specs[name]
+    return {name: linked[name] for name in specs if name in linked}, broken
 
 
 def find_spec(specs: Mapping[str, ViewSpec], name: str) -> ViewSpec:
@@ -264,6 +299,9 @@ def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str
         plan_sample(query, spec.options, spec.source)  # raises UnsupportedQuery naming the construct
     if kind == "nested" and nested_shape(query) is None:
         raise UnsupportedQuery(f"{spec.source}: kind nested: {diagnose(query)}.")
+    if spec.upstreams and kind not in ("first_order", "fivm"):
+        raise UnsupportedQuery(f"{spec.source}: a view over views ({', '.join(spec.upstreams)}) is maintained by kinds first_order "
+                               f"and fivm, not by kind {kind}; under refresh_policy auto it is recomputed in full.")
     if query.limit is not None and kind not in ("first_order", "fivm"):
         raise UnsupportedQuery(f"{spec.source}: ORDER BY ... LIMIT (a top-k) is maintained over the groups of kinds first_order "
                                f"and fivm, not by kind {kind}.")

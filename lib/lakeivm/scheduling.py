@@ -73,6 +73,16 @@ def _delta_jars_or_package(settings: Settings) -> dict[str, str]:
     return {"packages": DELTA_PACKAGE}
 
 
+def _schedule(spec: ViewSpec, settings: Settings) -> Any:
+    """Every ``tick``; a view over views also whenever one of the views it reads publishes its Asset."""
+    if not spec.upstreams:
+        return timedelta(seconds=spec.tick_s)
+    from airflow.sdk import Asset, AssetAny, AssetOrTimeSchedule, DeltaTriggerTimetable
+
+    assets = [Asset(name=f"lakeivm__{name}", uri=view_asset_uri(settings, name)) for name in spec.upstreams]
+    return AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(timedelta(seconds=spec.tick_s)), assets=AssetAny(*assets))
+
+
 def _session(dag_run: Any) -> str | None:
     """The Spark Connect session shared by one DAG run's tasks (None outside a run)."""
     from lakeivm.tasks import session_for
@@ -98,7 +108,7 @@ def build_dag(spec: ViewSpec, settings: Settings, deadline_alert: bool = True):
 
     @dag(
         dag_id=f"lakeivm__{spec.name}",
-        schedule=timedelta(seconds=spec.tick_s),
+        schedule=_schedule(spec, settings),
         start_date=START,
         catchup=False,
         max_active_runs=1,

@@ -246,8 +246,11 @@ def fetch_jars(folder: Path) -> list[str]:
 
 def quiet_client_logs() -> None:
     """Keep the console to lakeivm's own lines: pyspark's Connect client logs every server error
-    (with its JVM stack trace) before raising it; the raised error carries the same text."""
-    for name in ("pyspark", "py4j", "SQLQueryContextLogger"):
+    (with its JVM stack trace) before raising it; the raised error carries the same text. The Connect
+    client's own logger has a level of its own (so "pyspark" does not cover it) and is merely disabled,
+    which a logging config such as Airflow's (``disable_existing_loggers: False``) undoes: then a
+    session stopped with its result releases in flight printed "ReleaseExecute failed" warnings."""
+    for name in ("pyspark", "py4j", "SQLQueryContextLogger", "pyspark.sql.connect.logging"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 

@@ -285,6 +285,16 @@ def as_written(sql: str, sources: Mapping[str, str]) -> str:
     return tree.sql(dialect=DIALECT)
 
 
+def referenced_tables(sql: str) -> tuple[str, ...]:
+    """The lake tables (or views, for a view over views) the SQL reads, in order of appearance; ()
+    if it does not parse (the registry reports that where it checks the SQL)."""
+    try:
+        tree = sqlglot.parse_one(sql, dialect=DIALECT)
+    except ParseError:
+        return ()
+    return tuple(dict.fromkeys(t.name for t in _base_tables(tree) if not t.db))
+
+
 def _parse(sql: str, source: str) -> exp.Expression:
     if "${" in sql:  # Spark substitutes ${env:...}, ${system:...}, ${spark:...} before parsing, in literals too
         line = sql.count("\n", 0, sql.index("${")) + 1

@@ -26,9 +26,13 @@ def plan(view: str, refresh: bool, session: str | None = None) -> dict[str, Any]
     last committed row and the tables' commit files."""
     from lakeivm import changes, commit
 
+    from lakeivm.registry import find_spec, load_specs
+    from lakeivm.upstream import register
+
     settings = resolve(load_settings())
     mode = "refresh" if refresh else "tick"
     lake = _open(settings, session)
+    register(lake, find_spec(load_specs(settings.views), view))  # the views it reads count as its tables
     last = commit.last_committed(lake, view)
     if last is None:
         return {"mode": mode, "pending_rows": {}, "note": "first run: builds the view from snapshots"}

@@ -46,7 +46,12 @@ class Context:
     def snapshot(self, table: str, version: int) -> str:
         """Register ``table`` as of ``version`` as a temp view; returns the view's name."""
         name = f"lakeivm_{self.view}_{table}_v{version}"
-        self.lake.read(self.lake.table_path(table), version).createOrReplaceTempView(name)
+        if table in self.lake.upstreams:  # a view read as a source: ``version`` is its run's seq
+            from lakeivm import upstream
+
+            upstream.snapshot(self.lake, self.lake.upstreams[table], version).createOrReplaceTempView(name)
+        else:
+            self.lake.read(self.lake.table_path(table), version).createOrReplaceTempView(name)
         return name
 
 

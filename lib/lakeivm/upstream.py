@@ -1,0 +1,147 @@
+"""Views over views: a view's FROM may name another view (its *upstream*).
+
+The downstream reads the upstream's committed result as it reads a table, with the upstream's log
+seq standing for a table version: a run pins the seq of the upstream's last consistent committed run
+(never a run in progress, never state a crash left), its log row records that seq as the
+upstream's pin and watermark, and the upstream's changes over ``(watermark, pin]`` are the signed
+difference of its results at the two seqs, read through the upstream's own reader.
+
+The difference costs a read of both results -- an upstream is an aggregated view, small beside its
+base tables -- and stays exact whatever happened between the two seqs: a crash rolled back, a rebuild,
+an edited definition, auto switching the upstream between incremental and full (its result's Delta
+versions alone do not say so: RESTORE writes no change data). ``changes`` routes every read of a
+name in ``lake.upstreams`` here.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from lakeivm.errors import ChangeRangeError, StateError
+from lakeivm.sql import MULTIPLICITY
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from lakeivm.commit import LogRow
+    from lakeivm.lake import Lake
+    from lakeivm.registry import ViewSpec
+
+
+def register(lake: Lake, spec: ViewSpec) -> None:
+    """Make the views ``spec`` reads (and theirs) readable as sources of ``lake``."""
+    for name, upstream in spec.upstreams.items():
+        if lake.upstreams.get(name) is not upstream:
+            lake.upstreams[name] = upstream
+            register(lake, upstream)
+
+
+def pin(lake: Lake, spec: ViewSpec) -> int:
+    """The seq of the upstream's last consistent committed run: what a downstream run reads."""
+    from lakeivm import commit
+
+    from lakeivm.fingerprint import fingerprint
+
+    row = commit.last_committed(lake, spec.name, consistent=True)
+    if row is None or row.fingerprint not in (None, fingerprint(spec)):
+        state = "no consistent committed run" if row is None else "a new definition it has not run with yet"
+        raise StateError(f"view {spec.name!r} has {state}, and other views read it: refresh it first "
+                         f"(`lakeivm refresh VIEW` refreshes the views VIEW reads before it).")
+    return row.seq
+
+
+def run_at(lake: Lake, spec: ViewSpec, seq: int) -> LogRow:
+    """The upstream's committed run ``seq``."""
+    from lakeivm import commit
+
+    for row in commit.log_rows(lake, spec.name):
+        if row.seq == seq:
+            return row
+    raise ChangeRangeError(f"view {spec.name!r}: its committed run #{seq}, which a view reading it last read, is not in "
+                           "the log; the reading view is rebuilt from the upstream's current result.")
+
+
+def snapshot(lake: Lake, spec: ViewSpec, seq: int) -> DataFrame:
+    """The upstream's rows as its committed run ``seq`` left them (as ``lakeivm read`` shows them).
+
+    Only a run of the upstream's current definition and kind can be read so (another definition's
+    state may hold other columns): an older one raises ChangeRangeError, and the reading view is
+    rebuilt from the upstream's current result (its ``on_unreadable_changes`` policy)."""
+    from lakeivm.engine import reader
+    from lakeivm.fingerprint import fingerprint
+
+    row = run_at(lake, spec, seq)
+    ctx, maintainer = reader(lake, spec, row)
+    if row.fingerprint not in (None, fingerprint(spec)) or getattr(maintainer, "kind", row.kind) != row.kind:
+        raise ChangeRangeError(f"view {spec.name!r} was redefined or is maintained otherwise since its run #{seq} "
+                               f"({row.kind} then, {getattr(maintainer, 'kind', '?')} now); the views reading it are "
+                               "rebuilt from its current result.")
+    return maintainer.result(ctx, row.state_versions["result"])
+
+
+def schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
+    """{column: Spark SQL type} of the upstream's result (at its pin): what the downstream's SQL sees."""
+    return {f.name: f.dataType.simpleString() for f in snapshot(lake, spec, pin(lake, spec)).schema.fields}
+
+
+def pending_rows(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> int:
+    """The upstream's change rows over its runs in ``(watermark, head]`` (a cost proxy; at least 1
+    when anything is pending, so the planner never takes it for a commit without changes)."""
+    from lakeivm import commit
+
+    if head <= watermark:
+        return 0
+    runs = [r for r in commit.log_rows(lake, spec.name) if watermark < r.seq <= head]
+    return max(1, sum(sum(r.delta_rows.values()) for r in runs))
+
+
+def pending_age_seconds(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> float:
+    """Seconds since the oldest upstream run in ``(watermark, head]`` committed."""
+    from lakeivm import commit
+
+    runs = [r for r in commit.log_rows(lake, spec.name) if watermark < r.seq <= head]
+    if not runs:
+        return 0.0
+    return max(0.0, (datetime.now(timezone.utc) - min(r.finished_at for r in runs)).total_seconds())
+
+
+def check_readable(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: Iterable[str]) -> None:
+    """Raise ChangeRangeError if the upstream's results at the two seqs cannot be compared: a run gone
+    from the log, or a column the downstream reads that changed type or went away."""
+    if head == watermark:
+        return
+    if head < watermark:
+        raise ChangeRangeError(f"view {spec.name!r} is at run #{head}, behind run #{watermark} a view reading it last read: "
+                               "its log was rewound. The reading view is rebuilt from the upstream's current result.")
+    before, after = (_types(snapshot(lake, spec, seq)) for seq in (watermark, head))
+    for column in columns:
+        if before.get(column) != after.get(column):
+            raise ChangeRangeError(f"view {spec.name!r}: column {column!r} changed between its runs #{watermark} and #{head} "
+                                   f"({before.get(column) or 'absent'} -> {after.get(column) or 'absent'}); "
+                                   "the reading view is rebuilt from the upstream's current result.")
+
+
+def read_delta(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: Iterable[str]) -> DataFrame:
+    """The upstream's netted signed delta over ``(watermark, head]``: its result at ``head`` minus its
+    result at ``watermark``, projected to ``columns`` (rows carry ``_lakeivm_m``, as ``changes.read_delta``)."""
+    from pyspark.sql import functions as F
+
+    columns = list(columns)
+    check_readable(lake, spec, watermark, head, columns)
+    try:
+        after = snapshot(lake, spec, head).select(*columns, F.lit(1).alias(MULTIPLICITY))
+        before = snapshot(lake, spec, watermark).select(*columns, F.lit(-1).alias(MULTIPLICITY))
+        delta = (after.unionByName(before).groupBy(*columns).agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
+                 .where(F.col(MULTIPLICITY) != 0))
+        return delta.localCheckpoint(eager=True)
+    except (ChangeRangeError, StateError):
+        raise
+    except Exception as err:  # e.g. a result version removed by VACUUM
+        raise ChangeRangeError(f"view {spec.name!r}: its results of runs #{watermark} and #{head} cannot be read "
+                               f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); the reading view "
+                               "is rebuilt from the upstream's current result.") from err
+
+
+def _types(frame: DataFrame) -> Mapping[str, str]:
+    return {f.name: f.dataType.simpleString() for f in frame.schema.fields}
