@@ -282,7 +282,9 @@ def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[st
         t0 = time.perf_counter()
         delta = changes.read_delta(ctx.lake, table, ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
         rows = delta.count()
-        progress(f"{ctx.view}: applying {rows} netted changes of {table} (versions {ctx.watermarks[table] + 1}..{ctx.pins[table]})")
+        span = (f"view {table}'s runs #{ctx.watermarks[table] + 1}..#{ctx.pins[table]}" if table in ctx.lake.upstreams
+                else f"{table} (versions {ctx.watermarks[table] + 1}..{ctx.pins[table]})")
+        progress(f"{ctx.view}: applying {rows} netted changes of {span}")
         if rows:
             maintainer.apply(ctx, table, delta)
         ctx.watermarks[table] = ctx.pins[table]
