@@ -164,7 +164,8 @@ def _status(args, settings: Settings) -> int:
             print(f"  running: {entry['running']}")
         for table, head in entry["heads"].items():
             mark = entry.get("watermarks", {}).get(table, "-")
-            print(f"  {table:<12} watermark {mark!s:>4}  head {head:>4}  pending rows {entry['pending_rows'].get(table)}")
+            seqs = "  (a view: its log seqs)" if table in entry.get("upstreams", ()) else ""
+            print(f"  {table:<12} watermark {mark!s:>4}  head {head:>4}  pending rows {entry['pending_rows'].get(table)}{seqs}")
         if "predicted_refresh_s" in entry:
             verdict = "within" if entry["predicted_refresh_s"] <= entry["deadline_s"] else "MISSES"
             record = entry["deadline_record"]

@@ -488,6 +488,8 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]
         if ctx.why_full:
             entry["why_full"] = ctx.why_full
         entry["heads"] = heads
+        if spec.upstreams:  # views it reads: their "versions" are log seqs
+            entry["upstreams"] = list(spec.upstreams)
         if last is None:
             entry.update(last_run=None, pending_rows={t: None for t in heads})
         else:
