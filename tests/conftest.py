@@ -14,7 +14,21 @@ def pytest_configure(config):
     import tempfile
 
     if not config.option.basetemp:
-        config.option.basetemp = tempfile.mkdtemp(prefix="lakeivm-pytest-")
+        config.option.basetemp = config._lakeivm_basetemp = tempfile.mkdtemp(prefix="lakeivm-pytest-")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Remove the temp root this process made (~0.5 GB of lakes per run) once every test passed;
+    after a failure it is kept for a look, and its path printed."""
+    import shutil
+
+    made = getattr(session.config, "_lakeivm_basetemp", None)
+    if made is None or hasattr(session.config, "workerinput"):  # xdist workers live under the controller's root
+        return
+    if exitstatus == 0:
+        shutil.rmtree(made, ignore_errors=True)
+    else:
+        print(f"\nlakeivm: the failed run's lakes are kept under {made}")
 
 
 # The suite's JVMs run small queries, CPU-bound on 2 cores (3 workers and a Connect server): the
