@@ -35,20 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lakeivm: error: {view}{message}", file=sys.stderr)
         return 2
     finally:
-        _close_connect_session()
-
-
-def _close_connect_session() -> None:
-    """Stop this process's Spark Connect session before the interpreter exits: left open, grpc's
-    threads can abort the exit ("terminate called without an active exception", SIGABRT) after the
-    command's own output -- seen once in tests/test_faults.py on a refresh that lost the claim race."""
-    if "pyspark.sql.connect.session" in sys.modules:
         from lakeivm.spark import release_connect_session
 
-        try:
-            release_connect_session()
-        except Exception:  # the server may be gone: nothing left to release
-            pass
+        release_connect_session()  # before the interpreter exits (see its docstring)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from lakeivm import changes, commit, storage
+from lakeivm import changes, commit, storage, upstream
 from lakeivm.config import Settings, load_settings
 from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError
 from lakeivm.fingerprint import fingerprint
@@ -18,7 +18,6 @@ from lakeivm.lake import WRITER_TAG, Lake
 from lakeivm.registry import FULL, ViewSpec, choose, find_spec, load_specs
 from lakeivm.spark import deployment
 from lakeivm.sql import as_written
-from lakeivm.upstream import register as upstream_register
 from lakeivm.views.base import Context, Maintainer
 
 if TYPE_CHECKING:
@@ -78,8 +77,6 @@ def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Con
 def schemas_for(lake: Lake, spec: ViewSpec) -> dict[str, dict[str, str]]:
     """{source: {column: type}} the view's SQL is checked against: the lake's tables, and the results
     of the views it reads (``lakeivm.upstream``; a name that is both is refused)."""
-    from lakeivm import upstream
-
     upstream.register(lake, spec)
     tables = lake.table_schemas()
     both = sorted(set(tables) & set(spec.upstreams))
@@ -151,7 +148,7 @@ def run_view(
     if mode != "tick":  # on demand: the views it reads first, each under its own claim (ticks follow their Assets)
         for up in spec.upstreams.values():
             run_view(lake, up, "refresh", progress=progress)
-    upstream_register(lake, spec)
+    upstream.register(lake, spec)
     definition = fingerprint(spec)
     if mode != "rebuild" and _up_to_date(lake, commit.log_rows(lake, spec.name, status=None), definition):
         progress(f"{spec.name}: nothing to apply")  # a no-op costs a listing per table: no Spark, no write

@@ -26,6 +26,7 @@ SCHEMA_PATH = SCHEMAS / "view.schema.json"
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 KINDS = ("first_order", "fivm", "triangle", "nested", "join_sample")  # the incremental kinds (spec `kind:`)
 AVAILABLE_KINDS = ("first_order", "triangle", "join_sample", "nested", "fivm")
+GROUP_KINDS = ("first_order", "fivm")  # the kinds that keep a state per group: top-k and views over views
 FULL = "full"  # the kind that recomputes the SQL on the pinned snapshots (refresh_policy: full, or auto's fallback)
 REFRESH_POLICIES = ("auto", "incremental", "full")
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,62}")  # = the schema's name pattern (a test checks they agree)
@@ -172,11 +173,8 @@ def link_upstreams(specs: Mapping[str, ViewSpec]) -> tuple[dict[str, ViewSpec], 
 
     from lakeivm.sql import referenced_tables
 
-    graph = {name: [t for t in referenced_tables(spec.sql) if t in specs and t != name] for name, spec in specs.items()}
+    graph = {name: [t for t in referenced_tables(spec.sql) if t in specs] for name, spec in specs.items()}  # a self-loop is a cycle too
     broken: list[BrokenSpec] = []
-    for name, spec in specs.items():
-        if name in referenced_tables(spec.sql):
-            graph[name] = [name]  # a view reading itself: the one-view cycle
     while True:
         try:
             order = list(TopologicalSorter(graph).static_order())
@@ -190,9 +188,8 @@ def link_upstreams(specs: Mapping[str, ViewSpec]) -> tuple[dict[str, ViewSpec], 
                 graph.pop(name, None)
             graph = {name: [t for t in reads if t in graph] for name, reads in graph.items()}
     linked: dict[str, ViewSpec] = {}
-    for name in order:
-        if name in graph:
-            linked[name] = replace(specs[name], upstreams={t: linked[t] for t in graph[name]}) if graph[name] else specs[name]
+    for name in order:  # upstreams first
+        linked[name] = replace(specs[name], upstreams={t: linked[t] for t in graph[name]}) if graph[name] else specs[name]
     return {name: linked[name] for name in specs if name in linked}, broken
 
 
@@ -299,10 +296,10 @@ def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str
         plan_sample(query, spec.options, spec.source)  # raises UnsupportedQuery naming the construct
     if kind == "nested" and nested_shape(query) is None:
         raise UnsupportedQuery(f"{spec.source}: kind nested: {diagnose(query)}.")
-    if spec.upstreams and kind not in ("first_order", "fivm"):
+    if spec.upstreams and kind not in GROUP_KINDS:
         raise UnsupportedQuery(f"{spec.source}: a view over views ({', '.join(spec.upstreams)}) is maintained by kinds first_order "
                                f"and fivm, not by kind {kind}; under refresh_policy auto it is recomputed in full.")
-    if query.limit is not None and kind not in ("first_order", "fivm"):
+    if query.limit is not None and kind not in GROUP_KINDS:
         raise UnsupportedQuery(f"{spec.source}: ORDER BY ... LIMIT (a top-k) is maintained over the groups of kinds first_order "
                                f"and fivm, not by kind {kind}.")
     return kind, query

@@ -98,10 +98,9 @@ def stop(remote: str = DEFAULT_REMOTE, timeout: float = 30.0) -> ServerInfo | No
     info = status(remote)
     if info is None:
         return None
-    if "pyspark.sql.connect.session" in sys.modules:  # this process's session, released while the server is up:
-        from lakeivm.spark import release_connect_session  # at exit the client would retry against a stopped one
+    from lakeivm.spark import release_connect_session
 
-        release_connect_session()
+    release_connect_session()  # this process's session, released while the server is up
     if alive(info.pid):
         try:
             os.killpg(info.pid, signal.SIGTERM)

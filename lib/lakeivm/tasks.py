@@ -25,7 +25,6 @@ def plan(view: str, refresh: bool, session: str | None = None) -> dict[str, Any]
     """The run's mode and the view's backlog per table (change-feed rows pending), from the log's
     last committed row and the tables' commit files."""
     from lakeivm import changes, commit
-
     from lakeivm.registry import find_spec, load_specs
     from lakeivm.upstream import register
 

@@ -41,10 +41,8 @@ def pin(lake: Lake, spec: ViewSpec) -> int:
     """The seq of the upstream's last consistent committed run: what a downstream run reads."""
     from lakeivm import commit
 
-    from lakeivm.fingerprint import fingerprint
-
     row = commit.last_committed(lake, spec.name, consistent=True)
-    if row is None or row.fingerprint not in (None, fingerprint(spec)):
+    if row is None or not _of_current_definition(row, spec):
         state = "no consistent committed run" if row is None else "a new definition it has not run with yet"
         raise StateError(f"view {spec.name!r} has {state}, and other views read it: refresh it first "
                          f"(`lakeivm refresh VIEW` refreshes the views VIEW reads before it).")
@@ -69,11 +67,10 @@ def snapshot(lake: Lake, spec: ViewSpec, seq: int) -> DataFrame:
     state may hold other columns): an older one raises ChangeRangeError, and the reading view is
     rebuilt from the upstream's current result (its ``on_unreadable_changes`` policy)."""
     from lakeivm.engine import reader
-    from lakeivm.fingerprint import fingerprint
 
     row = run_at(lake, spec, seq)
     ctx, maintainer = reader(lake, spec, row)
-    if row.fingerprint not in (None, fingerprint(spec)) or getattr(maintainer, "kind", row.kind) != row.kind:
+    if not _of_current_definition(row, spec) or getattr(maintainer, "kind", row.kind) != row.kind:
         raise ChangeRangeError(f"view {spec.name!r} was redefined or is maintained otherwise since its run #{seq} "
                                f"({row.kind} then, {getattr(maintainer, 'kind', '?')} now); the views reading it are "
                                "rebuilt from its current result.")
@@ -82,25 +79,20 @@ def snapshot(lake: Lake, spec: ViewSpec, seq: int) -> DataFrame:
 
 def schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
     """{column: Spark SQL type} of the upstream's result (at its pin): what the downstream's SQL sees."""
-    return {f.name: f.dataType.simpleString() for f in snapshot(lake, spec, pin(lake, spec)).schema.fields}
+    return dict(_types(snapshot(lake, spec, pin(lake, spec))))
 
 
 def pending_rows(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> int:
     """The upstream's change rows over its runs in ``(watermark, head]`` (a cost proxy; at least 1
     when anything is pending, so the planner never takes it for a commit without changes)."""
-    from lakeivm import commit
-
     if head <= watermark:
         return 0
-    runs = [r for r in commit.log_rows(lake, spec.name) if watermark < r.seq <= head]
-    return max(1, sum(sum(r.delta_rows.values()) for r in runs))
+    return max(1, sum(sum(r.delta_rows.values()) for r in _runs(lake, spec, watermark, head)))
 
 
 def pending_age_seconds(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> float:
     """Seconds since the oldest upstream run in ``(watermark, head]`` committed."""
-    from lakeivm import commit
-
-    runs = [r for r in commit.log_rows(lake, spec.name) if watermark < r.seq <= head]
+    runs = _runs(lake, spec, watermark, head)
     if not runs:
         return 0.0
     return max(0.0, (datetime.now(timezone.utc) - min(r.finished_at for r in runs)).total_seconds())
@@ -114,12 +106,7 @@ def check_readable(lake: Lake, spec: ViewSpec, watermark: int, head: int, column
     if head < watermark:
         raise ChangeRangeError(f"view {spec.name!r} is at run #{head}, behind run #{watermark} a view reading it last read: "
                                "its log was rewound. The reading view is rebuilt from the upstream's current result.")
-    before, after = (_types(snapshot(lake, spec, seq)) for seq in (watermark, head))
-    for column in columns:
-        if before.get(column) != after.get(column):
-            raise ChangeRangeError(f"view {spec.name!r}: column {column!r} changed between its runs #{watermark} and #{head} "
-                                   f"({before.get(column) or 'absent'} -> {after.get(column) or 'absent'}); "
-                                   "the reading view is rebuilt from the upstream's current result.")
+    _check_columns(spec, watermark, head, snapshot(lake, spec, watermark), snapshot(lake, spec, head), columns)
 
 
 def read_delta(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: Iterable[str]) -> DataFrame:
@@ -128,10 +115,13 @@ def read_delta(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: I
     from pyspark.sql import functions as F
 
     columns = list(columns)
-    check_readable(lake, spec, watermark, head, columns)
+    if head < watermark:
+        check_readable(lake, spec, watermark, head, columns)  # raises: the log was rewound
+    old, new = snapshot(lake, spec, watermark), snapshot(lake, spec, head)  # each built once: checked, then diffed
+    _check_columns(spec, watermark, head, old, new, columns)
     try:
-        after = snapshot(lake, spec, head).select(*columns, F.lit(1).alias(MULTIPLICITY))
-        before = snapshot(lake, spec, watermark).select(*columns, F.lit(-1).alias(MULTIPLICITY))
+        after = new.select(*columns, F.lit(1).alias(MULTIPLICITY))
+        before = old.select(*columns, F.lit(-1).alias(MULTIPLICITY))
         delta = (after.unionByName(before).groupBy(*columns).agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
                  .where(F.col(MULTIPLICITY) != 0))
         return delta.localCheckpoint(eager=True)
@@ -141,6 +131,29 @@ def read_delta(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: I
         raise ChangeRangeError(f"view {spec.name!r}: its results of runs #{watermark} and #{head} cannot be read "
                                f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); the reading view "
                                "is rebuilt from the upstream's current result.") from err
+
+
+def _check_columns(spec: ViewSpec, watermark: int, head: int, old: DataFrame, new: DataFrame, columns: Iterable[str]) -> None:
+    """ChangeRangeError if a column the downstream reads changed type or went away between the runs."""
+    before, after = _types(old), _types(new)
+    for column in columns:
+        if before.get(column) != after.get(column):
+            raise ChangeRangeError(f"view {spec.name!r}: column {column!r} changed between its runs #{watermark} and #{head} "
+                                   f"({before.get(column) or 'absent'} -> {after.get(column) or 'absent'}); "
+                                   "the reading view is rebuilt from the upstream's current result.")
+
+
+def _of_current_definition(row: LogRow, spec: ViewSpec) -> bool:
+    from lakeivm.fingerprint import fingerprint
+
+    return row.fingerprint in (None, fingerprint(spec))
+
+
+def _runs(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> list[LogRow]:
+    """The upstream's committed runs in ``(watermark, head]``."""
+    from lakeivm import commit
+
+    return [r for r in commit.log_rows(lake, spec.name) if watermark < r.seq <= head]
 
 
 def _types(frame: DataFrame) -> Mapping[str, str]:
