@@ -44,7 +44,7 @@ class Validation:
 
 def build_suite(spec: ViewSpec, query: Query):
     """The expectation suite ``lakeivm__<view>`` for the stored result of ``spec``."""
-    import great_expectations as gx
+    gx = _quiet_gx()
     import great_expectations.expectations as gxe
 
     gx.get_context(mode="ephemeral")  # suites need an active context
@@ -73,12 +73,9 @@ def validate(df: DataFrame, spec: ViewSpec, query: Query, rows: int | None = Non
     """Run the view's suite on its stored rows (hidden state columns included): with GX's pandas
     engine on the collected rows when ``rows`` (e.g. from the table's statistics) is at most
     PANDAS_ROWS, else with its Spark engine."""
-    import logging
-
-    import great_expectations as gx
+    gx = _quiet_gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    logging.getLogger("great_expectations").setLevel(logging.ERROR)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     if rows is not None and rows <= PANDAS_ROWS:
@@ -90,6 +87,19 @@ def validate(df: DataFrame, spec: ViewSpec, query: Query, rows: int | None = Non
     result = batch.validate(build_suite(spec, query), result_format="SUMMARY")
     failures = tuple(_describe(r) for r in result.results if not r.success)
     return Validation(spec.name, len(result.results), failures)
+
+
+def _quiet_gx():
+    """GX, imported without its INFO logging: the import alone logs ~250 lines ("Skipping registering
+    function ...") into every Airflow task log, and one module sets its own logger to INFO."""
+    import logging
+
+    logging.getLogger("great_expectations").setLevel(logging.ERROR)
+    import great_expectations as gx
+    import great_expectations.data_context.types.base  # noqa: F401  (sets its logger to INFO when imported)
+
+    logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.ERROR)
+    return gx
 
 
 def _describe(result) -> str:
