@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.sql import parse_query, recompute_sql, state_sql
+from lakeivm.sql import OuterJoin, parse_query, recompute_sql, state_sql
 
 SCHEMAS = {
     "r": {"a": "int", "x": "int"},
@@ -55,7 +55,11 @@ def test_hidden_group_key_when_not_selected():
 @pytest.mark.parametrize(
     "sql, message",
     [
-        ("SELECT g FROM s LEFT JOIN r ON r.a = s.a GROUP BY g", "LEFT JOIN is not supported"),
+        ("SELECT g FROM s FULL JOIN r ON r.a = s.a GROUP BY g", "FULL JOIN is not supported"),
+        ("SELECT g FROM s LEFT ANTI JOIN r ON r.a = s.a GROUP BY g", "LEFT ANTI JOIN is not supported"),
+        ("SELECT g FROM s RIGHT JOIN r ON r.a = s.a JOIN t ON t.b = s.b GROUP BY g", "RIGHT JOIN is not supported"),
+        ("SELECT g FROM s LEFT JOIN r ON r.a < s.a GROUP BY g", "LEFT JOIN r: its ON has no equality"),
+        ("SELECT s.g FROM s LEFT JOIN s AS s2 ON s2.a = s.a GROUP BY s.g", "LEFT JOIN s: the table occurs twice"),
         ("SELECT g, SUM(b) FROM s GROUP BY g HAVING g > 1", "HAVING is not supported"),
         ("SELECT g, SUM(b) FROM s GROUP BY g ORDER BY g LIMIT 2 OFFSET 1", r"ORDER BY \.\.\. LIMIT \(a top-k\) is not supported"),
         ("SELECT DISTINCT g, COUNT(*) FROM s GROUP BY g", "SELECT DISTINCT is not supported"),
@@ -79,8 +83,8 @@ def test_unsupported_sql_is_named(sql, message):
 
 
 def test_error_names_the_line():
-    with pytest.raises(UnsupportedQuery, match=r"views/x.yaml: line 3: LEFT JOIN"):
-        parse_query("SELECT g, COUNT(*)\nFROM s\nLEFT JOIN r ON r.a = s.a\nGROUP BY g", SCHEMAS, source="views/x.yaml")
+    with pytest.raises(UnsupportedQuery, match=r"views/x.yaml: line 3: FULL OUTER JOIN"):
+        parse_query("SELECT g, COUNT(*)\nFROM s\nFULL OUTER JOIN r ON r.a = s.a\nGROUP BY g", SCHEMAS, source="views/x.yaml")
 
 
 def test_delta_query_starts_from_the_delta_along_the_join_graph():
@@ -184,3 +188,13 @@ def test_count_distinct_of_one_expression_is_a_multiset_aggregate():
     assert distinct.func == "DISTINCT" and q.outputs[1].finalize_sql == f"COALESCE(_lakeivm_s{distinct.index}, 0)"
     with pytest.raises(UnsupportedQuery, match=r"DISTINCT inside SUM is not supported"):
         parse_query("SELECT g, SUM(DISTINCT x) AS sx FROM r JOIN s ON r.a = s.a GROUP BY g", SCHEMAS)
+
+
+def test_left_join_is_recorded_and_a_lone_right_join_turned_into_one():
+    left = parse_query("SELECT r.a, COUNT(s.g) AS n FROM r LEFT JOIN s ON r.a = s.a AND s.b > 0 GROUP BY r.a", SCHEMAS)
+    assert left.outer == (OuterJoin("s", "a", "r", "a"),)
+    delta = state_sql(left, {"r": "delta_r", "s": "snap_s"}, delta_alias="r")
+    assert "FROM delta_r AS r LEFT JOIN snap_s AS s ON r.a = s.a AND s.b > 0" in delta  # the ON stays: not the delta-first WHERE
+    right = parse_query("SELECT s.g, SUM(r.x) AS sx FROM s RIGHT OUTER JOIN r ON s.a = r.a GROUP BY s.g", SCHEMAS)
+    assert right.outer == (OuterJoin("s", "a", "r", "a"),) and [r.alias for r in right.relations] == ["r", "s"]
+    assert "RIGHT JOIN maintained as the LEFT JOIN" in right.notes[0]

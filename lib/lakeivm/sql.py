@@ -53,6 +53,18 @@ class EquiJoin:
 
 
 @dataclass(frozen=True)
+class OuterJoin:
+    """``... LEFT JOIN padded ON padded.column = preserved.preserved_column AND ...``: a row of the
+    preserved side that matches no row of ``padded`` is kept, NULL-padded. The equality is the one
+    a change of ``padded`` is traced back through (first_order's ``apply``)."""
+
+    padded: str
+    column: str
+    preserved: str
+    preserved_column: str
+
+
+@dataclass(frozen=True)
 class GroupKey:
     """A GROUP BY expression, stored under ``name`` (its SELECT alias, or a hidden name)."""
 
@@ -99,6 +111,7 @@ class Query:
     implicit_keys: str | None = None  # "distinct" or "projection": GROUP BY keys lakeivm added (``grouped``)
     top: tuple[tuple[str, bool, bool], ...] = ()  # ORDER BY of a top-k: (result column, descending, nulls first)
     limit: int | None = None  # the k of ``ORDER BY ... LIMIT k``: every group is kept, the reader takes the first k
+    outer: tuple[OuterJoin, ...] = ()  # the LEFT JOINs (a RIGHT JOIN is turned into one): first_order maintains them
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -166,6 +179,8 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
         notes = (*notes, "HAVING: every group is maintained, with whether it satisfies HAVING; reading the view keeps those that do")
     # A derived table or CTE that is a plain SELECT (TPC-H Q7-Q9) is merged into the query (sqlglot's optimizer).
     tree = merge_subqueries(_qualified(tree, schemas, source))
+    if _right_as_left(tree):
+        notes = (*notes, "RIGHT JOIN maintained as the LEFT JOIN with its two tables swapped")
     implicit = None
     if tree.args.get("distinct") and not tree.args.get("group") and not _aggregates_here(tree):
         tree.set("distinct", None)  # SELECT DISTINCT e1, e2 = GROUP BY e1, e2: a group per distinct row
@@ -350,10 +365,11 @@ def state_sql(query: Query, sources: Mapping[str, str], delta_alias: str | None 
     """The SQL computing per-group state over the given sources (alias -> Spark table/view name).
 
     With ``delta_alias`` that relation is a signed delta carrying ``_lakeivm_m``; the state is then
-    the view's delta (classical first-order delta rule, the other relations fixed).
+    the view's delta (classical first-order delta rule, the other relations fixed). The joins start
+    from the delta (``_delta_first``), except in a query with a LEFT JOIN: its ON stays where it is.
     """
     m = f"{delta_alias}.{MULTIPLICITY}" if delta_alias else "CAST(1 AS BIGINT)"
-    tree = _with_sources(_delta_first(query, delta_alias) if delta_alias else query.tree, sources)
+    tree = _with_sources(_delta_first(query, delta_alias) if delta_alias and not query.outer else query.tree, sources)
     items: list[exp.Expression] = [exp.alias_(sqlglot.parse_one(k.sql, dialect=DIALECT), k.name) for k in query.group_keys]
     items.append(exp.alias_(sqlglot.parse_one(f"COALESCE(SUM({m}), 0)", dialect=DIALECT), COUNT))
     for agg in query.aggregates:
@@ -378,7 +394,7 @@ def multiset_sql(query: Query, sources: Mapping[str, str], agg: Aggregate, delta
     whose count is positive. With ``delta_alias``, the counts are the multiset's delta.
     """
     m = f"{delta_alias}.{MULTIPLICITY}" if delta_alias else "CAST(1 AS BIGINT)"
-    tree = _with_sources(_delta_first(query, delta_alias) if delta_alias else query.tree, sources)
+    tree = _with_sources(_delta_first(query, delta_alias) if delta_alias and not query.outer else query.tree, sources)
     value = sqlglot.parse_one(agg.sql, dialect=DIALECT)
     items: list[exp.Expression] = [exp.alias_(sqlglot.parse_one(k.sql, dialect=DIALECT), k.name) for k in query.group_keys]
     items += [exp.alias_(value.copy(), "_lakeivm_v"), exp.alias_(sqlglot.parse_one(f"SUM({m})", dialect=DIALECT), "_lakeivm_cnt")]
@@ -419,6 +435,7 @@ def _build(sql: str, tree: exp.Select, source: str) -> Query:
         aggregates=tuple(aggregates.values()),
         outputs=outputs,
         has_subquery=tree.find(exp.Subquery) is not None or _has_nested_select(tree),
+        outer=_outer_joins(tree, relations, sql, source),
     )
 
 
@@ -451,10 +468,13 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
         if node:
             raise UnsupportedQuery(f"{source}: line {_line(node, sql)}: {construct} is not supported; {fix}.")
     for join in tree.args.get("joins") or []:
+        if _is_left_outer(join):
+            continue  # checked by _outer_joins
         if join.side or (join.kind and join.kind.upper() not in ("INNER", "CROSS")):
+            what = " ".join(part.upper() for part in (join.side, join.kind) if part)
             raise UnsupportedQuery(
-                f"{source}: line {_line(join, sql)}: {(join.side or join.kind).upper()} JOIN is not supported; "
-                "only inner equi-joins are maintained incrementally."
+                f"{source}: line {_line(join, sql)}: {what} JOIN is not supported; inner equi-joins and LEFT JOIN "
+                "(a RIGHT JOIN that is the query's only join) are maintained incrementally."
             )
     for agg in tree.find_all(exp.AggFunc):
         if type(agg) not in _AGGREGATES:
@@ -466,6 +486,52 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
             raise UnsupportedQuery(f"{source}: line {_line(agg, sql)}: DISTINCT inside {agg.key.upper()} is not supported "
                                    "(COUNT(DISTINCT e) of one expression is).")
     check_functions(tree, sql, source)
+
+
+def _is_left_outer(join: exp.Join) -> bool:
+    return (join.side or "").upper() == "LEFT" and (join.kind or "OUTER").upper() == "OUTER"
+
+
+def _right_as_left(tree: exp.Select) -> bool:
+    """``FROM a RIGHT JOIN b ON c`` as ``FROM b LEFT JOIN a ON c`` (the same rows); only when it is the
+    query's one join. False if there is none to turn."""
+    joins = tree.args.get("joins") or []
+    if len(joins) != 1 or (joins[0].side or "").upper() != "RIGHT" or (joins[0].kind or "OUTER").upper() != "OUTER":
+        return False
+    first = tree.args["from_"].this
+    tree.set("from_", exp.From(this=joins[0].this.copy()))
+    joins[0].set("this", first.copy())
+    joins[0].set("side", "LEFT")
+    return True
+
+
+def _outer_joins(tree: exp.Select, relations: tuple[Relation, ...], sql: str, source: str) -> tuple[OuterJoin, ...]:
+    """The query's LEFT JOINs, each of a base table that occurs once and is tied by an equality in
+    its ON (a top-level conjunct) to a column of a relation that is not itself NULL-padded."""
+    outer = []
+    for join in tree.args.get("joins") or []:
+        if not _is_left_outer(join):
+            continue
+        where = f"{source}: line {_line(join, sql)}: LEFT JOIN"
+        if not isinstance(join.this, exp.Table):
+            raise UnsupportedQuery(f"{where} of a derived table is not maintained incrementally; join the table itself")
+        padded = join.this.alias_or_name
+        if sum(r.table == join.this.name for r in relations) > 1:
+            raise UnsupportedQuery(f"{where} {join.this.name}: the table occurs twice in the query; a LEFT JOIN's table "
+                                   "is maintained incrementally when it occurs once")
+        on = join.args.get("on")
+        conjuncts = list(on.flatten()) if isinstance(on, exp.And) else [on] if on else []
+        padded_aliases = {o.padded for o in outer} | {padded}
+        for c in conjuncts:
+            if isinstance(c, exp.EQ) and all(isinstance(side, exp.Column) for side in (c.this, c.expression)):
+                mine, other = (c.this, c.expression) if c.this.table == padded else (c.expression, c.this)
+                if mine.table == padded and other.table not in padded_aliases:
+                    outer.append(OuterJoin(padded, mine.name, other.table, other.name))
+                    break
+        else:
+            raise UnsupportedQuery(f"{where} {padded}: its ON has no equality `{padded}.column = other.column` (as an AND "
+                                   "term) with a table that is not itself LEFT JOINed; add one")
+    return tuple(outer)
 
 
 def _relations(tree: exp.Select) -> tuple[Relation, ...]:

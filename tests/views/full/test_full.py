@@ -26,10 +26,10 @@ def spec(name: str, sql: str, **options) -> object:
 
 
 def test_auto_recomputes_what_is_not_incremental_and_names_the_construct():
-    left = spec("left_rows", "SELECT r.a, s.g FROM r LEFT JOIN s ON r.a = s.a")
+    left = spec("outer_rows", "SELECT r.a, s.g FROM r FULL OUTER JOIN s ON r.a = s.a")
     choice = choose(left, SCHEMAS)
     assert (choice.kind, choice.mode) == ("full", "full")
-    assert "LEFT JOIN" in choice.why_full and choice.query.tables == ("r", "s")
+    assert "FULL OUTER JOIN" in choice.why_full and choice.query.tables == ("r", "s")
     assert choose(spec("sums", "SELECT a, SUM(x) AS sx FROM r GROUP BY a"), SCHEMAS).mode == "incremental"
     windowed = choose(spec("ranked", "SELECT a, RANK() OVER (ORDER BY x) AS rk FROM r"), SCHEMAS)
     assert windowed.kind == "full" and "window function" in windowed.why_full
@@ -48,9 +48,9 @@ def test_full_policy_recomputes_even_incremental_sql_and_refuses_kind_options():
 
 
 def test_a_view_that_asked_for_a_kind_is_not_recomputed_instead():
-    with pytest.raises(UnsupportedQuery, match="LEFT JOIN"):
-        choose(spec("asked", "SELECT r.a, COUNT(*) AS n FROM r LEFT JOIN s ON r.a = s.a GROUP BY r.a", kind="first_order"), SCHEMAS)
-    with pytest.raises(UnsupportedQuery, match="LEFT JOIN"):  # a sample's options ask for join_sample
+    with pytest.raises(UnsupportedQuery, match="FULL OUTER JOIN"):
+        choose(spec("asked", "SELECT r.a, COUNT(*) AS n FROM r FULL OUTER JOIN s ON r.a = s.a GROUP BY r.a", kind="first_order"), SCHEMAS)
+    with pytest.raises(UnsupportedQuery, match="LEFT JOIN s is maintained by kind first_order"):  # a sample's options ask for join_sample
         choose(spec("sampled", "SELECT r.a, s.g FROM r LEFT JOIN s ON r.a = s.a", sample_size=5), SCHEMAS)
 
 

@@ -8,6 +8,10 @@ zero is deleted. MIN/MAX and COUNT(DISTINCT) keep, per aggregate, the multiset o
 values as an additive table ``aux/extremum_<i>`` (keys, value, count); after a run the touched
 groups' extrema (or number of live values) are re-read from it, so deletes are exact. Cost per batch: one join of the
 delta with the other relations, one MERGE (plus one MERGE per MIN/MAX multiset).
+
+A LEFT JOIN is linear in every relation but its NULL-padded one, S: a change of S can turn a
+preserved row from padded to matched and back. Such a row's key is one ΔS touches, so
+ΔV = V(R|K, S') − V(R|K, S), the query on the preserved relation R restricted to those keys K.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lakeivm.lake import CDF
-from lakeivm.sql import COUNT, Aggregate, Query, multiset_sql, state_sql
+from lakeivm.sql import COUNT, Aggregate, OuterJoin, Query, multiset_sql, state_sql
 from lakeivm.views.base import Context
 from lakeivm.views.state import AdditiveTable, as_read, read_if_small
 
@@ -57,11 +61,31 @@ class FirstOrderMaintainer:
         name = f"lakeivm_{ctx.view}_{table}_delta"
         delta.createOrReplaceTempView(name)
         for alias in ctx.query.aliases_of(table):
+            padded = next((join for join in ctx.query.outer if join.padded == alias), None)
+            if padded is not None:
+                self._apply_padded(ctx, table, padded, name)
+                continue
             sources = self._sources(ctx, table, alias, name)
             self._changes.append(ctx.spark.sql(state_sql(ctx.query, sources, alias)).localCheckpoint(eager=True))
             for agg in ctx.query.extrema:
                 self._extrema(ctx)[agg.index].add(ctx.spark.sql(multiset_sql(ctx.query, sources, agg, alias)))
         ctx.checkpoint(f"apply:{table}")
+
+    def _apply_padded(self, ctx: Context, table: str, join: OuterJoin, delta_view: str) -> None:
+        """The change of a LEFT JOIN's padded relation: the query before and after it, on the preserved
+        rows whose join key it touches (see the module docstring)."""
+        query, sources = ctx.query, self._sources(ctx, table, join.padded, delta_view)
+        restricted = f"lakeivm_{ctx.view}_{join.padded}_touched_{join.preserved}"
+        ctx.spark.sql(f"SELECT * FROM {sources[join.preserved]} WHERE `{join.preserved_column}` IN "
+                      f"(SELECT `{join.column}` FROM {delta_view})").createOrReplaceTempView(restricted)
+        after = {**sources, join.preserved: restricted, join.padded: ctx.snapshot(table, ctx.pins[table])}
+        before = {**after, join.padded: ctx.snapshot(table, ctx.watermarks[table])}
+        keys = [k.name for k in query.group_keys]
+        states = [ctx.spark.sql(state_sql(query, side)) for side in (after, before)]
+        self._changes.append(_minus(*states, keys, query.additive_columns).localCheckpoint(eager=True))
+        for agg in query.extrema:
+            values = [ctx.spark.sql(multiset_sql(query, side, agg)) for side in (after, before)]
+            self._extrema(ctx)[agg.index].add(_minus(*values, [*keys, "_lakeivm_v"], ["_lakeivm_cnt"]))
 
     def flush(self, ctx: Context) -> None:
         if not self._changes:
@@ -109,6 +133,14 @@ class FirstOrderMaintainer:
             else:
                 sources[relation.alias] = ctx.snapshot(relation.table, ctx.watermarks[relation.table])
         return sources
+
+
+def _minus(after: DataFrame, before: DataFrame, keys: list[str], additive: tuple[str, ...] | list[str]) -> DataFrame:
+    """``after - before`` as rows to add: ``before``'s additive columns negated."""
+    from pyspark.sql import functions as F
+
+    negated = before.select(*[F.col(f"`{k}`") for k in keys], *[(-F.col(f"`{c}`")).alias(c) for c in additive])
+    return after.select(*[F.col(f"`{k}`") for k in keys], *[F.col(f"`{c}`") for c in additive]).unionByName(negated)
 
 
 def finalize(query: Query, state: DataFrame) -> DataFrame:
