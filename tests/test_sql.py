@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.sql import OuterJoin, parse_query, recompute_sql, state_sql
+from lakeivm.sql import Aggregate, OuterJoin, parse_query, recompute_sql, state_sql
 
 SCHEMAS = {
     "r": {"a": "int", "x": "int"},
@@ -69,7 +69,14 @@ def test_hidden_group_key_when_not_selected():
         ("SELECT g FROM nope GROUP BY g", "unknown table 'nope'"),
         ("SELECT zz, COUNT(*) FROM s GROUP BY zz", "Column 'zz' could not be resolved"),
         ("SELECT b, COUNT(*) FROM s GROUP BY g", "neither a GROUP BY key nor an aggregate"),
-        ("SELECT a FROM r UNION SELECT a FROM s", "UNION is not maintained incrementally"),
+        ("SELECT a FROM r INTERSECT SELECT a FROM s", "INTERSECT is not maintained incrementally"),
+        ("SELECT a FROM r UNION SELECT a FROM s UNION ALL SELECT a FROM r", "UNION is not maintained incrementally"),
+        ("SELECT k, SUM(v) FROM (SELECT a AS k, COUNT(*) AS v FROM r GROUP BY a UNION ALL SELECT a, b FROM s) AS u GROUP BY k",
+         "branch 1 has GROUP BY"),
+        ("SELECT u.k, COUNT(*) FROM (SELECT a AS k FROM r UNION ALL SELECT a FROM s) AS u JOIN t ON t.b = u.k GROUP BY u.k",
+         "UNION ALL joined with other tables"),
+        ("SELECT k, COUNT(DISTINCT k) FROM (SELECT a AS k FROM r UNION ALL SELECT a FROM s) AS u GROUP BY k",
+         r"COUNT\(DISTINCT \.\.\.\) is not maintained incrementally over UNION ALL"),
         ("SELEC a FROM r", "does not parse"),
         ("SELECT TRANSFORM(a, x) USING 'id' AS (u, v) FROM r", r"TRANSFORM \.\.\. USING \(a script\) is not supported"),
         ("SELECT g, COUNT(*) FROM s TABLESAMPLE (10 PERCENT) GROUP BY g", "TABLESAMPLE is not supported"),
@@ -198,3 +205,15 @@ def test_left_join_is_recorded_and_a_lone_right_join_turned_into_one():
     right = parse_query("SELECT s.g, SUM(r.x) AS sx FROM s RIGHT OUTER JOIN r ON s.a = r.a GROUP BY s.g", SCHEMAS)
     assert right.outer == (OuterJoin("s", "a", "r", "a"),) and [r.alias for r in right.relations] == ["r", "s"]
     assert "RIGHT JOIN maintained as the LEFT JOIN" in right.notes[0]
+
+
+def test_union_all_is_one_query_per_branch_with_the_same_state():
+    q = parse_query("SELECT k, SUM(v) AS sv FROM (SELECT a AS k, x AS v FROM r UNION ALL SELECT s.a, t.y FROM s "
+                    "JOIN t ON s.b = t.b) AS u WHERE v > 0 GROUP BY k", SCHEMAS)
+    assert [r.alias for r in q.relations] == ["r__u0", "s__u1", "t__u1"] and len(q.branches) == 2
+    assert [b.aggregates for b in q.branches] == [(Aggregate("SUM", "r__u0.x", 0),), (Aggregate("SUM", "t__u1.y", 0),)]
+    assert "WHERE t__u1.y > 0" in state_sql(q.branches[1], {"s__u1": "S", "t__u1": "T"})  # the outer WHERE, per branch
+    delta = state_sql(q, {"r__u0": "R", "s__u1": "S", "t__u1": "delta_t"}, delta_alias="t__u1")
+    assert "delta_t" in delta and " R " not in delta  # only the branch that reads t
+    distinct = parse_query("SELECT a FROM r UNION SELECT a FROM s", SCHEMAS)
+    assert distinct.implicit_keys == "distinct" and [k.name for k in distinct.group_keys] == ["a"]

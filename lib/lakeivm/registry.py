@@ -276,6 +276,9 @@ def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str
             f"{spec.source}: kind {kind!r} is not available in this version of lakeivm "
             f"(available: {', '.join(AVAILABLE_KINDS)})."
         )
+    if query.branches and kind != "first_order":
+        raise UnsupportedQuery(f"{spec.source}: a query over UNION ALL is maintained by kind first_order, not by kind {kind}; "
+                               "remove `kind:` (and the kind's options)")
     if query.outer and kind != "first_order":
         raise UnsupportedQuery(f"{spec.source}: LEFT JOIN {query.outer[0].padded} is maintained by kind first_order, not by kind "
                                f"{kind}; remove `kind:` (and the kind's options)")
@@ -319,7 +322,7 @@ def _default_kind(spec: ViewSpec, query: Query) -> str:
         return "join_sample"
     if query.has_subquery:
         return "nested"
-    if query.implicit_keys == "projection" or query.outer:
+    if query.implicit_keys == "projection" or query.outer or query.branches:
         return "first_order"
     if triangle_shape(query) is not None:
         return "triangle"

@@ -112,6 +112,7 @@ class Query:
     top: tuple[tuple[str, bool, bool], ...] = ()  # ORDER BY of a top-k: (result column, descending, nulls first)
     limit: int | None = None  # the k of ``ORDER BY ... LIMIT k``: every group is kept, the reader takes the first k
     outer: tuple[OuterJoin, ...] = ()  # the LEFT JOINs (a RIGHT JOIN is turned into one): first_order maintains them
+    branches: tuple["Query", ...] = ()  # a query over UNION ALL: one query per branch, their states add (``_union_branches``)
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -163,9 +164,14 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
     classifier decides whether the nested kind takes them.
     """
     tree = _parse(sql, source)
+    if isinstance(tree, exp.Union) and _union_all_parts(tree) is not None:  # rows of a UNION ALL (UNION: DISTINCT of them)
+        distinct = bool(tree.args.get("distinct"))
+        tree = exp.select("*").from_(_as_union_all(tree).subquery("_lakeivm_union"))
+        tree.set("distinct", exp.Distinct() if distinct else None)
     if not isinstance(tree, exp.Select):
         raise UnsupportedQuery(f"{source}: line {_line(tree, sql)}: {_what(tree)} is not maintained incrementally; "
-                               "an incremental view is one SELECT (refresh_policy: auto recomputes it in full)")
+                               "an incremental view is one SELECT or a UNION [ALL] of SELECTs (refresh_policy: auto "
+                               "recomputes it in full)")
     _reject_unsafe(tree, sql, source)
     _check_tables(_base_tables(tree), schemas, sql, source)
     notes = ()
@@ -186,8 +192,108 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
         tree.set("distinct", None)  # SELECT DISTINCT e1, e2 = GROUP BY e1, e2: a group per distinct row
         implicit, notes = "distinct", (*notes, "SELECT DISTINCT maintained as GROUP BY of its columns")
         _group_by_outputs(tree, sql, source)
-    _reject_constructs(tree, sql, source)
-    return replace(_build(sql, tree, source), notes=notes, implicit_keys=implicit, top=top, limit=limit)
+    branches = _union_branches(tree, sql, source)
+    if branches is not None:
+        notes = (*notes, f"UNION ALL: each of its {len(branches)} branches maintained by the delta rule, their states added")
+        query = _combine(sql, tree, [_build(sql, b, source) for b in branches], source)
+    else:
+        _reject_constructs(tree, sql, source)
+        query = _build(sql, tree, source)
+    return replace(query, notes=notes, implicit_keys=implicit, top=top, limit=limit)
+
+
+def _union_all_parts(union: exp.Union) -> list[exp.Select] | None:
+    """The SELECTs of ``s1 UNION ALL s2 ...`` (or of ``s1 UNION s2 ...``: every operator the same),
+    or None for a mix, INTERSECT/EXCEPT, or a part that is not a plain SELECT."""
+    parts, pending = [], [union]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, exp.Union) and not node.args.get("order") and not node.args.get("limit"):
+            if bool(node.args.get("distinct")) != bool(union.args.get("distinct")):
+                return None
+            pending += [node.expression, node.this]
+        elif isinstance(node, exp.Select):
+            parts.append(node)
+        else:
+            return None
+    return parts
+
+
+def _as_union_all(union: exp.Union) -> exp.Union:
+    tree = union.copy()
+    for node in tree.find_all(exp.Union):
+        node.set("distinct", False)
+    return tree
+
+
+def _union_branches(tree: exp.Select, sql: str, source: str) -> list[exp.Select] | None:
+    """``SELECT ... FROM (b1 UNION ALL b2 ...) AS u WHERE ... GROUP BY ...`` as one SELECT per branch:
+    the outer query with ``u``'s columns replaced by the branch's expressions, over the branch's FROM
+    and WHERE, its aliases suffixed ``__u<i>`` (each relation occurs once in the whole query). The
+    view is the sum of the branches' states, since SUM, COUNT and the groups distribute over UNION ALL.
+    None if the query does not read a UNION ALL."""
+    derived = tree.args.get("from_") and tree.args["from_"].this
+    if not isinstance(derived, exp.Subquery) or not isinstance(derived.this, exp.Union):
+        return None
+    where = f"{source}: line {_line(derived, sql)}: UNION"
+    parts = _union_all_parts(derived.this)
+    if parts is None or derived.this.args.get("distinct"):
+        raise UnsupportedQuery(f"{where} is maintained incrementally as UNION ALL of plain SELECTs (a UNION of them at "
+                               "the top); INTERSECT, EXCEPT, a mix, or a branch with ORDER BY/LIMIT is not")
+    if tree.args.get("joins"):
+        raise UnsupportedQuery(f"{where} ALL joined with other tables is not maintained incrementally; join inside each branch")
+    union, names = derived.alias_or_name, derived.this.named_selects
+    branches = []
+    for i, part in enumerate(parts):
+        for construct, node in (("GROUP BY", part.args.get("group")), ("an aggregate", part.find(exp.AggFunc)),
+                                ("DISTINCT", part.args.get("distinct")), ("a subquery", part.find(exp.Subquery)),
+                                ("a window function", part.find(exp.Window)), ("LIMIT", part.args.get("limit"))):
+            if node:
+                raise UnsupportedQuery(f"{where} ALL: branch {i + 1} has {construct}; each branch is maintained as a "
+                                       "plain SELECT ... FROM ... WHERE (aggregate in the query over the UNION ALL)")
+        branch = _suffixed(part, f"__u{i}")
+        values = dict(zip(names, [(e.this if isinstance(e, exp.Alias) else e) for e in branch.expressions]))
+        outer = tree.copy().transform(
+            lambda node: values[node.name].copy() if isinstance(node, exp.Column) and node.table == union else node)
+        outer.set("from_", branch.args["from_"].copy())
+        outer.set("joins", [j.copy() for j in branch.args.get("joins") or []] or None)
+        conditions = [w.this for w in (branch.args.get("where"), outer.args.get("where")) if w]
+        outer.set("where", exp.Where(this=exp.and_(*conditions)) if conditions else None)
+        _reject_constructs(outer, sql, source)
+        branches.append(outer)
+    return branches
+
+
+def _suffixed(select: exp.Select, suffix: str) -> exp.Select:
+    """``select`` with every relation alias (and every column's qualifier) suffixed."""
+    tree = select.copy()
+    for table in tree.find_all(exp.Table):
+        table.set("alias", exp.TableAlias(this=exp.to_identifier(table.alias_or_name + suffix)))
+    for column in tree.find_all(exp.Column):
+        if column.table:
+            column.set("table", exp.to_identifier(column.table + suffix))
+    return tree
+
+
+def _combine(sql: str, tree: exp.Select, branches: list[Query], source: str) -> Query:
+    """The Query of a view over UNION ALL from its branches' Queries, which must keep the same state."""
+    first = branches[0]
+    for i, branch in enumerate(branches[1:], start=2):
+        if _state_shape(branch) != _state_shape(first):
+            raise UnsupportedQuery(f"{source}: UNION ALL: branch {i} makes different state than branch 1 (two aggregates of "
+                                   "the query read the same expression in one branch only); aggregate distinct columns")
+    if any(b.outer for b in branches) or any(a.func == "DISTINCT" for a in first.aggregates):
+        what = "a LEFT JOIN in a branch" if any(b.outer for b in branches) else "COUNT(DISTINCT ...)"
+        raise UnsupportedQuery(f"{source}: UNION ALL: {what} is not maintained incrementally over UNION ALL")
+    return replace(first, sql=sql, tree=tree, branches=tuple(branches), has_subquery=False,
+                   relations=tuple(r for b in branches for r in b.relations), joins=tuple(j for b in branches for j in b.joins),
+                   filters={a: f for b in branches for a, f in b.filters.items()},
+                   residual=tuple(c for b in branches for c in b.residual))
+
+
+def _state_shape(query: Query) -> tuple:
+    """What a query's stored state looks like: its group keys, state aggregates and result columns."""
+    return [k.name for k in query.group_keys], [(a.func, a.index) for a in query.aggregates], [o.name for o in query.outputs]
 
 
 def _having_as_column(tree: exp.Select) -> bool:
@@ -235,9 +341,14 @@ def grouped(query: Query, source: str = "<sql>") -> Query:
     """A projection without aggregates (``SELECT e1, e2 FROM ... WHERE ...``) as ``GROUP BY e1, e2``:
     each distinct row kept once with its multiplicity in the count column, which the first-order
     kind's reader expands back into that many rows."""
-    tree = query.tree.copy()
-    _group_by_outputs(tree, query.sql, source)
-    return replace(_build(query.sql, tree, source), notes=query.notes, implicit_keys="projection", top=query.top, limit=query.limit)
+    if query.branches:
+        branches = [grouped(b, source) for b in query.branches]
+        combined = _combine(query.sql, query.tree, branches, source)
+    else:
+        tree = query.tree.copy()
+        _group_by_outputs(tree, query.sql, source)
+        combined = _build(query.sql, tree, source)
+    return replace(combined, notes=query.notes, implicit_keys="projection", top=query.top, limit=query.limit)
 
 
 def _group_by_outputs(tree: exp.Select, sql: str, source: str) -> None:
@@ -368,6 +479,11 @@ def state_sql(query: Query, sources: Mapping[str, str], delta_alias: str | None 
     the view's delta (classical first-order delta rule, the other relations fixed). The joins start
     from the delta (``_delta_first``), except in a query with a LEFT JOIN: its ON stays where it is.
     """
+    if query.branches:
+        parts = [state_sql(b, sources, delta_alias) for b in _branches_reading(query, delta_alias)]
+        sums = [f"SUM(`{c}`) AS `{c}`" for c in query.additive_columns]
+        values = [f"{a.func}(`_lakeivm_s{a.index}`) AS `_lakeivm_s{a.index}`" for a in query.extrema if delta_alias is None]
+        return _summed(parts, [k.name for k in query.group_keys], sums + values)
     m = f"{delta_alias}.{MULTIPLICITY}" if delta_alias else "CAST(1 AS BIGINT)"
     tree = _with_sources(_delta_first(query, delta_alias) if delta_alias and not query.outer else query.tree, sources)
     items: list[exp.Expression] = [exp.alias_(sqlglot.parse_one(k.sql, dialect=DIALECT), k.name) for k in query.group_keys]
@@ -393,6 +509,9 @@ def multiset_sql(query: Query, sources: Mapping[str, str], agg: Aggregate, delta
     The state that keeps MIN/MAX exact under deletes: a group's extremum is the least/greatest value
     whose count is positive. With ``delta_alias``, the counts are the multiset's delta.
     """
+    if query.branches:
+        parts = [multiset_sql(b, sources, b.aggregates[agg.index], delta_alias) for b in _branches_reading(query, delta_alias)]
+        return _summed(parts, [k.name for k in query.group_keys] + ["_lakeivm_v"], ["SUM(`_lakeivm_cnt`) AS `_lakeivm_cnt`"])
     m = f"{delta_alias}.{MULTIPLICITY}" if delta_alias else "CAST(1 AS BIGINT)"
     tree = _with_sources(_delta_first(query, delta_alias) if delta_alias and not query.outer else query.tree, sources)
     value = sqlglot.parse_one(agg.sql, dialect=DIALECT)
@@ -404,6 +523,18 @@ def multiset_sql(query: Query, sources: Mapping[str, str], agg: Aggregate, delta
     where = tree.args.get("where")
     tree.set("where", exp.Where(this=exp.and_(where.this, not_null) if where else not_null))
     return tree.sql(dialect=DIALECT)
+
+
+def _branches_reading(query: Query, alias: str | None) -> list[Query]:
+    """The branches of a UNION ALL query that read relation ``alias`` (all of them for None)."""
+    return [b for b in query.branches if alias is None or alias in {r.alias for r in b.relations}]
+
+
+def _summed(parts: list[str], keys: list[str], aggregates: list[str]) -> str:
+    """The branches' state rows (``parts``, each a query) added per group."""
+    union = " UNION ALL ".join(f"({part})" for part in parts)
+    group = f" GROUP BY {', '.join(f'`{k}`' for k in keys)}" if keys else ""
+    return f"SELECT {', '.join([*[f'`{k}`' for k in keys], *aggregates])} FROM ({union}) AS _lakeivm_branches{group}"
 
 
 def recompute_sql(query: Query, sources: Mapping[str, str]) -> str:

@@ -12,6 +12,8 @@ delta with the other relations, one MERGE (plus one MERGE per MIN/MAX multiset).
 A LEFT JOIN is linear in every relation but its NULL-padded one, S: a change of S can turn a
 preserved row from padded to matched and back. Such a row's key is one ΔS touches, so
 ΔV = V(R|K, S') − V(R|K, S), the query on the preserved relation R restricted to those keys K.
+A query over UNION ALL is one query per branch (``lakeivm.sql``), each under the rules above; their
+states add, so a table's change reaches only the branches that read it.
 """
 from __future__ import annotations
 
