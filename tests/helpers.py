@@ -21,3 +21,15 @@ def random_batch(lake: Lake, rng: random.Random, table: str, key: str, value: st
         sql(lake, f"DELETE FROM {{t}} WHERE {key} = {k}", table)
     else:
         sql(lake, f"UPDATE {{t}} SET {value} = COALESCE({value}, 0) + 1 WHERE {key} = {k}", table)
+
+
+def bootstrap_incremental(lake: Lake, views: dict[str, str], kind: str) -> list:
+    """Specs of ``views`` ({name: SQL}) under ``refresh_policy: incremental``, each built and checked to
+    get ``kind``."""
+    from lakeivm.engine import run_view
+    from lakeivm.registry import spec_from_dict
+
+    specs = [spec_from_dict({"name": name, "deadline": 60, "refresh_policy": "incremental", "sql": sql}) for name, sql in views.items()]
+    for spec in specs:
+        assert run_view(lake, spec).kind == kind, spec.name
+    return specs

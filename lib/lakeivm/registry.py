@@ -276,12 +276,10 @@ def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str
             f"{spec.source}: kind {kind!r} is not available in this version of lakeivm "
             f"(available: {', '.join(AVAILABLE_KINDS)})."
         )
-    if query.branches and kind != "first_order":
-        raise UnsupportedQuery(f"{spec.source}: a query over UNION ALL is maintained by kind first_order, not by kind {kind}; "
+    only_first_order = "a query over UNION ALL" if query.branches else f"LEFT JOIN {query.outer[0].padded}" if query.outer else None
+    if only_first_order and kind != "first_order":
+        raise UnsupportedQuery(f"{spec.source}: {only_first_order} is maintained by kind first_order, not by kind {kind}; "
                                "remove `kind:` (and the kind's options)")
-    if query.outer and kind != "first_order":
-        raise UnsupportedQuery(f"{spec.source}: LEFT JOIN {query.outer[0].padded} is maintained by kind first_order, not by kind "
-                               f"{kind}; remove `kind:` (and the kind's options)")
     if kind == "first_order":
         _check_first_order(spec, query)
     if kind == "fivm":

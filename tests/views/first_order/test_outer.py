@@ -8,8 +8,7 @@ import random
 import pytest
 
 from lakeivm.engine import audit, run_view
-from lakeivm.registry import spec_from_dict
-from tests.helpers import random_batch
+from tests.helpers import bootstrap_incremental, random_batch
 
 VIEWS = {
     "per_key": "SELECT r.a, COUNT(*) AS c, COUNT(s.g) AS ng, SUM(s.g) AS sg, MIN(s.g) AS mg, AVG(r.x) AS ax "
@@ -25,10 +24,7 @@ def test_left_and_right_joins_match_sql_under_random_streams_and_asymmetric_plan
     lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5), (3, 2)], "a int, x int"))
     lake.create_table("s", spark.createDataFrame([(0, 0), (1, 4), (2, 7), (2, 3)], "a int, g int"))
     lake.create_table("u", spark.createDataFrame([(x, x % 2) for x in range(10)], "x int, c int"))
-    specs = [spec_from_dict({"name": name, "deadline": 60, "refresh_policy": "incremental", "sql": sql})
-             for name, sql in VIEWS.items()]
-    for spec in specs:
-        assert run_view(lake, spec).kind == "first_order", spec.name
+    specs = bootstrap_incremental(lake, VIEWS, "first_order")
     padded_keys = [_padded_keys(lake)]
     for tables in (("s",), ("s", "u"), None):  # s alone, s with r behind (asymmetric), then all: r before s
         for table, key, value in (("r", "a", "x"), ("s", "a", "g"), ("u", "x", "c")):

@@ -8,8 +8,7 @@ import random
 import pytest
 
 from lakeivm.engine import audit, run_view
-from lakeivm.registry import spec_from_dict
-from tests.helpers import random_batch
+from tests.helpers import bootstrap_incremental, random_batch
 
 VIEWS = {
     # aggregates over a UNION ALL whose branches read different tables, one of them a join
@@ -27,10 +26,7 @@ def test_union_all_views_match_sql_under_random_streams_and_asymmetric_plans(lak
     rng = random.Random(8)
     lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5), (3, 2)], "a int, x int"))
     lake.create_table("s", spark.createDataFrame([(0, 0), (1, 4), (2, 7), (5, 3)], "a int, g int"))
-    specs = [spec_from_dict({"name": name, "deadline": 60, "refresh_policy": "incremental", "sql": sql})
-             for name, sql in VIEWS.items()]
-    for spec in specs:
-        assert run_view(lake, spec).kind == "first_order", spec.name
+    specs = bootstrap_incremental(lake, VIEWS, "first_order")
     for tables in (("s",), ("r",), None):  # each table alone (the other behind), then both
         for table, value in (("r", "x"), ("s", "g")):
             random_batch(lake, rng, table, "a", value)
