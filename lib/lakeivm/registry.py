@@ -276,7 +276,7 @@ def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str
             f"{spec.source}: kind {kind!r} is not available in this version of lakeivm "
             f"(available: {', '.join(AVAILABLE_KINDS)})."
         )
-    only_first_order = "a query over UNION ALL" if query.branches else f"LEFT JOIN {query.outer[0].padded}" if query.outer else None
+    only_first_order = "a query over UNION ALL" if query.branches else query.outer[0].construct if query.outer else None
     if only_first_order and kind != "first_order":
         raise UnsupportedQuery(f"{spec.source}: {only_first_order} is maintained by kind first_order, not by kind {kind}; "
                                "remove `kind:` (and the kind's options)")

@@ -56,12 +56,22 @@ class EquiJoin:
 class OuterJoin:
     """``... LEFT JOIN padded ON padded.column = preserved.preserved_column AND ...``: a row of the
     preserved side that matches no row of ``padded`` is kept, NULL-padded. The equality is the one
-    a change of ``padded`` is traced back through (first_order's ``apply``)."""
+    a change of ``padded`` is traced back through (first_order's ``apply``).
+
+    ``how`` is ``left``, or a join that keeps the preserved rows without ``padded``'s columns:
+    ``semi`` (EXISTS, IN: those with a match), ``anti`` (NOT EXISTS: those without) or ``not_in``
+    (NOT IN: those without, where a NULL on either side of the equality counts as a match)."""
 
     padded: str
     column: str
     preserved: str
     preserved_column: str
+    how: str = "left"
+
+    @property
+    def construct(self) -> str:
+        """How the view's SQL wrote it, for messages."""
+        return {"left": "LEFT JOIN", "semi": "EXISTS/IN", "anti": "NOT EXISTS", "not_in": "NOT IN"}[self.how] + f" {self.padded}"
 
 
 @dataclass(frozen=True)
@@ -187,6 +197,7 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
     tree = merge_subqueries(_qualified(tree, schemas, source))
     if _right_as_left(tree):
         notes = (*notes, "RIGHT JOIN maintained as the LEFT JOIN with its two tables swapped")
+    notes = (*notes, *_semi_joins(tree))
     implicit = None
     if tree.args.get("distinct") and not tree.args.get("group") and not _aggregates_here(tree):
         tree.set("distinct", None)  # SELECT DISTINCT e1, e2 = GROUP BY e1, e2: a group per distinct row
@@ -599,7 +610,7 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
         if node:
             raise UnsupportedQuery(f"{source}: line {_line(node, sql)}: {construct} is not supported; {fix}.")
     for join in tree.args.get("joins") or []:
-        if _is_left_outer(join):
+        if _is_left_outer(join) or _semi_or_anti(join):
             continue  # checked by _outer_joins
         if join.side or (join.kind and join.kind.upper() not in ("INNER", "CROSS")):
             what = " ".join(part.upper() for part in (join.side, join.kind) if part)
@@ -623,6 +634,87 @@ def _is_left_outer(join: exp.Join) -> bool:
     return (join.side or "").upper() == "LEFT" and (join.kind or "OUTER").upper() == "OUTER"
 
 
+def _semi_or_anti(join: exp.Join) -> str | None:
+    """``semi`` for ``[LEFT] SEMI JOIN``, ``anti`` for ``[LEFT] ANTI JOIN``, else None."""
+    kind = (join.kind or "").upper()
+    return kind.lower() if kind in ("SEMI", "ANTI") and (join.side or "LEFT").upper() == "LEFT" else None
+
+
+def _semi_joins(tree: exp.Select) -> tuple[str, ...]:
+    """Top-level WHERE terms ``[NOT] EXISTS (SELECT ... FROM s WHERE c)`` as ``LEFT SEMI|ANTI JOIN s ON c``,
+    and ``x [NOT] IN (SELECT y FROM s WHERE c)`` as ``LEFT SEMI JOIN s ON x = y AND c`` (NOT IN: ``LEFT
+    ANTI JOIN s ON (x = y OR (x = y) IS NULL) AND c``, SQL's NULL rule, as Spark plans it): the same rows,
+    now joins first_order maintains (``OuterJoin``). Only a subquery over one table with no aggregate,
+    DISTINCT, LIMIT or subquery of its own, tied to the query by an equality; others stay (the nested
+    kind or a full recompute take them). Returns the notes for explain."""
+    where = tree.args.get("where")
+    if not where:
+        return ()
+    taken = {source.alias_or_name for source in [tree.args["from_"].this, *[j.this for j in tree.args.get("joins") or []]]}
+    kept, joins, notes = [], [], []
+    for term in list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]:
+        join = _as_semi_join(term, taken)
+        if join is None:
+            kept.append(term)
+            continue
+        joins.append(join)
+        taken.add(join.this.alias_or_name)
+        notes.append(f"{'NOT ' if isinstance(term, exp.Not) else ''}{'EXISTS' if term.find(exp.Exists) else 'IN'} (SELECT ... "
+                     f"FROM {join.this.name}) maintained as a LEFT {join.kind} JOIN")
+    if joins:
+        tree.set("joins", [*(tree.args.get("joins") or []), *joins])
+        tree.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
+    return tuple(notes)
+
+
+def _as_semi_join(term: exp.Expression, taken: set[str]) -> exp.Join | None:
+    """One WHERE term as a LEFT SEMI/ANTI JOIN (``_semi_joins``), or None if it is not one."""
+    negated = isinstance(term, exp.Not)
+    node = term.this if negated else term
+    on: list[exp.Expression] = []
+    if isinstance(node, exp.Exists):
+        select = node.this
+    elif isinstance(node, exp.In) and node.args.get("query") is not None and isinstance(node.this, exp.Column):
+        select = node.args["query"].unnest() if isinstance(node.args["query"], exp.Subquery) else node.args["query"]
+        if not isinstance(select, exp.Select) or len(select.expressions) != 1:
+            return None
+    else:
+        return None
+    if not _plain_over_one_table(select):
+        return None
+    select, table = select.copy(), select.args["from_"].this
+    if table.alias_or_name in taken:  # the subquery's own alias shadows the query's: give it one of its own
+        alias = next(f"{table.alias_or_name}__s{i}" for i in range(len(taken) + 1) if f"{table.alias_or_name}__s{i}" not in taken)
+        for column in select.find_all(exp.Column):
+            if column.table == table.alias_or_name:
+                column.set("table", exp.to_identifier(alias))
+        select.args["from_"].this.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+    if isinstance(node, exp.In):
+        item = select.expressions[0]
+        value = item.this if isinstance(item, exp.Alias) else item
+        if not isinstance(value, exp.Column):
+            return None
+        equal = exp.EQ(this=node.this.copy(), expression=value.copy())
+        on.append(exp.Or(this=equal, expression=exp.Is(this=exp.Paren(this=equal.copy()), expression=exp.Null()))
+                  if negated else equal)
+    if select.args.get("where"):
+        on.append(select.args["where"].this)
+    inner = select.args["from_"].this.alias_or_name
+    terms = [t for c in on for t in (c.flatten() if isinstance(c, exp.And) else [c])]
+    if not any(isinstance(e, exp.EQ) and {c.table for c in (e.this, e.expression) if isinstance(c, exp.Column)} - {inner}
+               and inner in {c.table for c in (e.this, e.expression) if isinstance(c, exp.Column)}
+               for t in terms for e in [t.this if isinstance(t, exp.Or) else t]):
+        return None  # not tied to the query by an equality: not a join first_order can trace a change through
+    return exp.Join(this=select.args["from_"].this.copy(), side="LEFT", kind="ANTI" if negated else "SEMI", on=exp.and_(*on))
+
+
+def _plain_over_one_table(select: exp.Select) -> bool:
+    """A SELECT ... FROM one table [WHERE ...] with nothing that makes it more than a filter of that table."""
+    return (isinstance(select.args.get("from_") and select.args["from_"].this, exp.Table) and not select.args.get("joins")
+            and not any(select.args.get(k) for k in ("group", "having", "distinct", "limit", "order", "qualify"))
+            and select.find(exp.AggFunc, exp.Window) is None and not _has_nested_select(select))
+
+
 def _right_as_left(tree: exp.Select) -> bool:
     """``FROM a RIGHT JOIN b ON c`` as ``FROM b LEFT JOIN a ON c`` (the same rows); only when it is the
     query's one join. False if there is none to turn."""
@@ -637,31 +729,37 @@ def _right_as_left(tree: exp.Select) -> bool:
 
 
 def _outer_joins(tree: exp.Select, relations: tuple[Relation, ...], sql: str, source: str) -> tuple[OuterJoin, ...]:
-    """The query's LEFT JOINs, each of a base table that occurs once and is tied by an equality in
-    its ON (a top-level conjunct) to a column of a relation that is not itself NULL-padded."""
-    outer = []
+    """The query's LEFT, SEMI and ANTI JOINs, each of a base table tied by an equality in its ON (a
+    top-level conjunct; NOT IN's ``x = y OR (x = y) IS NULL``) to a column of a relation that is not
+    itself joined so. A LEFT JOIN's table must occur once in the query."""
+    outer: list[OuterJoin] = []
     for join in tree.args.get("joins") or []:
-        if not _is_left_outer(join):
+        how = "left" if _is_left_outer(join) else _semi_or_anti(join)
+        if how is None:
             continue
-        where = f"{source}: line {_line(join, sql)}: LEFT JOIN"
+        what = "LEFT JOIN" if how == "left" else f"LEFT {how.upper()} JOIN (from [NOT] EXISTS or [NOT] IN)"
+        where = f"{source}: line {_line(join, sql)}: {what}"
         if not isinstance(join.this, exp.Table):
             raise UnsupportedQuery(f"{where} of a derived table is not maintained incrementally; join the table itself")
         padded = join.this.alias_or_name
-        if sum(r.table == join.this.name for r in relations) > 1:
+        if how == "left" and sum(r.table == join.this.name for r in relations) > 1:
             raise UnsupportedQuery(f"{where} {join.this.name}: the table occurs twice in the query; a LEFT JOIN's table "
                                    "is maintained incrementally when it occurs once")
         on = join.args.get("on")
         conjuncts = list(on.flatten()) if isinstance(on, exp.And) else [on] if on else []
-        padded_aliases = {o.padded for o in outer} | {padded}
+        others = {o.padded for o in outer} | {padded}
         for c in conjuncts:
+            kind = how
+            if how == "anti" and isinstance(c, exp.Or) and isinstance(c.expression, exp.Is) and isinstance(c.this, exp.EQ):
+                c, kind = c.this, "not_in"
             if isinstance(c, exp.EQ) and all(isinstance(side, exp.Column) for side in (c.this, c.expression)):
                 mine, other = (c.this, c.expression) if c.this.table == padded else (c.expression, c.this)
-                if mine.table == padded and other.table not in padded_aliases:
-                    outer.append(OuterJoin(padded, mine.name, other.table, other.name))
+                if mine.table == padded and other.table not in others:
+                    outer.append(OuterJoin(padded, mine.name, other.table, other.name, kind))
                     break
         else:
             raise UnsupportedQuery(f"{where} {padded}: its ON has no equality `{padded}.column = other.column` (as an AND "
-                                   "term) with a table that is not itself LEFT JOINed; add one")
+                                   "term) with a table that is not itself joined so; add one")
     return tuple(outer)
 
 

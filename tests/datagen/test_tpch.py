@@ -14,6 +14,7 @@ COVERED_ELSEWHERE = {
     "customer_distribution": "tests/test_tpch22.py: tpch_q13 is the same SQL",
     "tpch_q17": "tests/test_tpch22.py: tpch_q17, the same query with the specification's constants",
     "price_model": "tests/views/fivm/test_maintainer.py: the regression view, the same SQL and features",
+    "shipping_priority": "tests/test_tpch22.py: tpch_q03, the same joins, filters, groups and SUM (its top-k aside)",
     "graph_triangles": "tests/views/triangle/test_maintainer.py: the same SQL and epsilon over a random edge stream",
     "revenue_by_nation": "tests/test_deployment.py: this shipped spec refreshed after a TPC-H change batch and audited "
                          "(and the same SQL with updatable: [lineitem] in tests/views/fivm)",

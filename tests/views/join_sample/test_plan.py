@@ -85,7 +85,9 @@ def test_fingerprint_changes_with_the_query_and_k():
     ("SELECT g1.src, g2.src AS s2 FROM edges g1, edges g2", "Cartesian product"),
     ("SELECT g1.src, g2.dst AS d FROM edges g1 JOIN edges g2 ON g1.dst = g2.src AND g1.src = g2.src",
      "two columns of relation"),
-    ("SELECT o_orderkey FROM orders WHERE o_custkey IN (SELECT c_custkey FROM customer)", "subqueries"),
+    ("SELECT o_orderkey FROM orders WHERE o_custkey = (SELECT c_custkey FROM customer WHERE c_name = 'x')", "subqueries"),
+    ("SELECT o_orderkey FROM orders WHERE o_custkey IN (SELECT c_custkey FROM customer)",
+     "EXISTS/IN customer is maintained by kind first_order, not by kind join_sample"),
 ])
 def test_rejections_name_the_construct(sql, message):
     with pytest.raises(UnsupportedQuery, match=message):

@@ -12,6 +12,9 @@ delta with the other relations, one MERGE (plus one MERGE per MIN/MAX multiset).
 A LEFT JOIN is linear in every relation but its NULL-padded one, S: a change of S can turn a
 preserved row from padded to matched and back. Such a row's key is one ΔS touches, so
 ΔV = V(R|K, S') − V(R|K, S), the query on the preserved relation R restricted to those keys K.
+EXISTS / NOT EXISTS / IN / NOT IN over one table are semi- and anti-joins (``lakeivm.sql``), linear in
+R and not in S in just this way; NOT IN's NULL rule also ties R's rows with a NULL key to every
+change of S, and all of R to a change of S with a NULL key.
 A query over UNION ALL is one query per branch (``lakeivm.sql``), each under the rules above; their
 states add, so a table's change reaches only the branches that read it.
 """
@@ -74,12 +77,14 @@ class FirstOrderMaintainer:
         ctx.checkpoint(f"apply:{table}")
 
     def _apply_padded(self, ctx: Context, table: str, join: OuterJoin, delta_view: str) -> None:
-        """The change of a LEFT JOIN's padded relation: the query before and after it, on the preserved
-        rows whose join key it touches (see the module docstring)."""
+        """The change of a LEFT, SEMI or ANTI JOIN's right relation: the query before and after it, on the
+        preserved rows whose join key it touches (see the module docstring)."""
         query, sources = ctx.query, self._sources(ctx, table, join.padded, delta_view)
         restricted = f"lakeivm_{ctx.view}_{join.padded}_touched_{join.preserved}"
-        ctx.spark.sql(f"SELECT * FROM {sources[join.preserved]} WHERE `{join.preserved_column}` IN "
-                      f"(SELECT `{join.column}` FROM {delta_view})").createOrReplaceTempView(restricted)
+        touched = f"`{join.preserved_column}` IN (SELECT `{join.column}` FROM {delta_view})"
+        if join.how == "not_in":
+            touched = f"{touched} OR `{join.preserved_column}` IS NULL OR EXISTS (SELECT 1 FROM {delta_view} WHERE `{join.column}` IS NULL)"
+        ctx.spark.sql(f"SELECT * FROM {sources[join.preserved]} WHERE {touched}").createOrReplaceTempView(restricted)
         after = {**sources, join.preserved: restricted, join.padded: ctx.snapshot(table, ctx.pins[table])}
         before = {**after, join.padded: ctx.snapshot(table, ctx.watermarks[table])}
         keys = [k.name for k in query.group_keys]
