@@ -11,11 +11,11 @@ import pytest
 from lakeivm.engine import audit, run_view
 from tests.helpers import bootstrap_incremental, random_batch, sql
 
-VIEWS = {
-    "rows_exists": "SELECT r.a, r.x FROM r WHERE EXISTS (SELECT * FROM s WHERE s.a = r.a AND s.g > 2)",
+VIEWS = {  # IN and EXISTS are the same semi-join once parsed (tests/test_sql.py); a projection over one: test_outer.py
+    "exists_join": "SELECT u.c, COUNT(*) AS n, MIN(r.a) AS ma FROM r JOIN u ON r.x = u.x "
+                   "WHERE EXISTS (SELECT * FROM s WHERE s.a = r.a AND s.g > 2) GROUP BY u.c",
     "not_exists_self": "SELECT r.a, COUNT(*) AS c, MAX(r.x) AS mx FROM r "
                        "WHERE NOT EXISTS (SELECT 1 FROM r AS r2 WHERE r2.a = r.a AND r2.x > r.x) GROUP BY r.a",
-    "in_join": "SELECT u.c, COUNT(*) AS n, MIN(r.a) AS ma FROM r JOIN u ON r.x = u.x WHERE r.a IN (SELECT a FROM s) GROUP BY u.c",
     "not_in": "SELECT r.a, COUNT(*) AS n, COUNT(r.x) AS nx FROM r WHERE r.x NOT IN (SELECT s.g FROM s WHERE s.a = 3) GROUP BY r.a",
 }
 # NOT IN's NULL rule, forced by the stream: a NULL in the subquery empties the view; with no row left
