@@ -55,7 +55,7 @@ def test_hidden_group_key_when_not_selected():
 @pytest.mark.parametrize(
     "sql, message",
     [
-        ("SELECT g FROM s FULL JOIN r ON r.a = s.a GROUP BY g", "FULL JOIN is not supported"),
+        ("SELECT g FROM s FULL JOIN r ON r.a = s.a JOIN t ON t.b = s.b GROUP BY g", "FULL JOIN is not supported"),
         ("SELECT g FROM s LEFT ANTI JOIN r ON r.a < s.a GROUP BY g", r"LEFT ANTI JOIN \(from \[NOT\] EXISTS or \[NOT\] IN\) r: its ON has no"),
         ("SELECT g FROM s RIGHT JOIN r ON r.a = s.a JOIN t ON t.b = s.b GROUP BY g", "RIGHT JOIN is not supported"),
         ("SELECT g FROM s LEFT JOIN r ON r.a < s.a GROUP BY g", "LEFT JOIN r: its ON has no equality"),
@@ -90,8 +90,9 @@ def test_unsupported_sql_is_named(sql, message):
 
 
 def test_error_names_the_line():
-    with pytest.raises(UnsupportedQuery, match=r"views/x.yaml: line 3: FULL OUTER JOIN"):
-        parse_query("SELECT g, COUNT(*)\nFROM s\nFULL OUTER JOIN r ON r.a = s.a\nGROUP BY g", SCHEMAS, source="views/x.yaml")
+    with pytest.raises(UnsupportedQuery, match=r"views/x.yaml: line 4: FULL OUTER JOIN"):
+        parse_query("SELECT g, COUNT(*)\nFROM s\nJOIN t ON t.b = s.b\nFULL OUTER JOIN r ON r.a = s.a\nGROUP BY g", SCHEMAS,
+                    source="views/x.yaml")
 
 
 def test_delta_query_starts_from_the_delta_along_the_join_graph():
@@ -205,6 +206,9 @@ def test_left_join_is_recorded_and_a_lone_right_join_turned_into_one():
     right = parse_query("SELECT s.g, SUM(r.x) AS sx FROM s RIGHT OUTER JOIN r ON s.a = r.a GROUP BY s.g", SCHEMAS)
     assert right.outer == (OuterJoin("s", "a", "r", "a"),) and [r.alias for r in right.relations] == ["r", "s"]
     assert "RIGHT JOIN maintained as the LEFT JOIN" in right.notes[0]
+    full = parse_query("SELECT COALESCE(r.a, s.a) AS k, COUNT(*) AS n FROM r FULL JOIN s ON r.a = s.a GROUP BY COALESCE(r.a, s.a)", SCHEMAS)
+    assert full.outer == (OuterJoin("s", "a", "r", "a", "full"),)  # a change of either side is traced through the other
+    assert [full.outer[0].padding(a) for a in ("s", "r")] == [full.outer[0], OuterJoin("r", "a", "s", "a", "full")]
 
 
 def test_exists_and_in_subqueries_over_one_table_become_semi_and_anti_joins():

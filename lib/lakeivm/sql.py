@@ -58,9 +58,10 @@ class OuterJoin:
     preserved side that matches no row of ``padded`` is kept, NULL-padded. The equality is the one
     a change of ``padded`` is traced back through (first_order's ``apply``).
 
-    ``how`` is ``left``, or a join that keeps the preserved rows without ``padded``'s columns:
-    ``semi`` (EXISTS, IN: those with a match), ``anti`` (NOT EXISTS: those without) or ``not_in``
-    (NOT IN: those without, where a NULL on either side of the equality counts as a match)."""
+    ``how`` is ``left``; ``full`` (FULL JOIN, the query's only join: both sides are padded); or a join
+    that keeps the preserved rows without ``padded``'s columns: ``semi`` (EXISTS, IN: those with a
+    match), ``anti`` (NOT EXISTS: those without) or ``not_in`` (NOT IN: those without, where a NULL on
+    either side of the equality counts as a match)."""
 
     padded: str
     column: str
@@ -71,7 +72,17 @@ class OuterJoin:
     @property
     def construct(self) -> str:
         """How the view's SQL wrote it, for messages."""
-        return {"left": "LEFT JOIN", "semi": "EXISTS/IN", "anti": "NOT EXISTS", "not_in": "NOT IN"}[self.how] + f" {self.padded}"
+        what = {"left": "LEFT JOIN", "full": "FULL JOIN", "semi": "EXISTS/IN", "anti": "NOT EXISTS", "not_in": "NOT IN"}[self.how]
+        return f"{what} {self.padded}"
+
+    def padding(self, alias: str) -> "OuterJoin | None":
+        """This join as seen from a change of relation ``alias``: itself if ``alias`` is its padded side,
+        the join with its sides swapped if it is the preserved side of a FULL JOIN, else None."""
+        if alias == self.padded:
+            return self
+        if alias == self.preserved and self.how == "full":
+            return OuterJoin(self.preserved, self.preserved_column, self.padded, self.column, "full")
+        return None
 
 
 @dataclass(frozen=True)
@@ -610,13 +621,13 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
         if node:
             raise UnsupportedQuery(f"{source}: line {_line(node, sql)}: {construct} is not supported; {fix}.")
     for join in tree.args.get("joins") or []:
-        if _is_left_outer(join) or _semi_or_anti(join):
+        if _is_left_outer(join) or _semi_or_anti(join) or (_is_full_outer(join) and len(tree.args["joins"]) == 1):
             continue  # checked by _outer_joins
         if join.side or (join.kind and join.kind.upper() not in ("INNER", "CROSS")):
             what = " ".join(part.upper() for part in (join.side, join.kind) if part)
             raise UnsupportedQuery(
-                f"{source}: line {_line(join, sql)}: {what} JOIN is not supported; inner equi-joins and LEFT JOIN "
-                "(a RIGHT JOIN that is the query's only join) are maintained incrementally."
+                f"{source}: line {_line(join, sql)}: {what} JOIN is not supported; inner equi-joins, LEFT JOIN, "
+                "and a RIGHT or FULL JOIN that is the query's only join are maintained incrementally."
             )
     for agg in tree.find_all(exp.AggFunc):
         if type(agg) not in _AGGREGATES:
@@ -632,6 +643,10 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
 
 def _is_left_outer(join: exp.Join) -> bool:
     return (join.side or "").upper() == "LEFT" and (join.kind or "OUTER").upper() == "OUTER"
+
+
+def _is_full_outer(join: exp.Join) -> bool:
+    return (join.side or "").upper() == "FULL" and (join.kind or "OUTER").upper() == "OUTER"
 
 
 def _semi_or_anti(join: exp.Join) -> str | None:
@@ -671,7 +686,7 @@ def _as_semi_join(term: exp.Expression, taken: set[str]) -> exp.Join | None:
     """One WHERE term as a LEFT SEMI/ANTI JOIN (``_semi_joins``), or None if it is not one."""
     negated = isinstance(term, exp.Not)
     node = term.this if negated else term
-    on: list[exp.Expression] = []
+    on: list[exp.Expression] = []  # the join's ON: NOT/IN's equality, then the subquery's WHERE
     if isinstance(node, exp.Exists):
         select = node.this
     elif isinstance(node, exp.In) and node.args.get("query") is not None and isinstance(node.this, exp.Column):
@@ -699,13 +714,20 @@ def _as_semi_join(term: exp.Expression, taken: set[str]) -> exp.Join | None:
                   if negated else equal)
     if select.args.get("where"):
         on.append(select.args["where"].this)
-    inner = select.args["from_"].this.alias_or_name
-    terms = [t for c in on for t in (c.flatten() if isinstance(c, exp.And) else [c])]
-    if not any(isinstance(e, exp.EQ) and {c.table for c in (e.this, e.expression) if isinstance(c, exp.Column)} - {inner}
-               and inner in {c.table for c in (e.this, e.expression) if isinstance(c, exp.Column)}
-               for t in terms for e in [t.this if isinstance(t, exp.Or) else t]):
-        return None  # not tied to the query by an equality: not a join first_order can trace a change through
+    if not on or not _tied(select.args["from_"].this.alias_or_name, exp.and_(*on)):
+        return None  # no equality to the query: not a join first_order can trace a change through
     return exp.Join(this=select.args["from_"].this.copy(), side="LEFT", kind="ANTI" if negated else "SEMI", on=exp.and_(*on))
+
+
+def _tied(alias: str, condition: exp.Expression) -> bool:
+    """Whether an AND term of ``condition`` (or the equality in NOT IN's ``x = y OR (x = y) IS NULL``)
+    equates a column of ``alias`` with a column of another relation."""
+    for term in condition.flatten() if isinstance(condition, exp.And) else [condition]:
+        equal = term.this if isinstance(term, exp.Or) else term
+        if isinstance(equal, exp.EQ) and all(isinstance(side, exp.Column) for side in (equal.this, equal.expression)):
+            if alias in (equal.this.table, equal.expression.table) and equal.this.table != equal.expression.table:
+                return True
+    return False
 
 
 def _plain_over_one_table(select: exp.Select) -> bool:
@@ -734,16 +756,16 @@ def _outer_joins(tree: exp.Select, relations: tuple[Relation, ...], sql: str, so
     itself joined so. A LEFT JOIN's table must occur once in the query."""
     outer: list[OuterJoin] = []
     for join in tree.args.get("joins") or []:
-        how = "left" if _is_left_outer(join) else _semi_or_anti(join)
+        how = "left" if _is_left_outer(join) else "full" if _is_full_outer(join) else _semi_or_anti(join)
         if how is None:
             continue
-        what = "LEFT JOIN" if how == "left" else f"LEFT {how.upper()} JOIN (from [NOT] EXISTS or [NOT] IN)"
+        what = f"{how.upper()} JOIN" if how in ("left", "full") else f"LEFT {how.upper()} JOIN (from [NOT] EXISTS or [NOT] IN)"
         where = f"{source}: line {_line(join, sql)}: {what}"
-        if not isinstance(join.this, exp.Table):
+        if not isinstance(join.this, exp.Table) or (how == "full" and not isinstance(tree.args["from_"].this, exp.Table)):
             raise UnsupportedQuery(f"{where} of a derived table is not maintained incrementally; join the table itself")
         padded = join.this.alias_or_name
-        if how == "left" and sum(r.table == join.this.name for r in relations) > 1:
-            raise UnsupportedQuery(f"{where} {join.this.name}: the table occurs twice in the query; a LEFT JOIN's table "
+        if how in ("left", "full") and sum(r.table == join.this.name for r in relations) > 1:
+            raise UnsupportedQuery(f"{where} {join.this.name}: the table occurs twice in the query; an outer join's table "
                                    "is maintained incrementally when it occurs once")
         on = join.args.get("on")
         conjuncts = list(on.flatten()) if isinstance(on, exp.And) else [on] if on else []

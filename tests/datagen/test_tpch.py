@@ -15,6 +15,9 @@ COVERED_ELSEWHERE = {
     "tpch_q17": "tests/test_tpch22.py: tpch_q17, the same query with the specification's constants",
     "price_model": "tests/views/fivm/test_maintainer.py: the regression view, the same SQL and features",
     "shipping_priority": "tests/test_tpch22.py: tpch_q03, the same joins, filters, groups and SUM (its top-k aside)",
+    "order_lines_sample": "tests/views/join_sample: a sample with a foreign key under random streams and asymmetric plans "
+                          "(test_maintainer.py), its uniformity checked statistically (test_foreign_keys.py)",
+    "revenue_by_region": "tests/test_upstream.py: a chain of views over views under random streams",
     "graph_triangles": "tests/views/triangle/test_maintainer.py: the same SQL and epsilon over a random edge stream",
     "revenue_by_nation": "tests/test_deployment.py: this shipped spec refreshed after a TPC-H change batch and audited "
                          "(and the same SQL with updatable: [lineitem] in tests/views/fivm)",

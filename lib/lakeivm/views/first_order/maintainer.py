@@ -12,9 +12,11 @@ delta with the other relations, one MERGE (plus one MERGE per MIN/MAX multiset).
 A LEFT JOIN is linear in every relation but its NULL-padded one, S: a change of S can turn a
 preserved row from padded to matched and back. Such a row's key is one ΔS touches, so
 ΔV = V(R|K, S') − V(R|K, S), the query on the preserved relation R restricted to those keys K.
-EXISTS / NOT EXISTS / IN / NOT IN over one table are semi- and anti-joins (``lakeivm.sql``), linear in
-R and not in S in just this way; NOT IN's NULL rule also ties R's rows with a NULL key to every
-change of S, and all of R to a change of S with a NULL key.
+A FULL JOIN (the query's only join) is that from either side, the changed side restricted to the
+keys its change touches too (its unmatched rows are output as well). EXISTS / NOT EXISTS / IN /
+NOT IN over one table are semi- and anti-joins (``lakeivm.sql``), linear in R and not in S in just
+this way; NOT IN's NULL rule also ties R's rows with a NULL key to every change of S, and all of R
+to a change of S with a NULL key.
 A query over UNION ALL is one query per branch (``lakeivm.sql``), each under the rules above; their
 states add, so a table's change reaches only the branches that read it.
 """
@@ -66,7 +68,7 @@ class FirstOrderMaintainer:
         name = f"lakeivm_{ctx.view}_{table}_delta"
         delta.createOrReplaceTempView(name)
         for alias in ctx.query.aliases_of(table):
-            padded = next((join for join in ctx.query.outer if join.padded == alias), None)
+            padded = next((p for p in (join.padding(alias) for join in ctx.query.outer) if p is not None), None)
             if padded is not None:
                 self._apply_padded(ctx, table, padded, name)
                 continue
@@ -87,6 +89,13 @@ class FirstOrderMaintainer:
         ctx.spark.sql(f"SELECT * FROM {sources[join.preserved]} WHERE {touched}").createOrReplaceTempView(restricted)
         after = {**sources, join.preserved: restricted, join.padded: ctx.snapshot(table, ctx.pins[table])}
         before = {**after, join.padded: ctx.snapshot(table, ctx.watermarks[table])}
+        if join.how == "full":  # the changed side's rows are output padded too: only those of touched keys (and NULL keys) change
+            own = (f"`{join.column}` IN (SELECT `{join.column}` FROM {delta_view}) OR (`{join.column}` IS NULL AND "
+                   f"EXISTS (SELECT 1 FROM {delta_view} WHERE `{join.column}` IS NULL))")
+            for side, when in ((after, "after"), (before, "before")):
+                view = f"lakeivm_{ctx.view}_{join.padded}_touched_{when}"
+                ctx.spark.sql(f"SELECT * FROM {side[join.padded]} WHERE {own}").createOrReplaceTempView(view)
+                side[join.padded] = view
         keys = [k.name for k in query.group_keys]
         states = [ctx.spark.sql(state_sql(query, side)) for side in (after, before)]
         self._changes.append(_minus(*states, keys, query.additive_columns).localCheckpoint(eager=True))
