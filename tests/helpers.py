@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 from lakeivm.lake import Lake
 
@@ -33,3 +34,29 @@ def bootstrap_incremental(lake: Lake, views: dict[str, str], kind: str) -> list:
     for spec in specs:
         assert run_view(lake, spec).kind == kind, spec.name
     return specs
+
+
+def refresh_and_audit(lake: Lake, specs: list, tables: tuple[str, ...] | None) -> None:
+    """Refresh every view applying only ``tables`` (None: all), and check each equals its SQL at its watermarks."""
+    from lakeivm.engine import audit, run_view
+
+    for spec in specs:
+        row = run_view(lake, spec, tables=tables)
+        assert tables is None or set(row.applied) <= set(tables), (spec.name, row.applied)
+        report = audit(lake, spec)
+        assert report.ok, f"{spec.name} after applying {tables or 'all'}: {report}"
+
+
+def audited_rounds(lake: Lake, rng: random.Random, specs: list, steps: tuple[str, str, str]) -> Iterator[None]:
+    """Three rounds over r(a, x), s(a, g), u(x, c): a random commit on each table and ``steps[i]`` on s
+    (and a second random commit of s in the first round: netted), then every view refreshed and audited
+    (``refresh_and_audit``) applying s alone, s and u (r behind: an asymmetric plan), then all. Yields
+    after each round."""
+    for tables, step in zip((("s",), ("s", "u"), None), steps):
+        for table, key, value in (("r", "a", "x"), ("s", "a", "g"), ("u", "x", "c")):
+            random_batch(lake, rng, table, key, value)
+        sql(lake, step, "s")
+        if tables == ("s",):
+            random_batch(lake, rng, "s", "a", "g")
+        refresh_and_audit(lake, specs, tables)
+        yield

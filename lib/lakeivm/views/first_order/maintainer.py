@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lakeivm.lake import CDF
-from lakeivm.sql import COUNT, Aggregate, OuterJoin, Query, multiset_sql, state_sql
+from lakeivm.sql import COUNT, MULTIPLICITY, Aggregate, OuterJoin, Query, multiset_sql, state_sql
 from lakeivm.views.base import Context
 from lakeivm.views.state import AdditiveTable, as_read, read_if_small
 
@@ -79,23 +79,32 @@ class FirstOrderMaintainer:
         ctx.checkpoint(f"apply:{table}")
 
     def _apply_padded(self, ctx: Context, table: str, join: OuterJoin, delta_view: str) -> None:
-        """The change of a LEFT, SEMI or ANTI JOIN's right relation: the query before and after it, on the
-        preserved rows whose join key it touches (see the module docstring)."""
+        """The change of a LEFT, FULL, SEMI or ANTI JOIN's right relation S: the query before and after it,
+        on the preserved rows whose join key it touches (see the module docstring). Those rows are read
+        once; so are S's rows of those keys (only they can match), as of the pin: S's before is that less
+        the change, not a second scan. NOT IN reads both versions of S whole (a NULL matches any key)."""
         query, sources = ctx.query, self._sources(ctx, table, join.padded, delta_view)
-        restricted = f"lakeivm_{ctx.view}_{join.padded}_touched_{join.preserved}"
-        touched = f"`{join.preserved_column}` IN (SELECT `{join.column}` FROM {delta_view})"
+        changed_keys = f"(SELECT `{join.column}` FROM {delta_view})"
+        touched = f"`{join.preserved_column}` IN {changed_keys}"
         if join.how == "not_in":
             touched = f"{touched} OR `{join.preserved_column}` IS NULL OR EXISTS (SELECT 1 FROM {delta_view} WHERE `{join.column}` IS NULL)"
-        ctx.spark.sql(f"SELECT * FROM {sources[join.preserved]} WHERE {touched}").createOrReplaceTempView(restricted)
+        preserved = ctx.spark.sql(f"SELECT * FROM {sources[join.preserved]} WHERE {touched}")
+        restricted = f"lakeivm_{ctx.view}_{join.padded}_touched_{join.preserved}"
+        (preserved if join.how == "not_in" else preserved.localCheckpoint(eager=True)).createOrReplaceTempView(restricted)
         after = {**sources, join.preserved: restricted, join.padded: ctx.snapshot(table, ctx.pins[table])}
-        before = {**after, join.padded: ctx.snapshot(table, ctx.watermarks[table])}
-        if join.how == "full":  # the changed side's rows are output padded too: only those of touched keys (and NULL keys) change
-            own = (f"`{join.column}` IN (SELECT `{join.column}` FROM {delta_view}) OR (`{join.column}` IS NULL AND "
-                   f"EXISTS (SELECT 1 FROM {delta_view} WHERE `{join.column}` IS NULL))")
-            for side, when in ((after, "after"), (before, "before")):
-                view = f"lakeivm_{ctx.view}_{join.padded}_touched_{when}"
-                ctx.spark.sql(f"SELECT * FROM {side[join.padded]} WHERE {own}").createOrReplaceTempView(view)
-                side[join.padded] = view
+        if join.how == "not_in":
+            before = {**after, join.padded: ctx.snapshot(table, ctx.watermarks[table])}
+        else:
+            own = f"`{join.column}` IN {changed_keys}"
+            if join.how == "full":  # S's unmatched rows are output too: those with a NULL key as well
+                own = f"{own} OR (`{join.column}` IS NULL AND EXISTS (SELECT 1 FROM {delta_view} WHERE `{join.column}` IS NULL))"
+            delta = ctx.spark.table(delta_view).where(own)
+            rows = ctx.spark.table(after[join.padded]).where(own).select(*[c for c in delta.columns if c != MULTIPLICITY])
+            rows = rows.localCheckpoint(eager=True)
+            before = dict(after)
+            for side, when, version in ((after, "after", rows), (before, "before", _undone(rows, delta))):
+                side[join.padded] = f"lakeivm_{ctx.view}_{join.padded}_touched_{when}"
+                version.createOrReplaceTempView(side[join.padded])
         keys = [k.name for k in query.group_keys]
         states = [ctx.spark.sql(state_sql(query, side)) for side in (after, before)]
         self._changes.append(_minus(*states, keys, query.additive_columns).localCheckpoint(eager=True))
@@ -149,6 +158,18 @@ class FirstOrderMaintainer:
             else:
                 sources[relation.alias] = ctx.snapshot(relation.table, ctx.watermarks[relation.table])
         return sources
+
+
+def _undone(rows: DataFrame, delta: DataFrame) -> DataFrame:
+    """``rows`` (a table's rows, as of a version) less ``delta`` (its netted change up to that version,
+    counted in ``MULTIPLICITY``): the rows as they were before, each as many times as it occurred."""
+    from pyspark.sql import functions as F
+
+    columns = [f"`{c}`" for c in rows.columns]
+    counted = rows.groupBy(*columns).agg(F.count(F.lit(1)).alias(MULTIPLICITY))
+    reverted = counted.unionByName(delta.select(*columns, (-F.col(MULTIPLICITY)).alias(MULTIPLICITY)))
+    left = reverted.groupBy(*columns).agg(F.sum(MULTIPLICITY).alias(MULTIPLICITY)).where(f"{MULTIPLICITY} > 0")
+    return left.withColumn(MULTIPLICITY, F.explode(F.sequence(F.lit(1), F.col(MULTIPLICITY).cast("int")))).drop(MULTIPLICITY)
 
 
 def _minus(after: DataFrame, before: DataFrame, keys: list[str], additive: tuple[str, ...] | list[str]) -> DataFrame:
