@@ -592,6 +592,27 @@ def _build(sql: str, tree: exp.Select, source: str) -> Query:
     )
 
 
+def conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
+    """The AND terms of a condition (a WHERE, an ON or an expression); [] for None."""
+    if condition is None:
+        return []
+    if isinstance(condition, exp.Where):
+        condition = condition.this
+    return list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+
+
+def _column_equalities(condition: exp.Expression | None) -> list[tuple[exp.EQ, bool]]:
+    """The ``a.x = b.y`` AND terms of a condition, each with whether it is NOT IN's NULL-aware form
+    ``a.x = b.y OR (a.x = b.y) IS NULL`` (``_as_semi_join``)."""
+    found = []
+    for term in conjuncts(condition):
+        null_aware = isinstance(term, exp.Or) and isinstance(term.this, exp.EQ) and isinstance(term.expression, exp.Is)
+        equal = term.this if null_aware else term
+        if isinstance(equal, exp.EQ) and all(isinstance(side, exp.Column) for side in (equal.this, equal.expression)):
+            found.append((equal, null_aware))
+    return found
+
+
 def _reject_unsafe(tree: exp.Expression, sql: str, source: str) -> None:
     """What no view may hold, recomputed or not: a script, a sample (differs between runs), a parameter."""
     checks = [
@@ -667,7 +688,7 @@ def _semi_joins(tree: exp.Select) -> tuple[str, ...]:
         return ()
     taken = {source.alias_or_name for source in [tree.args["from_"].this, *[j.this for j in tree.args.get("joins") or []]]}
     kept, joins, notes = [], [], []
-    for term in list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]:
+    for term in conjuncts(where):
         join = _as_semi_join(term, taken)
         if join is None:
             kept.append(term)
@@ -720,14 +741,9 @@ def _as_semi_join(term: exp.Expression, taken: set[str]) -> exp.Join | None:
 
 
 def _tied(alias: str, condition: exp.Expression) -> bool:
-    """Whether an AND term of ``condition`` (or the equality in NOT IN's ``x = y OR (x = y) IS NULL``)
-    equates a column of ``alias`` with a column of another relation."""
-    for term in condition.flatten() if isinstance(condition, exp.And) else [condition]:
-        equal = term.this if isinstance(term, exp.Or) else term
-        if isinstance(equal, exp.EQ) and all(isinstance(side, exp.Column) for side in (equal.this, equal.expression)):
-            if alias in (equal.this.table, equal.expression.table) and equal.this.table != equal.expression.table:
-                return True
-    return False
+    """Whether a column equality of ``condition`` (``_column_equalities``) ties ``alias`` to another relation."""
+    return any(alias in (e.this.table, e.expression.table) and e.this.table != e.expression.table
+               for e, _ in _column_equalities(condition))
 
 
 def _plain_over_one_table(select: exp.Select) -> bool:
@@ -751,9 +767,9 @@ def _right_as_left(tree: exp.Select) -> bool:
 
 
 def _outer_joins(tree: exp.Select, relations: tuple[Relation, ...], sql: str, source: str) -> tuple[OuterJoin, ...]:
-    """The query's LEFT, SEMI and ANTI JOINs, each of a base table tied by an equality in its ON (a
-    top-level conjunct; NOT IN's ``x = y OR (x = y) IS NULL``) to a column of a relation that is not
-    itself joined so. A LEFT JOIN's table must occur once in the query."""
+    """The query's LEFT, FULL, SEMI and ANTI JOINs, each of a base table tied by an equality in its ON
+    (``_column_equalities``) to a column of a relation that is not itself joined so. A LEFT or FULL
+    JOIN's table must occur once in the query."""
     outer: list[OuterJoin] = []
     for join in tree.args.get("joins") or []:
         how = "left" if _is_left_outer(join) else "full" if _is_full_outer(join) else _semi_or_anti(join)
@@ -767,18 +783,14 @@ def _outer_joins(tree: exp.Select, relations: tuple[Relation, ...], sql: str, so
         if how in ("left", "full") and sum(r.table == join.this.name for r in relations) > 1:
             raise UnsupportedQuery(f"{where} {join.this.name}: the table occurs twice in the query; an outer join's table "
                                    "is maintained incrementally when it occurs once")
-        on = join.args.get("on")
-        conjuncts = list(on.flatten()) if isinstance(on, exp.And) else [on] if on else []
         others = {o.padded for o in outer} | {padded}
-        for c in conjuncts:
-            kind = how
-            if how == "anti" and isinstance(c, exp.Or) and isinstance(c.expression, exp.Is) and isinstance(c.this, exp.EQ):
-                c, kind = c.this, "not_in"
-            if isinstance(c, exp.EQ) and all(isinstance(side, exp.Column) for side in (c.this, c.expression)):
-                mine, other = (c.this, c.expression) if c.this.table == padded else (c.expression, c.this)
-                if mine.table == padded and other.table not in others:
-                    outer.append(OuterJoin(padded, mine.name, other.table, other.name, kind))
-                    break
+        for equal, null_aware in _column_equalities(join.args.get("on")):
+            if null_aware and how != "anti":
+                continue
+            mine, other = (equal.this, equal.expression) if equal.this.table == padded else (equal.expression, equal.this)
+            if mine.table == padded and other.table not in others:
+                outer.append(OuterJoin(padded, mine.name, other.table, other.name, "not_in" if null_aware else how))
+                break
         else:
             raise UnsupportedQuery(f"{where} {padded}: its ON has no equality `{padded}.column = other.column` (as an AND "
                                    "term) with a table that is not itself joined so; add one")
@@ -798,15 +810,9 @@ def _relations(tree: exp.Select) -> tuple[Relation, ...]:
 
 
 def _split_conditions(tree: exp.Select) -> tuple[tuple[EquiJoin, ...], dict[str, tuple[str, ...]], tuple[str, ...]]:
-    conjuncts: list[exp.Expression] = []
-    for join in tree.args.get("joins") or []:
-        if join.args.get("on"):
-            conjuncts += list(join.args["on"].flatten()) if isinstance(join.args["on"], exp.And) else [join.args["on"]]
-    where = tree.args.get("where")
-    if where:
-        conjuncts += list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+    terms = [t for join in tree.args.get("joins") or [] for t in conjuncts(join.args.get("on"))] + conjuncts(tree.args.get("where"))
     joins, filters, residual = [], {}, []
-    for c in conjuncts:
+    for c in terms:
         aliases = {col.table for col in c.find_all(exp.Column)}
         if isinstance(c, exp.EQ) and all(isinstance(s, exp.Column) for s in (c.this, c.expression)) and len(aliases) == 2:
             joins.append(EquiJoin(c.this.table, c.this.name, c.expression.table, c.expression.name))

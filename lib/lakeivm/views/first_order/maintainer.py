@@ -85,9 +85,10 @@ class FirstOrderMaintainer:
         the change, not a second scan. NOT IN reads both versions of S whole (a NULL matches any key)."""
         query, sources = ctx.query, self._sources(ctx, table, join.padded, delta_view)
         changed_keys = f"(SELECT `{join.column}` FROM {delta_view})"
+        null_changed = f"EXISTS (SELECT 1 FROM {delta_view} WHERE `{join.column}` IS NULL)"
         touched = f"`{join.preserved_column}` IN {changed_keys}"
         if join.how == "not_in":
-            touched = f"{touched} OR `{join.preserved_column}` IS NULL OR EXISTS (SELECT 1 FROM {delta_view} WHERE `{join.column}` IS NULL)"
+            touched = f"{touched} OR `{join.preserved_column}` IS NULL OR {null_changed}"
         preserved = ctx.spark.sql(f"SELECT * FROM {sources[join.preserved]} WHERE {touched}")
         restricted = f"lakeivm_{ctx.view}_{join.padded}_touched_{join.preserved}"
         (preserved if join.how == "not_in" else preserved.localCheckpoint(eager=True)).createOrReplaceTempView(restricted)
@@ -97,8 +98,8 @@ class FirstOrderMaintainer:
         else:
             own = f"`{join.column}` IN {changed_keys}"
             if join.how == "full":  # S's unmatched rows are output too: those with a NULL key as well
-                own = f"{own} OR (`{join.column}` IS NULL AND EXISTS (SELECT 1 FROM {delta_view} WHERE `{join.column}` IS NULL))"
-            delta = ctx.spark.table(delta_view).where(own)
+                own = f"{own} OR (`{join.column}` IS NULL AND {null_changed})"
+            delta = ctx.spark.table(delta_view)  # every changed row has a touched key (one with a NULL key matches nothing)
             rows = ctx.spark.table(after[join.padded]).where(own).select(*[c for c in delta.columns if c != MULTIPLICITY])
             rows = rows.localCheckpoint(eager=True)
             before = dict(after)

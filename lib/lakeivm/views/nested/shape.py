@@ -25,7 +25,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.qualify import qualify
 
-from lakeivm.sql import DIALECT, Query
+from lakeivm.sql import DIALECT, Query, conjuncts
 
 BOOK = {"broker_id": "int", "price": "int", "volume": "int"}
 CANONICAL = {
@@ -119,7 +119,7 @@ def diagnose(query: Query) -> str:
         for table in _tables_of(inner):
             if table.name not in outer_tables:
                 return f"the subquery {_short(sub)} reads {table.name!r}, a table the outer query does not read"
-        correlated = [c for c in _conjuncts(inner.args.get("where")) if _is_correlated(c, inner)]
+        correlated = [c for c in conjuncts(inner.args.get("where")) if _is_correlated(c, inner)]
         inequalities = [c for c in correlated if isinstance(c, (exp.LT, exp.LTE, exp.GT, exp.GTE))]
         others = [c for c in correlated if not isinstance(c, (exp.EQ, exp.LT, exp.LTE, exp.GT, exp.GTE))]
         if others:
@@ -134,7 +134,7 @@ def diagnose(query: Query) -> str:
     for node in (where.find_all(exp.Or) if where else ()):
         if node.find(exp.Subquery):
             return f"OR around a nested aggregate ({_short(node)}); split the view into one per branch"
-    for conjunct in _conjuncts(where):
+    for conjunct in conjuncts(where):
         subs = list(conjunct.find_all(exp.Subquery))
         if len(subs) == 2 and all(_is_correlated_subquery(s) for s in subs):
             return f"both sides of {_short(conjunct)} are correlated (the paper's SQ1 shape)"
@@ -188,7 +188,7 @@ def _unify(p: Any, q: Any, b: dict) -> Iterator[dict]:
         for b1 in _bind(b, ("relation", id(ps)), id(qs)):
             yield from _bind(b1, ("column", ps.name, p.name), q.name, injective_within=ps.name)
     elif isinstance(p, exp.And):
-        yield from _unify_bags(_conjuncts(p), _conjuncts(q), b)
+        yield from _unify_bags(conjuncts(p), conjuncts(q), b)
     elif isinstance(p, _ASSOCIATIVE):
         yield from _unify_bags(_operands(p), _operands(q), b)
     elif isinstance(p, _COMMUTATIVE):
@@ -307,19 +307,11 @@ def _tables_of(select: exp.Select) -> list[exp.Table]:
 
 def _select_conditions(select: exp.Select) -> list[exp.Expression]:
     """WHERE conjuncts plus JOIN ... ON conditions, so comma joins and ON joins match alike."""
-    out = _conjuncts(select.args.get("where"))
+    out = conjuncts(select.args.get("where"))
     for join in select.args.get("joins") or []:
         if join.args.get("on") is not None:
-            out += _conjuncts(join.args["on"])
+            out += conjuncts(join.args["on"])
     return out
-
-
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
-    if node is None:
-        return []
-    if isinstance(node, exp.Where):
-        node = node.this
-    return list(node.flatten()) if isinstance(node, exp.And) else [node]
 
 
 def _source_of(column: exp.Column) -> exp.Table | None:
@@ -340,7 +332,7 @@ def _is_correlated(node: exp.Expression, inner: exp.Select) -> bool:
 
 def _is_correlated_subquery(sub: exp.Subquery) -> bool:
     inner = sub.this
-    return isinstance(inner, exp.Select) and any(_is_correlated(c, inner) for c in _conjuncts(inner.args.get("where")))
+    return isinstance(inner, exp.Select) and any(_is_correlated(c, inner) for c in conjuncts(inner.args.get("where")))
 
 
 def _short(node: exp.Expression, width: int = 90) -> str:
