@@ -141,3 +141,19 @@ def test_every_shipped_spec_loads_and_calls_only_vetted_functions():
             check_functions(sqlglot.parse_one(spec.sql, dialect=DIALECT), spec.sql, spec.source)
             for feature in spec.options.get("features", ()):
                 check_functions(sqlglot.parse_one(f"SELECT {feature}", dialect=DIALECT), feature, spec.source)
+
+
+def test_an_aggregate_over_an_aggregate_is_a_view_over_its_own_derived_view(tmp_path):
+    inner = "SELECT a, COUNT(*) AS n FROM t GROUP BY a"
+    write(tmp_path, f"name: dist\nsql: SELECT n, COUNT(*) AS k FROM ({inner}) AS per_a GROUP BY n\ndeadline: 30s\n")
+    specs = load_specs(tmp_path)
+    assert set(specs) == {"dist", "dist__per_a"} and not specs.broken
+    assert specs["dist"].sql == "SELECT n, COUNT(*) AS k FROM dist__per_a AS per_a GROUP BY n"
+    assert specs["dist"].upstreams == {"dist__per_a": specs["dist__per_a"]}
+    assert specs["dist__per_a"].sql == inner and specs["dist__per_a"].derived_from == "dist"
+    assert specs["dist__per_a"].source == specs["dist"].source and specs["dist__per_a"].deadline_s == 30
+    whole = load_spec(write(tmp_path, f"name: d2\nsql: SELECT n FROM ({inner}) AS x\ndeadline: 30s\nrefresh_policy: full\n", "d2.yaml"))
+    assert not whole.upstreams and "GROUP BY a" in whole.sql  # recomputed in full as written
+    clash = "name: dist__per_a\nsql: SELECT 1 AS one FROM t\ndeadline: 30s\n"
+    write(tmp_path, clash, "clash.yaml")
+    assert {b.names for b in load_specs(tmp_path).broken} >= {("dist__per_a",)}  # declared twice: neither loads

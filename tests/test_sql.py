@@ -235,3 +235,20 @@ def test_union_all_is_one_query_per_branch_with_the_same_state():
     assert "delta_t" in delta and " R " not in delta  # only the branch that reads t
     distinct = parse_query("SELECT a FROM r UNION SELECT a FROM s", SCHEMAS)
     assert distinct.implicit_keys == "distinct" and [k.name for k in distinct.group_keys] == ["a"]
+
+
+def test_aggregating_ctes_and_derived_tables_split_off_as_views():
+    from lakeivm.sql import derived_views
+
+    name = lambda alias: f"v__{alias}"  # noqa: E731
+    sql, views = derived_views("SELECT n, COUNT(*) AS k FROM (SELECT a, COUNT(*) AS n FROM t GROUP BY a) AS d GROUP BY n", name)
+    assert sql == "SELECT n, COUNT(*) AS k FROM v__d AS d GROUP BY n" and views == {"v__d": "SELECT a, COUNT(*) AS n FROM t GROUP BY a"}
+    sql, views = derived_views("WITH r AS (SELECT a, SUM(x) AS s FROM t GROUP BY a) "
+                               "SELECT u.b, r.s FROM u JOIN r ON u.a = r.a WHERE r.s = (SELECT MAX(s) FROM r)", name)
+    assert sql == "SELECT u.b, r.s FROM u JOIN v__r AS r ON u.a = r.a WHERE r.s = (SELECT MAX(s) FROM v__r AS r)"
+    assert views == {"v__r": "SELECT a, SUM(x) AS s FROM t GROUP BY a"}
+    sql, views = derived_views("SELECT COUNT(*) AS n FROM (SELECT a FROM t WHERE x > 0) AS d", name)  # plain: merged later
+    assert views == {}
+    kept = "WITH p AS (SELECT a FROM t) SELECT n FROM (SELECT a, COUNT(*) AS n FROM p GROUP BY a) AS d"  # reads a CTE kept in place
+    assert derived_views(kept, name) == (kept, {})
+    assert derived_views("SELECT n FROM (SELECT a, COUNT(*) AS n FROM t GROUP BY a) AS d", lambda alias: None)[1] == {}

@@ -245,6 +245,12 @@ def _explain(args, settings: Settings) -> int:
     spec = find_spec(_specs(settings), args.view)
     choice = choose(spec, schemas_for(_lake(settings), spec))
     print(f"{spec.name}: refresh policy {spec.refresh_policy}: {choice.mode}, kind {choice.kind}")
+    if spec.derived_from:
+        print(f"an aggregating CTE or derived table of view {spec.derived_from}, maintained as a view of its own that "
+              f"{spec.derived_from} reads")
+    derived = [name for name, up in spec.upstreams.items() if up.derived_from == spec.name]
+    if derived:
+        print(f"its aggregating CTEs or derived tables are views of their own: {', '.join(derived)} (`lakeivm explain` each)")
     if spec.upstreams:
         print(f"reads views {', '.join(spec.upstreams)}: their committed results, a change being the difference between two "
               "of their runs; `lakeivm refresh` refreshes them first, the DAG also runs when they publish")

@@ -16,7 +16,7 @@ import yaml
 
 from lakeivm.config import SCHEMAS
 from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
-from lakeivm.sql import Query, grouped, parse_full, parse_query
+from lakeivm.sql import Query, derived_views, grouped, parse_full, parse_query
 from lakeivm.views.join_sample.plan import plan_sample
 from lakeivm.views.nested.shape import diagnose, nested_shape
 from lakeivm.views.fivm.plan import build_plan, fit_query
@@ -48,6 +48,7 @@ class ViewSpec:
     source: str = "<spec>"
     refresh_policy: str = "auto"
     upstreams: Mapping[str, ViewSpec] = field(default_factory=dict, compare=False, repr=False)  # views its FROM names (link_upstreams)
+    derived_from: str | None = None  # the view whose aggregating CTE or derived table this view is (with_derived_views)
 
     def __post_init__(self) -> None:
         # The name is spliced into SQL (log filters, state paths); a spec built in Python skips the schema.
@@ -99,7 +100,7 @@ def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] |
         raise SpecError("\n".join(f"{_where(source, e, lines or {})}: {_field(e)}: {e.message}" for e in errors))
     known = {"name", "sql", "deadline", "tick", "kind", "on_unreadable_changes", "nullable_keys", "max_pending_age", "description",
              "refresh_policy"}
-    return ViewSpec(
+    return with_derived_views(ViewSpec(
         name=data["name"],
         sql=data["sql"],
         deadline_s=parse_duration(data["deadline"]),
@@ -111,7 +112,36 @@ def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] |
         options={k: v for k, v in data.items() if k not in known},
         source=source,
         refresh_policy=data.get("refresh_policy", "auto"),
-    )
+    ))
+
+
+def with_derived_views(spec: ViewSpec) -> ViewSpec:
+    """``spec`` with each aggregating CTE or derived table of its SQL split off as a view of its own,
+    ``<view>__<alias>``, that it reads (``lakeivm.sql.derived_views``): an aggregate over an aggregate
+    is then maintained as a view over a view. The split views share the spec's file, deadline, tick
+    and policy. Left whole: a spec recomputed in full, one with a ``kind:`` or kind options."""
+    from lakeivm.fingerprint import SCHEDULING_OPTIONS
+
+    if spec.refresh_policy == FULL or spec.kind is not None or set(spec.options) - SCHEDULING_OPTIONS:
+        return spec
+
+    def name_of(alias: str) -> str | None:
+        name = f"{spec.name}__{alias.lower()}"
+        return name if NAME_PATTERN.fullmatch(name) else None
+
+    sql, bodies = derived_views(spec.sql, name_of)
+    derived = {name: with_derived_views(replace(spec, name=name, sql=body, nullable_keys=(), upstreams={}, derived_from=spec.name))
+               for name, body in bodies.items()}
+    return replace(spec, sql=sql, upstreams={**spec.upstreams, **derived}) if derived else spec
+
+
+def derived_specs(spec: ViewSpec) -> list[ViewSpec]:
+    """The views split off ``spec``'s SQL (``with_derived_views``), at any depth."""
+    out = []
+    for up in spec.upstreams.values():
+        if up.derived_from == spec.name:
+            out += [up, *derived_specs(up)]
+    return out
 
 
 @dataclass(frozen=True)
@@ -152,7 +182,8 @@ def load_specs(folder: str | Path) -> Specs:
         except SpecError as err:
             broken.append(BrokenSpec(str(path), str(err), _declared_names(path)))
             continue
-        loaded.setdefault(spec.name, []).append(spec)
+        for one in (spec, *derived_specs(spec)):
+            loaded.setdefault(one.name, []).append(one)
     for name, same in loaded.items():
         for spec in same if len(same) > 1 else ():
             others = ", ".join(other.source for other in same if other is not spec)

@@ -13,7 +13,7 @@ Example::
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 import sqlglot
@@ -431,6 +431,58 @@ def as_written(sql: str, sources: Mapping[str, str]) -> str:
         if table.name in sources:
             table.replace(exp.alias_(exp.to_table(sources[table.name]), table.alias_or_name, table=True))
     return tree.sql(dialect=DIALECT)
+
+
+def derived_views(sql: str, name_of: Callable[[str], str | None]) -> tuple[str, dict[str, str]]:
+    """The aggregating CTEs and derived tables of ``sql`` (``WITH d AS (SELECT ... GROUP BY ...)``,
+    ``FROM (SELECT ... GROUP BY ...) AS d``) as views of their own, and ``sql`` reading those views.
+
+    An aggregate over an aggregate (TPC-H Q13) or an aggregated CTE (Q15) is then a view over views
+    (``lakeivm.upstream``): the inner aggregate is maintained by its own kind, and the outer query
+    reads its changes, the signed difference of its results. Neither is ever correlated (a FROM item
+    cannot see the query around it), so the split is exact. ``name_of(alias)`` names the view of
+    derived table ``alias`` (None: keep it in place); one whose SELECT reads a CTE kept in place
+    stays too. Returns ``(sql, {view name: its SELECT})``; ``({sql}, {})`` when nothing splits off.
+    """
+    try:
+        tree = sqlglot.parse_one(sql, dialect=DIALECT)
+    except ParseError:
+        return sql, {}
+    if not isinstance(tree, exp.Select):
+        return sql, {}
+    views: dict[str, str] = {}
+    with_ = tree.args.get("with_") or tree.args.get("with")
+    kept_ctes = set()
+    for cte in list(with_.expressions if with_ is not None and not with_.args.get("recursive") else ()):
+        name = name_of(cte.alias_or_name) if _aggregates_alone(cte.this) else None
+        if name is None:
+            kept_ctes.add(cte.alias_or_name)
+            continue
+        views[name] = cte.this.sql(dialect=DIALECT)
+        for table in list(tree.find_all(exp.Table)):
+            if table.name == cte.alias_or_name and not table.db:
+                table.replace(exp.alias_(exp.to_table(name), table.alias_or_name, table=True))
+        cte.pop()
+    if with_ is not None and not with_.expressions:
+        with_.pop()
+    for derived in list(tree.find_all(exp.Subquery)):
+        if not isinstance(derived.parent, (exp.From, exp.Join)) or not derived.alias or not _aggregates_alone(derived.this):
+            continue
+        if any(t.name in kept_ctes and not t.db for t in derived.this.find_all(exp.Table)):
+            continue
+        name = name_of(derived.alias)
+        if name is not None:
+            views[name] = derived.this.sql(dialect=DIALECT)
+            derived.replace(exp.alias_(exp.to_table(name), derived.alias, table=True))
+    return (tree.sql(dialect=DIALECT), views) if views else (sql, {})
+
+
+def _aggregates_alone(select: exp.Expression) -> bool:
+    """A SELECT that aggregates (GROUP BY or an aggregate of its own) and reads nothing from around it."""
+    if not isinstance(select, exp.Select):
+        return False
+    alone = select.copy()
+    return bool(alone.args.get("group")) or _aggregates_here(alone)
 
 
 def referenced_tables(sql: str) -> tuple[str, ...]:

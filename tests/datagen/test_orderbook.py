@@ -74,29 +74,19 @@ def test_bad_arguments_named() -> None:
 
 
 @pytest.mark.heavy
-def test_written_book_and_event_batches_feed_the_shipped_order_book_views(lake) -> None:
-    """End to end on Spark: write_orderbook, an event batch (deletes of one copy included), shipped order-book
-    views maintained over it and equal to their SQL (streams of batches: tests/views/nested)."""
-    from lakeivm.config import SCHEMAS
+def test_written_book_and_event_batches_are_the_generators_rows(lake) -> None:
+    """On Spark: write_orderbook, then an event batch (deletes of one copy included) leave the tables holding
+    the generator's rows. (The shipped order-book views follow such event streams in tests/views/nested.)"""
     from lakeivm.datagen.orderbook import apply_orderbook_events, write_orderbook
-    from lakeivm.engine import audit, run_view
-    from lakeivm.registry import load_specs
 
     counts = write_orderbook(lake, 60, seed=4)
     assert sum(counts.values()) == 60
     gen = OrderBookGenerator(seed=4, tick=Decimal("0.01"))
     gen.initial_book(60)  # the same book write_orderbook wrote
-    specs = {n: s for n, s in load_specs(SCHEMAS / "views-orderbook").items() if n == "nested_mst"}
-    assert len(specs) == 1  # a view over both tables (each shipped view follows event streams in tests/views/nested)
-    for spec in specs.values():
-        run_view(lake, spec)
     apply_orderbook_events(lake, gen.events(40, delete_ratio=0.4))
     for table in ("bids", "asks"):
         live = Counter((r.broker_id, r.price, r.volume) for r in gen.rows(table))
         assert Counter(tuple(r) for r in lake.read(lake.table_path(table)).collect()) == live
-    for spec in specs.values():
-        run_view(lake, spec)
-        assert audit(lake, spec).ok, spec.name
     with pytest.raises(InvalidInput, match="deletes rows that are not in the table"):
         from lakeivm.views.nested.events import BookRow, Event
         apply_orderbook_events(lake, [Event("bids", BookRow(99, Decimal("1.00"), 1), -1)])
