@@ -145,8 +145,10 @@ def run_view(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     started = time.perf_counter()
-    if mode != "tick":  # on demand: the views it reads first, each under its own claim (ticks follow their Assets)
-        for up in spec.upstreams.values():
+    # On demand: the views it reads first, each under its own claim. A tick follows their Assets and
+    # reads what they last committed -- but runs one first that has no run of its definition to read yet.
+    for up in spec.upstreams.values():
+        if mode != "tick" or not upstream.readable(lake, up):
             run_view(lake, up, "refresh", progress=progress)
     upstream.register(lake, spec)
     definition = fingerprint(spec)

@@ -37,6 +37,14 @@ def register(lake: Lake, spec: ViewSpec) -> None:
             register(lake, upstream)
 
 
+def readable(lake: Lake, spec: ViewSpec) -> bool:
+    """Whether the upstream has a consistent committed run of its current definition (what ``pin`` reads)."""
+    from lakeivm import commit
+
+    row = commit.last_committed(lake, spec.name, consistent=True)
+    return row is not None and _of_current_definition(row, spec)
+
+
 def pin(lake: Lake, spec: ViewSpec) -> int:
     """The seq of the upstream's last consistent committed run: what a downstream run reads."""
     from lakeivm import commit

@@ -295,8 +295,9 @@ def _render(plan: FivmPlan, root: DataFrame, types: Mapping[str, str], exact: Ma
     shown = {o.name for o in plan.query.outputs}
     hidden = [f"`{name}`" for name, _ in keys if name not in shown]
     hidden += [f"`_raw{c}` AS `{c}`" if c in exact else f"`{c}`" for c in state.columns if c.startswith(HIDDEN)]
-    state = state.select("*", *[F.col(c).alias(f"_raw{c}") for c in exact]).withColumns(
-        {c: F.col(c).cast(t) for c, t in exact.items()})
+    if exact:  # (Spark Connect refuses an empty withColumns)
+        state = state.select("*", *[F.col(c).alias(f"_raw{c}") for c in exact]).withColumns(
+            {c: F.col(c).cast(t) for c, t in exact.items()})
     visible = [f"CAST(({o.finalize_sql}) AS {types[o.name]}) AS `{o.name}`" for o in plan.query.outputs]
     return state.selectExpr(*visible, *dict.fromkeys(hidden))
 
