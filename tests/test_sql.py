@@ -252,3 +252,5 @@ def test_aggregating_ctes_and_derived_tables_split_off_as_views():
     kept = "WITH p AS (SELECT a FROM t) SELECT n FROM (SELECT a, COUNT(*) AS n FROM p GROUP BY a) AS d"  # reads a CTE kept in place
     assert derived_views(kept, name) == (kept, {})
     assert derived_views("SELECT n FROM (SELECT a, COUNT(*) AS n FROM t GROUP BY a) AS d", lambda alias: None)[1] == {}
+    nested = "SELECT n FROM (SELECT a, COUNT(*) AS n FROM (SELECT b AS a, SUM(x) AS s FROM t GROUP BY b) AS i GROUP BY a) AS d"
+    assert list(derived_views(nested, name)[1]) == ["v__d"]  # i is v__d's own, split when v__d is (registry)

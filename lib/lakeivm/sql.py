@@ -429,8 +429,13 @@ def as_written(sql: str, sources: Mapping[str, str]) -> str:
     tree = sqlglot.parse_one(sql, dialect=DIALECT)
     for table in _base_tables(tree):
         if table.name in sources:
-            table.replace(exp.alias_(exp.to_table(sources[table.name]), table.alias_or_name, table=True))
+            _read_as(table, sources[table.name])
     return tree.sql(dialect=DIALECT)
+
+
+def _read_as(source: exp.Expression, name: str) -> None:
+    """Swap a FROM item (a table reference or a derived table) for table ``name`` under the same alias."""
+    source.replace(exp.alias_(exp.to_table(name), source.alias_or_name, table=True))
 
 
 def derived_views(sql: str, name_of: Callable[[str], str | None]) -> tuple[str, dict[str, str]]:
@@ -461,11 +466,13 @@ def derived_views(sql: str, name_of: Callable[[str], str | None]) -> tuple[str, 
         views[name] = cte.this.sql(dialect=DIALECT)
         for table in list(tree.find_all(exp.Table)):
             if table.name == cte.alias_or_name and not table.db:
-                table.replace(exp.alias_(exp.to_table(name), table.alias_or_name, table=True))
+                _read_as(table, name)
         cte.pop()
     if with_ is not None and not with_.expressions:
         with_.pop()
     for derived in list(tree.find_all(exp.Subquery)):
+        if derived.root() is not tree:  # inside a derived table split off already: that view splits it in turn
+            continue
         if not isinstance(derived.parent, (exp.From, exp.Join)) or not derived.alias or not _aggregates_alone(derived.this):
             continue
         if any(t.name in kept_ctes and not t.db for t in derived.this.find_all(exp.Table)):
@@ -473,16 +480,14 @@ def derived_views(sql: str, name_of: Callable[[str], str | None]) -> tuple[str, 
         name = name_of(derived.alias)
         if name is not None:
             views[name] = derived.this.sql(dialect=DIALECT)
-            derived.replace(exp.alias_(exp.to_table(name), derived.alias, table=True))
+            _read_as(derived, name)
     return (tree.sql(dialect=DIALECT), views) if views else (sql, {})
 
 
 def _aggregates_alone(select: exp.Expression) -> bool:
-    """A SELECT that aggregates (GROUP BY or an aggregate of its own) and reads nothing from around it."""
-    if not isinstance(select, exp.Select):
-        return False
-    alone = select.copy()
-    return bool(alone.args.get("group")) or _aggregates_here(alone)
+    """A SELECT that aggregates: a GROUP BY, or an aggregate of its own (judged on a detached copy, so
+    the derived table around it does not count as the subquery an aggregate sits in)."""
+    return isinstance(select, exp.Select) and (bool(select.args.get("group")) or _aggregates_here(select.copy()))
 
 
 def referenced_tables(sql: str) -> tuple[str, ...]:

@@ -38,11 +38,12 @@ def register(lake: Lake, spec: ViewSpec) -> None:
 
 
 def readable(lake: Lake, spec: ViewSpec) -> bool:
-    """Whether the upstream has a consistent committed run of its current definition (what ``pin`` reads)."""
-    from lakeivm import commit
-
-    row = commit.last_committed(lake, spec.name, consistent=True)
-    return row is not None and _of_current_definition(row, spec)
+    """Whether a downstream run can read the upstream now (``pin`` does not raise)."""
+    try:
+        pin(lake, spec)
+    except StateError:
+        return False
+    return True
 
 
 def pin(lake: Lake, spec: ViewSpec) -> int:
