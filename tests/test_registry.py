@@ -156,4 +156,8 @@ def test_an_aggregate_over_an_aggregate_is_a_view_over_its_own_derived_view(tmp_
     assert not whole.upstreams and "GROUP BY a" in whole.sql  # recomputed in full as written
     clash = "name: dist__per_a\nsql: SELECT 1 AS one FROM t\ndeadline: 30s\n"
     write(tmp_path, clash, "clash.yaml")
-    assert {b.names for b in load_specs(tmp_path).broken} >= {("dist__per_a",)}  # declared twice: neither loads
+    specs = load_specs(tmp_path)  # declared twice: neither loads, nor the view that would read its split view
+    assert "dist" not in specs and "dist__per_a" not in specs and "d2" in specs
+    assert {b.names for b in specs.broken} == {("dist__per_a",), ("dist__per_a", "dist")}
+    with pytest.raises(SpecError, match=r"(?s)view 'dist' cannot run.*view 'dist__per_a' \(split off the SQL of view 'dist'\) is also declared in"):
+        find_spec(specs, "dist")

@@ -184,13 +184,18 @@ def load_specs(folder: str | Path) -> Specs:
             continue
         for one in (spec, *derived_specs(spec)):
             loaded.setdefault(one.name, []).append(one)
+    clashing: set[str] = set()  # files declaring a name another file declares too, directly or by a split view
     for name, same in loaded.items():
         for spec in same if len(same) > 1 else ():
             others = ", ".join(other.source for other in same if other is not spec)
             line = _key_lines(Path(spec.source).read_text()).get("name", 1)
-            broken.append(BrokenSpec(spec.source, f"{spec.source}: line {line}: name: view {name!r} is also declared in "
-                                     f"{others}; give each view its own name", (name,)))
-    specs = {name: same[0] for name, same in loaded.items() if len(same) == 1}
+            split = f" (split off the SQL of view {spec.derived_from!r})" if spec.derived_from else ""
+            names = tuple(dict.fromkeys([name, *(one.name for ones in loaded.values() for one in ones if one.source == spec.source)]))
+            broken.append(BrokenSpec(spec.source, f"{spec.source}: line {line}: name: view {name!r}{split} is also declared in "
+                                     f"{others}; give each view its own name", names))
+            clashing.add(spec.source)
+    # A file with a clash loads none of its views: a view must not read a split view that is not its own.
+    specs = {name: same[0] for name, same in loaded.items() if len(same) == 1 and same[0].source not in clashing}
     specs, cyclic = link_upstreams(specs)
     broken += cyclic
     return Specs(specs, sorted(broken, key=lambda entry: entry.path))
