@@ -59,10 +59,12 @@ class AdditiveTable:
         self._deltas = []
 
     def create(self, rows: DataFrame) -> None:
-        """Write the table from scratch (bootstrap), with deletion vectors on: a MERGE then marks
-        the rows it changes instead of rewriting every file it touches."""
+        """Write the table from scratch (bootstrap). A large one gets deletion vectors: a MERGE then
+        marks the rows it changes instead of rewriting every file it touches. A small one does not:
+        it is rewritten whole by delta-rs (``flush``), which cannot read a table with them."""
         write_overwrite(consolidate(rows, self.keys, self.payloads, self.alive), self.path)
-        self.lake.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+        if self.lake.row_count(self.path) > REWRITE_ROWS:
+            self.lake.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
     def flush(self) -> None:
         """Write the buffered change: an overwrite after ``replace``, else the summed delta -- one
@@ -74,9 +76,24 @@ class AdditiveTable:
             summed.write.format("delta").mode("append").save(self.path)
             if _needs_compaction(self.path):
                 write_overwrite(self.consolidated_stored(), self.path)
-        elif self._deltas:
+        elif self._deltas and not self._rewrite_if_small():
             merge_add(self.lake, self.path, self._deltas, self.keys, self.payloads, self.alive)
         self._deltas, self._replacement = [], None
+
+    def _rewrite_if_small(self) -> bool:
+        """Add the buffered deltas by rewriting the table whole, read and written by delta-rs
+        (``read_if_small``), if it is small: one commit, and Spark takes no snapshot of a table that
+        changes every run (a MERGE costs seconds and a dozen Spark jobs however few rows it touches)."""
+        from pyspark.sql import functions as F
+
+        small = read_if_small(self.lake, self.path)
+        if small is None:
+            return False
+        stored, schema = small
+        summed = consolidate(_union([stored.select(*self.keys, *self.payloads), *self._deltas]), self.keys, self.payloads, self.alive)
+        columns = [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in stored.schema.fields]
+        self.lake.overwrite_small(self.path, summed.select(*columns), schema)
+        return True
 
     def consolidated_stored(self) -> DataFrame:
         """The stored rows summed per key (computed: the table can be overwritten with it)."""
