@@ -84,15 +84,12 @@ class AdditiveTable:
         """Add the buffered deltas by rewriting the table whole, read and written by delta-rs
         (``read_if_small``), if it is small: one commit, and Spark takes no snapshot of a table that
         changes every run (a MERGE costs seconds and a dozen Spark jobs however few rows it touches)."""
-        from pyspark.sql import functions as F
-
         small = read_if_small(self.lake, self.path)
         if small is None:
             return False
         stored, schema = small
         summed = consolidate(_union([stored.select(*self.keys, *self.payloads), *self._deltas]), self.keys, self.payloads, self.alive)
-        columns = [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in stored.schema.fields]
-        self.lake.overwrite_small(self.path, summed.select(*columns), schema)
+        rewrite_small(self.lake, self.path, stored, schema, summed)
         return True
 
     def consolidated_stored(self) -> DataFrame:
@@ -139,6 +136,14 @@ def read_if_small(lake: Lake, path: str) -> tuple[DataFrame, object] | None:
     enough to rewrite whole (by its Delta statistics) and delta-rs reads it, else None: MERGE or write
     it with Spark (a MERGE costs seconds whatever it touches)."""
     return lake.read_small(path, REWRITE_ROWS)
+
+
+def rewrite_small(lake: Lake, path: str, stored: DataFrame, schema: object, rows: DataFrame) -> None:
+    """Overwrite the small table ``read_if_small`` read (``stored``, Arrow ``schema``) with ``rows``,
+    in its column order and types, as one delta-rs commit (``Lake.overwrite_small``)."""
+    from pyspark.sql import functions as F
+
+    lake.overwrite_small(path, rows.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in stored.schema.fields]), schema)
 
 
 COMPACT_RATIO = 0.25  # appended rows, as a fraction of the rows at the last rewrite, that trigger a compaction

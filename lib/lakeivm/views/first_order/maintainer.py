@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from lakeivm.lake import CDF
 from lakeivm.sql import COUNT, MULTIPLICITY, Aggregate, OuterJoin, Query, multiset_sql, state_sql
 from lakeivm.views.base import Context
-from lakeivm.views.state import AdditiveTable, as_read, read_if_small
+from lakeivm.views.state import AdditiveTable, as_read, read_if_small, rewrite_small
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -237,8 +237,7 @@ def _rewrite(ctx: Context, path: str, stored: DataFrame, schema: object, updated
     if keys:
         on = F.expr(" AND ".join(f"c.`{k}` <=> u.`{k}`" for k in keys))
         rows = stored.alias("c").join(updated.alias("u"), on, "left_anti").unionByName(updated.where(f"{COUNT} > 0"))
-    rows = rows.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in stored.schema.fields])
-    ctx.lake.overwrite_small(path, rows, schema)
+    rewrite_small(ctx.lake, path, stored, schema, rows)
 
 
 def _with_extremum(groups: DataFrame, multiset: DataFrame, agg: Aggregate, keys: list[str]) -> DataFrame:
