@@ -12,8 +12,18 @@ def test_net_is_pure_and_drops_zeros():
     assert changes.net([({"a": 1}, "insert"), ({"a": 1}, "update_preimage"), ({"a": 1}, "insert")]) == {(1,): 1}
 
 
-def test_read_delta_nets_inserts_updates_deletes(lake, spark):
+@pytest.mark.parametrize("reader", ["arrow", "spark", "deletion vectors"])
+def test_read_delta_nets_inserts_updates_deletes(lake, spark, monkeypatch, reader):
+    """A small range is read by delta-rs and netted with Arrow; a large one (here: any), or one of a
+    table with deletion vectors (delta-rs cannot read them), by Spark: the same netted rows."""
+    if reader == "spark":
+        monkeypatch.setattr(changes, "SMALL_DELTA_ROWS", -1)
+    small = changes._read_small_delta
+    used = []
+    monkeypatch.setattr(changes, "_read_small_delta", lambda *args: used.append(small(*args)) or used[-1])
     lake.create_table("r", spark.createDataFrame([(1, 10), (2, 20)], "a int, x int"))
+    if reader == "deletion vectors":
+        sql(lake, "ALTER TABLE {t} SET TBLPROPERTIES ('delta.enableDeletionVectors' = true)", "r")
     sql(lake, "INSERT INTO {t} VALUES (3, 30), (3, 30)", "r")
     sql(lake, "UPDATE {t} SET x = 11 WHERE a = 1", "r")
     sql(lake, "DELETE FROM {t} WHERE a = 2", "r")
@@ -25,6 +35,7 @@ def test_read_delta_nets_inserts_updates_deletes(lake, spark):
     assert got == [(1, 10, -1), (1, 11, 1), (2, 20, -1), (3, 30, 2)]
     assert changes.pending_rows(lake, "r", 0, head) == 2 + 2 + 1 + 1 + 1
     assert changes.read_delta(lake, "r", 0, head, ["a"]).where("a = 1").count() == 0  # projected, then netted
+    assert [frame is not None for frame in used] == [reader == "arrow"] * 2
 
 
 def test_cdf_turned_off_is_named(lake, spark):
