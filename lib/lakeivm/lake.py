@@ -109,7 +109,7 @@ class Lake:
 
     def read_small(self, path: str, max_rows: int) -> tuple[DataFrame, object] | None:
         """The Delta table read in this process (delta-rs, one load of its log) and handed to Spark
-        as local rows: ``(frame, arrow schema)``; None if it holds more than ``max_rows`` rows (by
+        as local rows: ``(frame, the Arrow table)``; None if it holds more than ``max_rows`` rows (by
         its files' statistics) or delta-rs cannot read it (a table feature it lacks, e.g. deletion
         vectors). Spark reads no Delta snapshot of it (a snapshot of a table that changes every run
         costs Spark jobs and seconds, however few its rows)."""
@@ -124,15 +124,17 @@ class Lake:
         except DeltaProtocolError:
             return None
         ddl = ", ".join(f"`{name}` {kind}" for name, kind in storage.spark_columns(table).items())
-        return self.spark.createDataFrame(rows, schema=ddl), rows.schema
+        return self.spark.createDataFrame(rows, schema=ddl), rows
 
-    def overwrite_small(self, path: str, rows: DataFrame, schema: object) -> None:
-        """Replace the Delta table's rows with ``rows`` (few: collected to this process) in one
-        commit written by delta-rs, carrying the run's writer tag like its Spark commits."""
+    def overwrite_small(self, path: str, rows: DataFrame | object, schema: object) -> None:
+        """Replace the Delta table's rows with ``rows`` (few: a DataFrame collected to this process,
+        or an Arrow table) in one commit written by delta-rs, carrying the run's writer tag like its
+        Spark commits."""
         from deltalake import CommitProperties, write_deltalake
 
         tag = self.spark.conf.get(WRITER_TAG, None)
-        write_deltalake(path, rows.toArrow().cast(schema), mode="overwrite",
+        table = rows.toArrow() if hasattr(rows, "toArrow") else rows
+        write_deltalake(path, table.cast(schema), mode="overwrite",
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": tag} if tag else None))
 
     def ensure_system_tables(self) -> None:

@@ -87,9 +87,10 @@ class AdditiveTable:
         small = read_if_small(self.lake, self.path)
         if small is None:
             return False
-        stored, schema = small
-        summed = consolidate(_union([stored.select(*self.keys, *self.payloads), *self._deltas]), self.keys, self.payloads, self.alive)
-        rewrite_small(self.lake, self.path, stored, schema, summed)
+        stored, rows = small
+        change = in_stored_types(_union(self._deltas), stored).toArrow()  # one Spark job: the buffered deltas
+        summed = add_rows(rows, change, self.keys, self.payloads, self.alive)
+        self.lake.overwrite_small(self.path, summed, rows.schema)
         return True
 
     def consolidated_stored(self) -> DataFrame:
@@ -138,12 +139,48 @@ def read_if_small(lake: Lake, path: str) -> tuple[DataFrame, object] | None:
     return lake.read_small(path, REWRITE_ROWS)
 
 
-def rewrite_small(lake: Lake, path: str, stored: DataFrame, schema: object, rows: DataFrame) -> None:
-    """Overwrite the small table ``read_if_small`` read (``stored``, Arrow ``schema``) with ``rows``,
-    in its column order and types, as one delta-rs commit (``Lake.overwrite_small``)."""
+def in_stored_types(rows: DataFrame, stored: DataFrame) -> DataFrame:
+    """``rows`` in the column order and Spark types of ``stored``."""
     from pyspark.sql import functions as F
 
-    lake.overwrite_small(path, rows.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in stored.schema.fields]), schema)
+    return rows.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in stored.schema.fields])
+
+
+def key_of(values: tuple) -> tuple:
+    """A row's key as Python values that compare as Spark's ``<=>`` does after its normalization:
+    NULL equals NULL (Python's None), NaN equals NaN (a float NaN is not equal to itself)."""
+    return tuple("NaN" if isinstance(v, float) and v != v else v for v in values)
+
+
+def keys_in(table, keys: Sequence[str]) -> list[tuple]:
+    """The ``keys`` of each row of an Arrow table (``key_of``), in row order."""
+    return [key_of(row) for row in zip(*(table[k].to_pylist() for k in keys))] if keys else [()] * table.num_rows
+
+
+def add_rows(stored, change, keys: Sequence[str], payloads: Sequence[str], alive: str | None = None):
+    """``consolidate`` on the driver, for small Arrow tables: ``stored`` plus ``change`` (the same
+    columns), payloads summed per key (NULLs skipped, as SUM does; decimals exact), keys whose
+    payloads are all zero or NULL (or whose ``alive`` is) dropped; in ``stored``'s schema."""
+    import decimal
+
+    import pyarrow as pa
+
+    both = pa.concat_tables([stored, change.select(stored.column_names).cast(stored.schema)])
+    first: dict[tuple, int] = {}  # key -> its first row in ``both`` (the key's values are taken from it)
+    sums: list[list] = []
+    with decimal.localcontext(prec=80):
+        for row, (key, values) in enumerate(zip(keys_in(both, keys), zip(*(both[p].to_pylist() for p in payloads)))):
+            at = first.setdefault(key, len(sums))
+            if at == len(sums):
+                sums.append([row, *values])
+            else:
+                sums[at][1:] = [a if b is None else b if a is None else a + b for a, b in zip(sums[at][1:], values)]
+    judged = [payloads.index(alive)] if alive else range(len(payloads))
+    live = [s for s in sums if any(s[1 + j] not in (0, None) for j in judged)]
+    out = both.take(pa.array([s[0] for s in live], pa.int64())) if live else both.slice(0, 0)
+    for j, p in enumerate(payloads):
+        out = out.set_column(out.column_names.index(p), p, pa.array([s[1 + j] for s in live], both.schema.field(p).type))
+    return out
 
 
 COMPACT_RATIO = 0.25  # appended rows, as a fraction of the rows at the last rewrite, that trigger a compaction

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from lakeivm.lake import CDF
 from lakeivm.sql import COUNT, MULTIPLICITY, Aggregate, OuterJoin, Query, multiset_sql, state_sql
 from lakeivm.views.base import Context
-from lakeivm.views.state import AdditiveTable, as_read, read_if_small, rewrite_small
+from lakeivm.views.state import AdditiveTable, as_read, in_stored_types, keys_in, read_if_small
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -202,7 +202,7 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
     keys = [k.name for k in query.group_keys]
     sums = [F.sum(c).alias(c) for c in query.additive_columns]
     change = change.groupBy(*keys).agg(*sums) if keys else change.agg(*sums)
-    small, schema = read_if_small(ctx.lake, path) or (None, None)
+    small, rows = read_if_small(ctx.lake, path) or (None, None)
     stored = small if small is not None else ctx.lake.read(path)
     on = " AND ".join(f"c.`{k}` <=> d.`{k}`" for k in keys) or "true"
     added = [f"COALESCE(c.`{s}`, 0) + COALESCE(d.`{s}`, 0) AS `{s}`" for s in query.additive_columns]
@@ -216,7 +216,7 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
     # the touched groups, computed once: the rewrite and MERGE both read them twice
     updated = finalize(query, touched).localCheckpoint(eager=True)
     if small is not None:
-        _rewrite(ctx, path, small, schema, updated, keys)
+        _rewrite(ctx, path, rows, in_stored_types(updated, small).toArrow(), keys)
         return
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true"
     if keys:
@@ -227,17 +227,20 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
     ctx.lake.merge(path, updated, on, *clauses)
 
 
-def _rewrite(ctx: Context, path: str, stored: DataFrame, schema: object, updated: DataFrame, keys: list[str]) -> None:
-    """The small stored view (``stored``: its rows read in this process) with its touched groups
-    replaced by ``updated`` (a group whose count reached zero dropped), collected and written back
-    as one overwrite by delta-rs: Spark takes no snapshot of the table and writes no commit."""
-    from pyspark.sql import functions as F
+def _rewrite(ctx: Context, path: str, stored, updated, keys: list[str]) -> None:
+    """The small stored view (``stored``: its rows, an Arrow table read in this process) with its
+    touched groups replaced by ``updated`` (Arrow; a group whose count reached zero dropped),
+    written back as one overwrite by delta-rs: Spark takes no snapshot of the table, writes no
+    commit, and runs no job beyond computing ``updated``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    rows = updated
+    updated = updated.select(stored.column_names).cast(stored.schema)
     if keys:
-        on = F.expr(" AND ".join(f"c.`{k}` <=> u.`{k}`" for k in keys))
-        rows = stored.alias("c").join(updated.alias("u"), on, "left_anti").unionByName(updated.where(f"{COUNT} > 0"))
-    rewrite_small(ctx.lake, path, stored, schema, rows)
+        touched = set(keys_in(updated, keys))
+        kept = stored.filter(pa.array([k not in touched for k in keys_in(stored, keys)], pa.bool_()))
+        updated = pa.concat_tables([kept, updated.filter(pc.greater(updated[COUNT], 0))])
+    ctx.lake.overwrite_small(path, updated, stored.schema)
 
 
 def _with_extremum(groups: DataFrame, multiset: DataFrame, agg: Aggregate, keys: list[str]) -> DataFrame:

@@ -111,7 +111,7 @@ class FivmMaintainer:
             ctx.checkpoint(f"flush:{vid}")
         path = ctx.lake.view_path(ctx.view)
         small = read_if_small(ctx.lake, path)  # read in this process: rewritten whole by delta-rs below
-        stored, schema = small if small is not None else (ctx.lake.read(path), None)
+        stored, schema = (small[0], small[1].schema) if small is not None else (ctx.lake.read(path), None)
         types = {f.name: f.dataType.simpleString() for f in stored.schema.fields}
         keys, columns = plan.tree.root.keys, plan.payload_columns(plan.tree.root)
         change = self._root_deltas[0]
