@@ -31,15 +31,8 @@ def pytest_sessionfinish(session, exitstatus):
         print(f"\nlakeivm: the failed run's lakes are kept under {made}")
 
 
-# The suite's JVMs run small queries, CPU-bound on 2 cores (3 workers and a Connect server): the
-# serial collector and interpreted expressions (no Janino compile per query) save a third of the CPU.
-# TPC-H q12-q22 stream alone: JVM CPU 199 s -> 167 s (serial GC) -> 135 s (and interpreted); wall
-# 127 s -> 94 s. The JIT was then most of what is left: one first_order stream test alone spent 66 s
-# of its JVM's 96 s CPU compiling 30k methods (JFR's CompilerStatistics); C1 alone (no C2) compiles
-# them in 11.5 s, JVM CPU 96 s -> 63 s at the same wall time (67 s). Alone, a long run can be a
-# little slower without C2; in the suite, where the cores are the bottleneck, it is faster.
-TEST_JVM = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
-            "spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.codegen.wholeStage": "false"}
+from tests.helpers import TEST_JVM  # noqa: E402 -- the suite's JVM settings, also the deployment test's
+
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,16 @@ from collections.abc import Iterator
 
 from lakeivm.lake import Lake
 
+# The suite's JVMs run small queries, CPU-bound on 2 cores (3 workers and a Connect server): the
+# serial collector and interpreted expressions (no Janino compile per query) save a third of the CPU.
+# TPC-H q12-q22 stream alone: JVM CPU 199 s -> 167 s (serial GC) -> 135 s (and interpreted); wall
+# 127 s -> 94 s. The JIT is most of what is left early on (one first_order stream test alone: 66 s of
+# its JVM's 96 s CPU compiling 30k methods, JFR's CompilerStatistics), but C1 alone (no C2,
+# -XX:TieredStopAtLevel=1), though it cut that test's CPU to 63 s at the same wall time, made the
+# whole suite slower: `.ci/run` 2330 s -> 2930 s (a worker's JVM lives 40 min; C2's code pays back).
+TEST_JVM = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.codegen.wholeStage": "false"}
+
 
 def sql(lake: Lake, statement: str, table: str) -> None:
     lake.spark.sql(statement.replace("{t}", f"delta.`{lake.table_path(table)}`"))

@@ -22,9 +22,10 @@ import psycopg2
 import pytest
 import yaml
 
-from lakeivm.config import SHIPPED_VIEWS
+from lakeivm.config import SHIPPED_VIEWS, load_settings
 from lakeivm.deploy import postgres_binary, start_stack
 from lakeivm.errors import LakeIVMError
+from tests.helpers import TEST_JVM
 
 pytestmark = [pytest.mark.deployment, pytest.mark.timeout(900)]  # 5–7 min here; up to 11 min seen on a loaded CI machine
 
@@ -44,7 +45,9 @@ def test_scheduled_and_on_demand_runs_of_a_view(tmp_path):
         print(f"[{time.monotonic() - started:6.1f} s] {what}", flush=True)
 
     views = _views_with_short_deadline(tmp_path / "views")
-    stack = start_stack(tmp_path / "stack", lake=str(tmp_path / "lake"), views=str(views))
+    # the suite's JVM settings (tests/helpers.py: C1 only, serial GC, interpreted) for the server and its executor
+    settings = load_settings().with_(spark_conf={**TEST_JVM, "spark.executor.extraJavaOptions": TEST_JVM["spark.driver.extraJavaOptions"]})
+    stack = start_stack(tmp_path / "stack", lake=str(tmp_path / "lake"), views=str(views), settings=settings)
     with stack:
         spark = connect(stack.settings.spark_remote, stack.settings)
         try:
