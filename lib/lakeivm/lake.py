@@ -126,15 +126,13 @@ class Lake:
         ddl = ", ".join(f"`{name}` {kind}" for name, kind in storage.spark_columns(table).items())
         return self.spark.createDataFrame(rows, schema=ddl), rows
 
-    def overwrite_small(self, path: str, rows: DataFrame | object, schema: object) -> None:
-        """Replace the Delta table's rows with ``rows`` (few: a DataFrame collected to this process,
-        or an Arrow table) in one commit written by delta-rs, carrying the run's writer tag like its
-        Spark commits."""
+    def overwrite_small(self, path: str, rows: object, schema: object) -> None:
+        """Replace the Delta table's rows with ``rows`` (few: an Arrow table in this process) in one
+        commit written by delta-rs, carrying the run's writer tag like its Spark commits."""
         from deltalake import CommitProperties, write_deltalake
 
         tag = self.spark.conf.get(WRITER_TAG, None)
-        table = rows.toArrow() if hasattr(rows, "toArrow") else rows
-        write_deltalake(path, table.cast(schema), mode="overwrite",
+        write_deltalake(path, rows.cast(schema), mode="overwrite",
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": tag} if tag else None))
 
     def ensure_system_tables(self) -> None:

@@ -166,17 +166,14 @@ def add_rows(stored, change, keys: Sequence[str], payloads: Sequence[str], alive
     import pyarrow as pa
 
     both = pa.concat_tables([stored, change.select(stored.column_names).cast(stored.schema)])
-    first: dict[tuple, int] = {}  # key -> its first row in ``both`` (the key's values are taken from it)
-    sums: list[list] = []
+    groups: dict[tuple, list] = {}  # key -> [its first row in ``both`` (its key values), *its sums]
     with decimal.localcontext(prec=80):
         for row, (key, values) in enumerate(zip(keys_in(both, keys), zip(*(both[p].to_pylist() for p in payloads)))):
-            at = first.setdefault(key, len(sums))
-            if at == len(sums):
-                sums.append([row, *values])
-            else:
-                sums[at][1:] = [a if b is None else b if a is None else a + b for a, b in zip(sums[at][1:], values)]
+            group = groups.setdefault(key, [row, *values])
+            if group[0] != row:
+                group[1:] = [a if b is None else b if a is None else a + b for a, b in zip(group[1:], values)]
     judged = [payloads.index(alive)] if alive else range(len(payloads))
-    live = [s for s in sums if any(s[1 + j] not in (0, None) for j in judged)]
+    live = [g for g in groups.values() if any(g[1 + j] not in (0, None) for j in judged)]
     out = both.take(pa.array([s[0] for s in live], pa.int64())) if live else both.slice(0, 0)
     for j, p in enumerate(payloads):
         out = out.set_column(out.column_names.index(p), p, pa.array([s[1 + j] for s in live], both.schema.field(p).type))

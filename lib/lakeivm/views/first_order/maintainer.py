@@ -235,7 +235,7 @@ def _rewrite(ctx: Context, path: str, stored, updated, keys: list[str]) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    updated = updated.select(stored.column_names).cast(stored.schema)
+    updated = updated.cast(stored.schema)  # in_stored_types already gave it the stored column order
     if keys:
         touched = set(keys_in(updated, keys))
         kept = stored.filter(pa.array([k not in touched for k in keys_in(stored, keys)], pa.bool_()))

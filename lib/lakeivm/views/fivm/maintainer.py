@@ -123,7 +123,7 @@ class FivmMaintainer:
                 root = root.groupBy(*keys).agg(*[F.sum(c).alias(c) for c in columns]).where(F.col(ALIVE) != 0)
             rows = _render(plan, root, types, self._exact_sums(ctx))
             if small is not None and rows.columns == schema.names:
-                ctx.lake.overwrite_small(path, rows, schema)
+                ctx.lake.overwrite_small(path, rows.toArrow(), schema)
             else:  # one query reading the stored snapshot it replaces (Delta pins it at analysis)
                 rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
         else:  # the touched groups: stored state + delta, MERGEd (a group whose count reaches 0 is deleted)
