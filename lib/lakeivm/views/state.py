@@ -35,10 +35,22 @@ class AdditiveTable:
         self.append_only = append_only
         self._deltas: list[DataFrame] = []
         self._replacement: DataFrame | None = None
+        self._small: tuple[int, tuple | None] | None = None  # (head version, read_if_small at it)
+
+    def stored_small(self) -> tuple[DataFrame, object] | None:
+        """``read_if_small`` of the stored table, read once per committed version: a small table is
+        read by delta-rs in this process, so Spark takes no snapshot of a table that changes every run."""
+        from lakeivm import storage
+
+        head = storage.head_version(self.path)
+        if self._small is None or self._small[0] != head:
+            self._small = (head, read_if_small(self.lake, self.path))
+        return self._small[1]
 
     def current(self) -> DataFrame:
         """Stored rows ⊎ buffered deltas, as a bag (the same key may occur several times)."""
-        base = self._replacement if self._replacement is not None else self.lake.read(self.path)
+        small = self.stored_small() if self._replacement is None else None
+        base = self._replacement if self._replacement is not None else small[0] if small else self.lake.read(self.path)
         frame = base.select(*self.keys, *self.payloads)
         for delta in self._deltas:
             frame = frame.unionByName(delta)
@@ -67,16 +79,19 @@ class AdditiveTable:
             self.lake.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
     def flush(self) -> None:
-        """Write the buffered change: an overwrite after ``replace``, else the summed delta -- one
-        MERGE, or for an append-only table one append (and now and then a compaction)."""
+        """Write the buffered change: an overwrite after ``replace``, else the summed delta -- a small
+        table rewritten whole, else one MERGE, or for an append-only table one append (and now and
+        then a compaction)."""
         if self._replacement is not None:
             write_overwrite(self._replacement, self.path)
-        if self._deltas and self.append_only:
+        if not self._deltas or self._rewrite_if_small():
+            pass
+        elif self.append_only:
             summed = consolidate(_union(self._deltas), self.keys, self.payloads)
             summed.write.format("delta").mode("append").save(self.path)
             if _needs_compaction(self.path):
                 write_overwrite(self.consolidated_stored(), self.path)
-        elif self._deltas and not self._rewrite_if_small():
+        else:
             merge_add(self.lake, self.path, self._deltas, self.keys, self.payloads, self.alive)
         self._deltas, self._replacement = [], None
 
@@ -84,7 +99,7 @@ class AdditiveTable:
         """Add the buffered deltas by rewriting the table whole, read and written by delta-rs
         (``read_if_small``), if it is small: one commit, and Spark takes no snapshot of a table that
         changes every run (a MERGE costs seconds and a dozen Spark jobs however few rows it touches)."""
-        small = read_if_small(self.lake, self.path)
+        small = self.stored_small()
         if small is None:
             return False
         stored, rows = small
