@@ -75,6 +75,7 @@ class AdditiveTable:
         marks the rows it changes instead of rewriting every file it touches. A small one does not:
         it is rewritten whole by delta-rs (``flush``), which cannot read a table with them."""
         write_overwrite(consolidate(rows, self.keys, self.payloads, self.alive), self.path)
+        self._small = None  # a table deleted and created again restarts its versions at 0
         if self.lake.row_count(self.path) > REWRITE_ROWS:
             self.lake.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
