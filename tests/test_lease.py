@@ -6,6 +6,7 @@ threads and processes for real.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import socket
 import subprocess
 import sys
@@ -129,3 +130,78 @@ def test_an_error_releases_the_claim_as_failed(tmp_path):
     rows = commit.log_rows(_lake(tmp_path), "v", status=None)
     assert [r.status for r in rows] == [commit.RUNNING, "failed"] and "boom" in rows[-1].message
     assert commit.holder(rows) is None
+
+
+@pytest.fixture(scope="module")
+def s3_lake_root():
+    """An S3 bucket on loopback: moto's S3 server (a real HTTP S3 API, with conditional PUTs) started
+    as a process of its own and stopped by its pid; delta-rs, pyarrow and obstore reach it through
+    the usual AWS_* variables, as a deployment's would reach S3."""
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "lakeivm", "AWS_SECRET_ACCESS_KEY": "lakeivm",
+           "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        import boto3
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                boto3.client("s3").create_bucket(Bucket="lakeivm-lease")
+                break
+            except Exception:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.3)
+        yield "s3://lakeivm-lease"
+    finally:
+        server.terminate()
+        server.wait(30)
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_on_s3_racing_creators_exactly_one_creates(s3_lake_root):
+    from lakeivm import storage
+
+    racers = 6
+    for trial in range(5):  # a file, then the log table's first commit, each raced for
+        barrier, won, versions = threading.Barrier(racers), [], []
+        marker, log = f"{s3_lake_root}/first{trial}/marker", f"{s3_lake_root}/first{trial}/_system/log"
+
+        def create(i):
+            barrier.wait()
+            if storage.create_exclusive(marker, f"racer {i}"):
+                won.append(i)
+            barrier.wait()
+            system_tables.ensure(log, "log.json")
+            versions.append(storage.head_version(log))
+
+        threads = [threading.Thread(target=create, args=(i,)) for i in range(racers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(won) == 1 and storage.read_text(marker) == f"racer {won[0]}"
+        assert versions == [0] * racers  # one version 0, no creator committing after another
+
+
+def test_on_s3_racing_threads_exactly_one_wins_every_time(s3_lake_root):
+    root, views, racers = f"{s3_lake_root}/race", [f"v{i}" for i in range(6)], 5
+    _lake(root)
+    barrier, outcomes = threading.Barrier(racers), []
+    threads = [threading.Thread(target=lambda: outcomes.append(_race(root, views, barrier))) for _ in range(racers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert _tally(outcomes) == [["refused"] * (racers - 1) + ["won"]] * len(views)

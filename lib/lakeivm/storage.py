@@ -56,7 +56,10 @@ def create_exclusive(uri: str, text: str) -> bool:
     """Create the file with ``text`` unless it exists; whether this call created it.
 
     On a local disk the file appears whole or not at all (written aside, then hard-linked: a link
-    fails if the name exists), so a reader never sees it empty. Other stores: check, then write.
+    fails if the name exists), so a reader never sees it empty. On S3, GCS and Azure it is one
+    conditional PUT (``If-None-Match: *``, by ``obstore``: the object_store library delta-rs
+    commits with, configured from the same ``AWS_*``/``GOOGLE_*``/``AZURE_*`` variables), and the
+    store gives the name to exactly one of racing creators. Other stores (HDFS): check, then write.
     """
     fs, path = _resolve(uri)
     if _is_local(fs):
@@ -71,11 +74,26 @@ def create_exclusive(uri: str, text: str) -> bool:
             return False
         finally:
             os.unlink(aside)
+    url = urlparse(uri)
+    if url.scheme in _OBJECT_STORES:
+        import obstore
+        from obstore.exceptions import AlreadyExistsError
+        from obstore.store import from_url
+
+        store = from_url(f"{_OBJECT_STORES[url.scheme]}://{url.netloc}/")
+        try:
+            obstore.put(store, url.path.lstrip("/"), text.encode("utf-8"), mode="create")
+            return True
+        except AlreadyExistsError:
+            return False
     if exists(uri):
         return False
     with fs.open_output_stream(path) as stream:
         stream.write(text.encode("utf-8"))
     return True
+
+
+_OBJECT_STORES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs", "abfs": "abfs", "abfss": "abfss", "az": "az"}
 
 
 def move(source: str, target: str) -> None:
