@@ -43,3 +43,18 @@ def test_keys_compare_nan_and_null_as_spark_null_safe_equality_does():
     keys = keys_in(t, ("x", "y"))
     assert keys[0] == keys_in(pa.table({"x": [float("nan")], "y": [1]}), ("x", "y"))[0]
     assert keys[1] == (None, None) and keys[2] == keys[3]
+
+
+def test_compaction_counts_rows_appended_since_the_last_rewrite_by_either_writer(tmp_path):
+    """Spark names a write's rows numOutputRows, delta-rs num_added_rows: a table rewritten by
+    delta-rs (a small state table) is compacted after a quarter of the rows it wrote, not 250."""
+    from deltalake import write_deltalake
+
+    from lakeivm.views.state import _needs_compaction
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"k": list(range(4000))}), mode="overwrite")
+    write_deltalake(path, pa.table({"k": list(range(900))}), mode="append")
+    assert not _needs_compaction(path)  # 900 of 4000 rows appended
+    write_deltalake(path, pa.table({"k": list(range(200))}), mode="append")
+    assert _needs_compaction(path)  # 1100 > a quarter of 4000

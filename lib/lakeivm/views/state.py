@@ -215,7 +215,8 @@ def _needs_compaction(path: str) -> bool:
     head, appended = storage.head_version(path), 0
     for version in range(head, max(head - COMPACT_COMMITS, -1), -1):
         info = storage.commit_info(path, version) or {"operationMetrics": {}, "operationParameters": {}}
-        rows = int(info["operationMetrics"].get("numOutputRows", 0))
+        metrics = info.get("operationMetrics") or {}
+        rows = int(metrics.get("numOutputRows", metrics.get("num_added_rows", 0)))  # Spark's, delta-rs's name
         mode = info["operationParameters"].get("mode") if info.get("operation") == "WRITE" else None
         if mode == "Overwrite":
             return appended > COMPACT_RATIO * max(rows, 1000)
