@@ -12,6 +12,10 @@ MERGE: a run appends its summed delta (one cheap commit; a Delta MERGE costs sec
 handful of rows), so the stored table is itself a bag whose per-key sums are the state. It is
 compacted -- rewritten consolidated -- when its appended rows outgrow COMPACT_RATIO of the rows
 at its last rewrite or when COMPACT_COMMITS appends have piled up (cost amortized over the runs).
+
+A small table (at most REWRITE_ROWS rows), append-only or not, is read by delta-rs in the calling
+process (once per committed version) and rewritten whole by it on flush, the change added on the
+driver (``add_rows``): Spark takes no snapshot of a table that changes every run.
 """
 from __future__ import annotations
 
