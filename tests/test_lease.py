@@ -6,7 +6,6 @@ threads and processes for real.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import socket
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from lakeivm import commit, system_tables
+from lakeivm.deploy import free_port
 from lakeivm.errors import LeaseHeld, LeaseLost
 from lakeivm.lake import Lake
 
@@ -46,15 +46,20 @@ def _tally(outcomes: list[list[str]]) -> list[list[str]]:
     return [sorted(trial) for trial in zip(*outcomes)]
 
 
-def test_racing_threads_exactly_one_wins_every_time(tmp_path):
-    views, racers = [f"v{i}" for i in range(20)], 6
+def _race_threads(root, views: list[str], racers: int) -> list[list[str]]:
+    """``_race`` in ``racers`` threads at once; the outcomes per view, sorted."""
     barrier, outcomes = threading.Barrier(racers), []
-    threads = [threading.Thread(target=lambda: outcomes.append(_race(tmp_path, views, barrier))) for _ in range(racers)]
+    threads = [threading.Thread(target=lambda: outcomes.append(_race(root, views, barrier))) for _ in range(racers)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert _tally(outcomes) == [["refused"] * (racers - 1) + ["won"]] * len(views)
+    return _tally(outcomes)
+
+
+def test_racing_threads_exactly_one_wins_every_time(tmp_path):
+    views, racers = [f"v{i}" for i in range(20)], 6
+    assert _race_threads(tmp_path, views, racers) == [["refused"] * (racers - 1) + ["won"]] * len(views)
 
 
 def _process(root, views, barrier, queue):
@@ -137,37 +142,30 @@ def s3_lake_root():
     """An S3 bucket on loopback: moto's S3 server (a real HTTP S3 API, with conditional PUTs) started
     as a process of its own and stopped by its pid; delta-rs, pyarrow and obstore reach it through
     the usual AWS_* variables, as a deployment's would reach S3."""
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "lakeivm", "AWS_SECRET_ACCESS_KEY": "lakeivm",
            "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     try:
-        import boto3
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            import boto3
 
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                boto3.client("s3").create_bucket(Bucket="lakeivm-lease")
-                break
-            except Exception:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise
-                time.sleep(0.3)
-        yield "s3://lakeivm-lease"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    boto3.client("s3").create_bucket(Bucket="lakeivm-lease")
+                    break
+                except Exception:
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        raise
+                    time.sleep(0.3)
+            yield "s3://lakeivm-lease"
     finally:
         server.terminate()
         server.wait(30)
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_on_s3_racing_creators_exactly_one_creates(s3_lake_root):
@@ -198,10 +196,4 @@ def test_on_s3_racing_creators_exactly_one_creates(s3_lake_root):
 def test_on_s3_racing_threads_exactly_one_wins_every_time(s3_lake_root):
     root, views, racers = f"{s3_lake_root}/race", [f"v{i}" for i in range(6)], 5
     _lake(root)
-    barrier, outcomes = threading.Barrier(racers), []
-    threads = [threading.Thread(target=lambda: outcomes.append(_race(root, views, barrier))) for _ in range(racers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert _tally(outcomes) == [["refused"] * (racers - 1) + ["won"]] * len(views)
+    assert _race_threads(root, views, racers) == [["refused"] * (racers - 1) + ["won"]] * len(views)

@@ -75,12 +75,13 @@ def create_exclusive(uri: str, text: str) -> bool:
         finally:
             os.unlink(aside)
     url = urlparse(uri)
-    if url.scheme in _OBJECT_STORES:
+    scheme = _SCHEMES.get(url.scheme, url.scheme)
+    if scheme in _OBJECT_STORES:
         import obstore
         from obstore.exceptions import AlreadyExistsError
         from obstore.store import from_url
 
-        store = from_url(f"{_OBJECT_STORES[url.scheme]}://{url.netloc}/")
+        store = from_url(f"{scheme}://{url.netloc}/")
         try:
             obstore.put(store, url.path.lstrip("/"), text.encode("utf-8"), mode="create")
             return True
@@ -93,7 +94,7 @@ def create_exclusive(uri: str, text: str) -> bool:
     return True
 
 
-_OBJECT_STORES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs", "abfs": "abfs", "abfss": "abfss", "az": "az"}
+_OBJECT_STORES = ("s3", "gs", "abfs", "az")  # (after _SCHEMES) stores with a conditional PUT
 
 
 def move(source: str, target: str) -> None:

@@ -14,7 +14,7 @@ compacted -- rewritten consolidated -- when its appended rows outgrow COMPACT_RA
 at its last rewrite or when COMPACT_COMMITS appends have piled up (cost amortized over the runs).
 
 A small table (at most REWRITE_ROWS rows), append-only or not, is read by delta-rs in the calling
-process (once per committed version) and rewritten whole by it on flush, the change added on the
+process (once per run) and rewritten whole by it on flush, the change added on the
 driver (``add_rows``): Spark takes no snapshot of a table that changes every run.
 """
 from __future__ import annotations
@@ -39,22 +39,23 @@ class AdditiveTable:
         self.append_only = append_only
         self._deltas: list[DataFrame] = []
         self._replacement: DataFrame | None = None
-        self._small: tuple[int, tuple | None] | None = None  # (head version, read_if_small at it)
+        self._small: tuple | None = None  # read_if_small of the stored table: read once, forgotten when this object writes it
 
     def stored_small(self) -> tuple[DataFrame, object] | None:
-        """``read_if_small`` of the stored table, read once per committed version: a small table is
-        read by delta-rs in this process, so Spark takes no snapshot of a table that changes every run."""
-        from lakeivm import storage
-
-        head = storage.head_version(self.path)
-        if self._small is None or self._small[0] != head:
-            self._small = (head, read_if_small(self.lake, self.path))
-        return self._small[1]
+        """``read_if_small`` of the stored table, read once until this object writes it (one run's
+        maintainer is the table's only writer): a small table is read by delta-rs in this process,
+        so Spark takes no snapshot of a table that changes every run."""
+        if self._small is None:
+            self._small = (read_if_small(self.lake, self.path),)
+        return self._small[0]
 
     def current(self) -> DataFrame:
         """Stored rows ⊎ buffered deltas, as a bag (the same key may occur several times)."""
-        small = self.stored_small() if self._replacement is None else None
-        base = self._replacement if self._replacement is not None else small[0] if small else self.lake.read(self.path)
+        if self._replacement is not None:
+            base = self._replacement
+        else:
+            small = self.stored_small()
+            base = small[0] if small is not None else self.lake.read(self.path)
         frame = base.select(*self.keys, *self.payloads)
         for delta in self._deltas:
             frame = frame.unionByName(delta)
@@ -79,7 +80,7 @@ class AdditiveTable:
         marks the rows it changes instead of rewriting every file it touches. A small one does not:
         it is rewritten whole by delta-rs (``flush``), which cannot read a table with them."""
         write_overwrite(consolidate(rows, self.keys, self.payloads, self.alive), self.path)
-        self._small = None  # a table deleted and created again restarts its versions at 0
+        self._small = None
         if self.lake.row_count(self.path) > REWRITE_ROWS:
             self.lake.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
@@ -89,16 +90,16 @@ class AdditiveTable:
         then a compaction)."""
         if self._replacement is not None:
             write_overwrite(self._replacement, self.path)
-        if not self._deltas or self._rewrite_if_small():
-            pass
-        elif self.append_only:
-            summed = consolidate(_union(self._deltas), self.keys, self.payloads)
-            summed.write.format("delta").mode("append").save(self.path)
-            if _needs_compaction(self.path):
-                write_overwrite(self.consolidated_stored(), self.path)
-        else:
-            merge_add(self.lake, self.path, self._deltas, self.keys, self.payloads, self.alive)
-        self._deltas, self._replacement = [], None
+            self._small = None
+        if self._deltas and not self._rewrite_if_small():
+            if self.append_only:
+                summed = consolidate(_union(self._deltas), self.keys, self.payloads)
+                summed.write.format("delta").mode("append").save(self.path)
+                if _needs_compaction(self.path):
+                    write_overwrite(self.consolidated_stored(), self.path)
+            else:
+                merge_add(self.lake, self.path, self._deltas, self.keys, self.payloads, self.alive)
+        self._deltas, self._replacement, self._small = [], None, None
 
     def _rewrite_if_small(self) -> bool:
         """Add the buffered deltas by rewriting the table whole, read and written by delta-rs
@@ -218,10 +219,10 @@ def _needs_compaction(path: str) -> bool:
 
     head, appended = storage.head_version(path), 0
     for version in range(head, max(head - COMPACT_COMMITS, -1), -1):
-        info = storage.commit_info(path, version) or {"operationMetrics": {}, "operationParameters": {}}
+        info = storage.commit_info(path, version) or {}
         metrics = info.get("operationMetrics") or {}
         rows = int(metrics.get("numOutputRows", metrics.get("num_added_rows", 0)))  # Spark's, delta-rs's name
-        mode = info["operationParameters"].get("mode") if info.get("operation") == "WRITE" else None
+        mode = (info.get("operationParameters") or {}).get("mode") if info.get("operation") == "WRITE" else None
         if mode == "Overwrite":
             return appended > COMPACT_RATIO * max(rows, 1000)
         appended += rows if mode == "Append" else 0  # table properties, RESTOREs: no rows of their own
