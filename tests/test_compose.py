@@ -103,7 +103,7 @@ def test_airflow_services_share_settings():
     env = SERVICES["airflow-scheduler"]["environment"]
     for service in AIRFLOW:
         assert SERVICES[service]["environment"] == env
-    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "lakeivm.airflow_executor.LakeIVMLocalExecutor"  # LocalExecutor, imports preloaded
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].endswith("@postgres/airflow")
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/opt/lakeivm/dags"
     assert env["LAKEIVM_LAKE"] == "/opt/lakeivm/lake"

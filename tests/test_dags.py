@@ -86,6 +86,18 @@ def test_build_dags_skips_and_logs_a_broken_spec_check_specs_raises(views_with_a
     (views_with_a_broken_spec / "broken.yaml").unlink()
     check_specs(settings)
 
+def test_a_tasks_process_builds_only_its_own_dag(tmp_path, monkeypatch):
+    from lakeivm.scheduling import build_dags
+
+    views = tmp_path / "views"
+    views.mkdir()
+    for name in ("a", "b"):
+        (views / f"{name}.yaml").write_text(VIEW.replace("name: by_g", f"name: {name}"))
+    settings = Settings(lake=str(tmp_path / "lake"), views=str(views))
+    assert sorted(build_dags(settings)) == ["lakeivm__a", "lakeivm__b"]
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "lakeivm__b")  # what Airflow sets for a task's parse
+    assert list(build_dags(settings)) == ["lakeivm__b"]
+
 
 def test_dag_shape_local_and_cluster(tmp_path):
     from lakeivm.registry import spec_from_dict
@@ -116,6 +128,7 @@ def airflow_db():
 
 
 @pytest.mark.airflow
+@pytest.mark.heavy(415)
 def test_dag_test_bootstraps_ticks_and_refreshes(lake, spark, tmp_path, airflow_db, monkeypatch):
     from lakeivm import commit
     from lakeivm.engine import audit

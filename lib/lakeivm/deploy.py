@@ -220,7 +220,7 @@ def airflow_env(stack: Stack, api_port: int) -> dict[str, str]:
         **os.environ,
         "AIRFLOW_HOME": str(stack.root / "airflow"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": stack.postgres_url,
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__EXECUTOR": "lakeivm.airflow_executor.LakeIVMLocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

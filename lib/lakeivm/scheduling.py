@@ -33,12 +33,17 @@ def view_asset_uri(settings: Settings, view: str) -> str:
 
 def build_dags(settings: Settings | None = None, deadline_alerts: bool = True) -> dict[str, Any]:
     """``{dag_id: DAG}`` for every spec in the views folder that loads; one that does not is logged
-    here and raised by ``check_specs`` from a DAG file of its own, so the other views keep their DAGs."""
+    here and raised by ``check_specs`` from a DAG file of its own, so the other views keep their DAGs.
+    In a task's process (Airflow's parsing context names the DAG) only that DAG is built."""
     settings = settings or load_settings()
     specs = load_specs(settings.views)
     for broken in specs.broken:
         logging.getLogger("lakeivm").error("lakeivm: no DAG for a view spec that does not load: %s", broken.summary)
-    return {f"lakeivm__{name}": build_dag(spec, settings, deadline_alerts) for name, spec in specs.items()}
+    from airflow.sdk import get_parsing_context  # after logging: importing Airflow reconfigures it
+
+    running = get_parsing_context().dag_id  # set when a task's process parses the file: it needs its own DAG only
+    return {f"lakeivm__{name}": build_dag(spec, settings, deadline_alerts) for name, spec in specs.items()
+            if running in (None, f"lakeivm__{name}")}
 
 
 def check_specs(settings: Settings | None = None) -> None:
@@ -119,11 +124,11 @@ def build_dag(spec: ViewSpec, settings: Settings, deadline_alert: bool = True):
     )
     def maintenance():
         @task
-        def plan(params: dict[str, Any] | None = None, dag_run: Any = None) -> dict[str, Any]:
-            """Decide the run's mode and report the backlog."""
+        def plan(params: dict[str, Any] | None = None) -> dict[str, Any]:
+            """Decide the run's mode and report the backlog (no Spark: the log and commit files)."""
             from lakeivm import tasks
 
-            return tasks.plan(spec.name, refresh=bool((params or {}).get("refresh")), session=_session(dag_run))
+            return tasks.plan(spec.name, refresh=bool((params or {}).get("refresh")))
 
         decision = plan()
         if settings.in_process or settings.spark_remote:

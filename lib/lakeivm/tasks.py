@@ -21,16 +21,18 @@ def session_for(dag_id: str, run_id: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"lakeivm/{dag_id}/{run_id}"))
 
 
-def plan(view: str, refresh: bool, session: str | None = None) -> dict[str, Any]:
+def plan(view: str, refresh: bool) -> dict[str, Any]:
     """The run's mode and the view's backlog per table (change-feed rows pending), from the log's
-    last committed row and the tables' commit files."""
+    last committed row and the tables' commit files, read in this process: the plan starts no Spark session."""
     from lakeivm import changes, commit
+    from lakeivm.lake import Lake
     from lakeivm.registry import find_spec, load_specs
     from lakeivm.upstream import register
 
-    settings = resolve(load_settings())
+    settings = load_settings()
     mode = "refresh" if refresh else "tick"
-    lake = _open(settings, session)
+    lake = Lake(None, settings.lake)  # type: ignore[arg-type]  # nothing below runs a Spark job
+    lake.ensure_system_tables()
     register(lake, find_spec(load_specs(settings.views), view))  # the views it reads count as its tables
     last = commit.last_committed(lake, view)
     if last is None:
