@@ -26,11 +26,14 @@ demo: $(STAMP)
 # kept in $(CONNECT_LOG) and printed after the local workers' report. The local workers run under
 # `nice`: the deployment test's Airflow tasks have timeouts and a 2-core CI machine starved them
 # (its first build took 4 min there), while the local workers only wait longer.
+# --dist loadgroup --no-loadscope-reorder: one test (or xdist_group) per hand-out, in the collection
+# order conftest gives (heavy tests first, longest first). xdist's default `load` handed each worker a
+# first chunk of ~60 consecutive tests, so every heavy test landed on one worker, which ended alone.
 CONNECT_LOG := .connect-tests.log
 test: $(STAMP)
 	@$(BIN)/python -m pytest -m "(connect or deployment) and not slow" -p no:cacheprovider --durations=10 \
 	  > $(CONNECT_LOG) 2>&1 & connect=$$!; \
-	nice -n 10 $(BIN)/python -m pytest -m "not slow and not connect and not deployment" -n 3 -p no:cacheprovider --durations=25; \
+	nice -n 10 $(BIN)/python -m pytest -m "not slow and not connect and not deployment" -n 3 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider --durations=25; \
 	local=$$?; wait $$connect; remote=$$?; \
 	echo "== the Spark Connect clients (connect, deployment markers), run alongside =="; cat $(CONNECT_LOG); \
 	test $$local -eq 0 && test $$remote -eq 0

@@ -13,6 +13,7 @@ def test_net_is_pure_and_drops_zeros():
 
 
 @pytest.mark.parametrize("reader", ["arrow", "spark", "deletion vectors"])
+@pytest.mark.heavy(165)
 def test_read_delta_nets_inserts_updates_deletes(lake, spark, monkeypatch, reader):
     """A small range is read by delta-rs and netted with Arrow; a large one (here: any), or one of a
     table with deletion vectors (delta-rs cannot read them), by Spark: the same netted rows."""

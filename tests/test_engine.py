@@ -40,7 +40,7 @@ def assert_matches_sql(lake, spec):
 
 @settings(max_examples=2, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@pytest.mark.heavy
+@pytest.mark.heavy(198)
 @given(seed=st.integers(0, 10**6), plans=st.lists(st.sampled_from([("r",), ("s",), ("r", "s"), None]), min_size=3, max_size=3))
 def test_random_streams_and_asymmetric_plans_match_sql(spark, seed, plans):
     rng = random.Random(seed)
@@ -79,6 +79,7 @@ def test_self_join_and_scalar_aggregate(lake, spark):
 
 @pytest.mark.parametrize("point", [pytest.param("apply:r", marks=pytest.mark.slow), pytest.param("apply:s", marks=pytest.mark.slow),
                                    "flush", "before_log"])  # the apply points write no state yet: slow only (CI budget)
+@pytest.mark.heavy(125)
 def test_crash_at_any_write_then_rerun_equals_crash_free_run(lake, spark, point):
     make_tables(lake, spark)
     run_view(lake, JOIN_VIEW)

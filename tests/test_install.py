@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.install, pytest.mark.spark]  # spark: the refresh runs Spark (in the installed venv)
+pytestmark = [pytest.mark.install, pytest.mark.spark,  # spark: the refresh runs Spark (in the installed venv)
+              pytest.mark.xdist_group("install")]  # one worker builds the venv (make test: --dist loadgroup)
 
 REPO = Path(__file__).resolve().parents[1]
 UV = Path(sys.executable).parent / "uv"  # installed into .venv by `make setup`
@@ -72,7 +73,7 @@ def test_shipped_dag_file_parses(installed):
     assert "lakeivm__revenue_by_nation" in dag_ids and dag_ids == sorted(shipped + derived)
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(269)
 def test_datagen_refresh_audit(installed):
     run, _ = installed  # the first session gets Delta's JARs itself: no set-up command needed
     # The three commands in one process (one JVM start instead of three; `lakeivm --help` runs the script itself).

@@ -168,6 +168,7 @@ def s3_lake_root():
         server.wait(30)
 
 
+@pytest.mark.xdist_group("s3")  # one moto server (make test: --dist loadgroup)
 def test_on_s3_racing_creators_exactly_one_creates(s3_lake_root):
     from lakeivm import storage
 
@@ -193,6 +194,7 @@ def test_on_s3_racing_creators_exactly_one_creates(s3_lake_root):
         assert versions == [0] * racers  # one version 0, no creator committing after another
 
 
+@pytest.mark.xdist_group("s3")  # one moto server (make test: --dist loadgroup)
 def test_on_s3_racing_threads_exactly_one_wins_every_time(s3_lake_root):
     root, views, racers = f"{s3_lake_root}/race", [f"v{i}" for i in range(6)], 5
     _lake(root)

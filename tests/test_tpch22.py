@@ -17,7 +17,7 @@ INCREMENTAL = {"tpch_q01", "tpch_q03", "tpch_q04", "tpch_q05", "tpch_q06", "tpch
 DERIVED = {"tpch_q13": ["tpch_q13__c_orders"], "tpch_q15": ["tpch_q15__revenue0"]}  # aggregating derived tables and CTEs: views of their own
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(227)
 @pytest.mark.parametrize("batches", [1, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("queries", [range(1, 12), range(12, 23)], ids=["q01-q11", "q12-q22"])  # two workers share them
 def test_the_22_queries_are_maintained_and_equal_their_sql(lake, queries, batches):

@@ -35,7 +35,7 @@ def test_specs_are_linked_to_the_views_they_read_and_cycles_are_refused(tmp_path
     assert linked["b"].upstreams == {} and not broken  # a name no spec declares is a table
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(89)
 def test_a_chain_of_views_over_views_follows_random_streams(lake, spark):
     """totals (over r) <- by_label (totals JOIN s) <- best (MAX over by_label): on-demand refreshes
     refresh the upstreams first; an asymmetric tick; the upstream switched to refresh_policy full

@@ -73,7 +73,7 @@ def test_bad_arguments_named() -> None:
         OrderBookGenerator().rows("trades")
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(172)
 def test_written_book_and_event_batches_are_the_generators_rows(lake) -> None:
     """On Spark: write_orderbook, then an event batch (deletes of one copy included) leave the tables holding
     the generator's rows. (The shipped order-book views follow such event streams in tests/views/nested.)"""

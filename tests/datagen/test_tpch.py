@@ -24,7 +24,7 @@ COVERED_ELSEWHERE = {
 }
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(299)
 def test_shipped_views_follow_the_tpch_change_stream(lake):
     counts = generate_tpch(lake, 0.002, progress=lambda m: None)
     assert counts["nation"] == 25 and counts["lineitem"] > 1000

@@ -25,7 +25,7 @@ DISTINCT = spec_from_dict({"name": "distinct_x", "sql": "SELECT a, COUNT(DISTINC
                            "refresh_policy": "incremental"})  # first_order: F-IVM keeps no multisets
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(64)
 def test_min_max_match_sql_under_random_streams_and_asymmetric_runs(lake, spark):
     rng = random.Random(11)
     lake.create_table("r", spark.createDataFrame([(0, 5), (0, 1), (1, None), (2, 7), (3, 2)], "a int, x int"))
@@ -52,6 +52,7 @@ def test_min_max_match_sql_under_random_streams_and_asymmetric_runs(lake, spark)
     assert lake.read(lake.view_path("lowest")).first()["lo"] is None and audit(lake, GLOBAL).ok
 
 
+@pytest.mark.heavy(100)
 def test_a_crash_after_the_multiset_flush_reruns_to_the_same_view(lake, spark):
     lake.create_table("r", spark.createDataFrame([(0, 5), (0, 1), (1, 3)], "a int, x int"))
     lake.create_table("s", spark.createDataFrame([(0, 0), (1, 1)], "a int, g int"))

@@ -21,7 +21,7 @@ VIEWS = {
 NULL_KEY_STEPS = ("INSERT INTO {t} VALUES (NULL, 6)", "UPDATE {t} SET g = 8 WHERE a IS NULL", "DELETE FROM {t} WHERE a IS NULL")
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(131)
 def test_left_and_right_joins_match_sql_under_random_streams_and_asymmetric_plans(lake, spark):
     rng = random.Random(21)
     lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5), (3, 2)], "a int, x int"))

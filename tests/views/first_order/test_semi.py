@@ -22,7 +22,7 @@ VIEWS = {  # IN and EXISTS are one semi-join once parsed (tests/test_sql.py); pr
 NOT_IN_STEPS = ("INSERT INTO {t} VALUES (3, NULL)", "DELETE FROM {t} WHERE a = 3 AND g IS NULL", "DELETE FROM {t} WHERE a = 3")
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(83)
 def test_semi_and_anti_joins_match_sql_under_random_streams_and_asymmetric_plans(lake, spark):
     rng = random.Random(8)
     lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5), (3, 2), (1, 4)], "a int, x int"))

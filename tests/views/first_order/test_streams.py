@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from lakeivm.engine import audit, run_view, view_snapshot
 from lakeivm.registry import spec_from_dict
 from tests.helpers import random_batch, sql
@@ -18,6 +20,7 @@ VIEW = spec_from_dict({
 })
 
 
+@pytest.mark.heavy(98)
 def test_random_streams_and_asymmetric_plans_match_sql(lake, spark):
     rng = random.Random(5)
     lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5)], "a int, x int"))
@@ -46,6 +49,7 @@ def test_self_join_and_scalar_aggregate_to_empty(lake, spark):
     assert audit(lake, spec).ok
 
 
+@pytest.mark.heavy(139)
 def test_distinct_and_projections_with_multiplicities_match_sql(lake, spark):
     """SELECT DISTINCT is a GROUP BY of its columns; a projection without aggregates keeps each distinct
     row once with its multiplicity (read back as that many rows). NULLs and duplicates included."""
@@ -69,6 +73,7 @@ def test_distinct_and_projections_with_multiplicities_match_sql(lake, spark):
     assert sum(r["_lakeivm_count"] for r in stored) == view_snapshot(lake, rows).count()
 
 
+@pytest.mark.heavy(101)
 def test_top_k_and_having_views_keep_every_group_and_read_the_sqls_rows(lake, spark):
     """ORDER BY ... LIMIT k over result columns and HAVING over aggregates: every group maintained (fivm
     and first_order) with whether it passes HAVING; the reader filters, sorts and takes k. Each tie

@@ -20,7 +20,7 @@ VIEWS = {
 }
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(39)
 def test_union_all_views_match_sql_under_random_streams_and_asymmetric_plans(lake, spark):
     rng = random.Random(8)
     lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5), (3, 2)], "a int, x int"))

@@ -68,6 +68,7 @@ def assert_valid(lake, spec) -> None:
             assert ids[rid][o.position] == rec[o.name]
 
 
+@pytest.mark.heavy(139)
 def test_random_inserts_asymmetric_plans_then_deletes_rebootstrap(lake, spark, caplog):
     rng = random.Random(11)
     make_tables(lake, spark, rng)
@@ -119,6 +120,7 @@ def test_line3_and_star_self_joins_over_an_edge_table(lake, spark):
     assert len(sample(lake, "star")) == min(200, star_join) > 6
 
 
+@pytest.mark.heavy(116)
 def test_crash_at_any_write_then_rerun_draws_the_crash_free_sample(lake, spark):
     """A reference view and a crashing twin (same SQL and seed) over the same tables stay identical.
 

@@ -102,7 +102,7 @@ def maintainer_shape(ctx):
     return nested_shape(ctx.query)
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(46)
 def test_order_book_views_emit_the_sql_result_for_every_version(lake, spark):
     rng = random.Random(5)
     lake.create_table("bids", spark.createDataFrame(book_rows(rng, 12), BOOK_DDL))
@@ -133,6 +133,7 @@ Q17_DDL = ("l_orderkey bigint, l_partkey bigint, l_quantity decimal(15,2), l_ext
            "p_partkey bigint, p_brand string, p_container string")
 
 
+@pytest.mark.heavy(99)
 def test_q17_with_asymmetric_plans(lake, spark):
     rng = random.Random(11)
     line = lambda: (rng.randrange(100), rng.randrange(5), Decimal(rng.randint(1, 9)),  # noqa: E731

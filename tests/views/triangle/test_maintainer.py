@@ -118,7 +118,7 @@ def test_graph_triangles_match_sql_after_random_streams(lake, spark, epsilon):
     assert lake.read(lake.view_path("tri")).first()["triangles"] == 0
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(86)
 def test_three_relations_with_asymmetric_plans_and_a_quarter_epsilon(lake, spark):
     rng = random.Random(3)
     for table, cols in {"r": ("a", "b"), "s": ("b", "c"), "t": ("c", "a")}.items():
