@@ -30,9 +30,7 @@ def preload(modules: tuple[str, ...] = PRELOAD) -> float:
     t0 = time.perf_counter()
     for name in modules:
         importlib.import_module(name)
-    from lakeivm.quality import _quiet_gx
-
-    _quiet_gx()
+    importlib.import_module("lakeivm.quality").import_gx()
     return time.perf_counter() - t0
 
 

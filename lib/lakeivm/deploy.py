@@ -7,7 +7,8 @@
 2. a **Spark standalone master and worker** from pyspark's own ``bin/spark-class``;
 3. lakeivm's **Spark Connect server** in front of that master (``lakeivm.server``);
 4. **Airflow 3** -- ``airflow db migrate``, then api-server, scheduler, dag-processor, triggerer --
-   with LocalExecutor on PostgreSQL, the DAG folder shipped in the package, the connection
+   with LocalExecutor (``lakeivm.airflow_executor``: the tasks' imports preloaded before it forks)
+   on PostgreSQL, the DAG folder shipped in the package, the connection
    ``spark_connect_default`` naming the Connect server and ``LAKEIVM_*`` exported to every process.
 
 It returns a ``Stack``, a context manager whose ``stop()`` ends every process it started by its

@@ -44,7 +44,7 @@ class Validation:
 
 def build_suite(spec: ViewSpec, query: Query):
     """The expectation suite ``lakeivm__<view>`` for the stored result of ``spec``."""
-    gx = _quiet_gx()
+    gx = import_gx()
     import great_expectations.expectations as gxe
 
     gx.get_context(mode="ephemeral")  # suites need an active context
@@ -74,7 +74,7 @@ def validate(df: DataFrame, spec: ViewSpec, query: Query, rows: int | None = Non
     """Run the view's suite on its stored rows (hidden state columns included): with GX's pandas
     engine on the collected rows when ``rows`` (e.g. from the table's statistics) is at most
     PANDAS_ROWS, else with its Spark engine."""
-    gx = _quiet_gx()
+    gx = import_gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
@@ -90,7 +90,7 @@ def validate(df: DataFrame, spec: ViewSpec, query: Query, rows: int | None = Non
     return Validation(spec.name, len(result.results), failures)
 
 
-def _quiet_gx():
+def import_gx():
     """GX, imported without its INFO logging: the import alone logs ~250 lines ("Skipping registering
     function ...") into every Airflow task log, and one module sets its own logger to INFO."""
     import logging
