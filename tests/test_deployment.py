@@ -34,10 +34,14 @@ DAG = f"lakeivm__{VIEW}"
 TABLES = ("nation", "customer", "orders", "lineitem")
 
 
-def test_scheduled_and_on_demand_runs_of_a_view(tmp_path):
+def test_scheduled_and_on_demand_runs_of_a_view(tmp_path, monkeypatch):
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
     from lakeivm.engine import open_lake
     from lakeivm.spark import connect
+
+    # The views folder does not change during the test: parse the DAG files once, not every 30 s (each
+    # parse is a process importing Airflow and lakeivm, CPU the 2-core CI machine's other tests need).
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL", "3600")
 
     started = time.monotonic()
 
