@@ -131,17 +131,18 @@ def _timed_refresh(api, lake, view: str) -> dict:
     """Trigger ``{"refresh": true}``; time until its log row is committed (the new result readable:
     ``visible_s``, None when nothing was pending) and until the run succeeded (validation included)."""
     from lakeivm import commit
+    from lakeivm.airflow_api import FINISHED
 
     dag = f"lakeivm__{view}"
     before = commit.last_committed(lake, view)
     t0 = time.perf_counter()
     run_id, visible = api.trigger(dag, {"refresh": True}), None
     while True:
-        row = commit.last_committed(lake, view)
+        row = commit.last_committed(lake, view)  # read before the run's state: a committed run is seen here first
         if visible is None and row is not None and (before is None or row.seq != before.seq):
             visible = time.perf_counter() - t0
         run = api.run(dag, run_id)
-        if run["state"] in ("success", "failed"):
+        if run["state"] in FINISHED:
             break
         if time.perf_counter() - t0 > 300:
             raise RuntimeError(f"{dag} run {run_id} did not finish within 300 s")
@@ -149,9 +150,8 @@ def _timed_refresh(api, lake, view: str) -> dict:
     seconds = time.perf_counter() - t0
     if run["state"] != "success":
         raise RuntimeError(f"{dag} run {run_id} {run['state']}; see its task logs in the Airflow UI")
-    row = commit.last_committed(lake, view)
-    committed = row is not None and (before is None or row.seq != before.seq)
-    return {"run_id": run_id, "seconds": round(seconds, 3), "visible_s": round(visible, 3) if visible is not None else None,
+    committed = visible is not None
+    return {"run_id": run_id, "seconds": round(seconds, 3), "visible_s": round(visible, 3) if committed else None,
             "tasks": api.task_durations(dag, run_id), "timeline": _timeline(api, dag, run),
             "queued_s": _between(run.get("queued_at"), run.get("start_date")),
             "airflow_run_s": _between(run.get("start_date"), run.get("end_date")), "committed": committed,

@@ -90,7 +90,7 @@ class AdditiveTable:
         then a compaction)."""
         if self._replacement is not None:
             write_overwrite(self._replacement, self.path)
-            self._small = None
+            self._small = None  # deltas added after the replacement are rewritten onto it, not onto the old read
         if self._deltas and not self._rewrite_if_small():
             if self.append_only:
                 summed = consolidate(_union(self._deltas), self.keys, self.payloads)
