@@ -6,6 +6,7 @@ threads and processes for real.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import socket
 import subprocess
 import sys
@@ -141,9 +142,17 @@ def test_an_error_releases_the_claim_as_failed(tmp_path):
 def s3_lake_root():
     """An S3 bucket on loopback: moto's S3 server (a real HTTP S3 API, with conditional PUTs) started
     as a process of its own and stopped by its pid; delta-rs, pyarrow and obstore reach it through
-    the usual AWS_* variables, as a deployment's would reach S3."""
+    the usual AWS_* variables, as a deployment's would reach S3.
+
+    The server answers one request at a time. moto checks ``If-None-Match: *`` and then stores the
+    object as two steps. Under ``python -m moto.server``'s threaded server, two racing PUTs can both
+    pass the check; that happened in CI, with 2 of 6 creators winning. S3 itself makes a conditional
+    PUT atomic. Serving requests in turn is what gives moto that atomicity too."""
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+    serve = ("import sys; from werkzeug.serving import run_simple; "
+             "from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app; "
+             "run_simple('127.0.0.1', int(sys.argv[1]), DomainDispatcherApplication(create_backend_app), threaded=False)")
+    server = subprocess.Popen([sys.executable, "-c", serve, str(port)], env={**os.environ, "MOTO_PORT": str(port)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "lakeivm", "AWS_SECRET_ACCESS_KEY": "lakeivm",
            "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
