@@ -1,8 +1,10 @@
 """The Airflow DAGs: parsing is clean and Spark-free; dag.test() runs plan -> apply -> validate."""
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,7 +17,8 @@ from lakeivm.config import SHIPPED_VIEWS, Settings
 
 REPO_DAGS = Path(__file__).resolve().parents[1] / "dags"
 SHIPPED_DAGS = Path(str(files("lakeivm") / "dags"))
-AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-home"))
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-home"))  # every process that collects this module makes one
+atexit.register(shutil.rmtree, AIRFLOW_HOME, ignore_errors=True)
 os.environ.update({"AIRFLOW_HOME": str(AIRFLOW_HOME), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                    "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_DAGS)})
 
