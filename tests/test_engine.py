@@ -6,15 +6,12 @@ run's watermarks -- mixed versions when a run applied only some tables.
 from __future__ import annotations
 
 import random
-import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
 
 from lakeivm import commit
-from lakeivm.config import Settings
-from lakeivm.engine import InjectedFailure, audit, open_lake, run_view, view_snapshot
+from lakeivm.engine import InjectedFailure, audit, run_view, view_snapshot
 from lakeivm.lake import Lake
 from lakeivm.errors import ChangeRangeError, LeaseHeld, StateError
 from lakeivm.registry import spec_from_dict
@@ -38,13 +35,14 @@ def assert_matches_sql(lake, spec):
     return report
 
 
-@settings(max_examples=2, deadline=None, database=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@pytest.mark.heavy(198)
-@given(seed=st.integers(0, 10**6), plans=st.lists(st.sampled_from([("r",), ("s",), ("r", "s"), None]), min_size=3, max_size=3))
-def test_random_streams_and_asymmetric_plans_match_sql(spark, seed, plans):
+@pytest.mark.heavy(120)
+@pytest.mark.parametrize("seed", [327, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
+def test_random_streams_and_asymmetric_plans_match_sql(lake, spark, seed):
+    """Per seed, one random stream on r and s whose ticks apply r only, s only, both, and what the
+    planner picks (None), in a seeded order; then an on-demand refresh. (This was two derandomized
+    Hypothesis examples of three ticks, and the first was always [r, r, r]: never both tables, never the planner.)"""
     rng = random.Random(seed)
-    lake = open_lake(spark, Settings(lake=tempfile.mkdtemp(prefix="lake")))
+    plans = rng.sample([("r",), ("s",), ("r", "s"), None], 4)
     make_tables(lake, spark)
     run_view(lake, JOIN_VIEW)
     for tables in plans:

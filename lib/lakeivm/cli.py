@@ -92,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("datagen", help="generate data into the lake")
     p.add_argument("dataset", choices=["tpch", "graph", "orderbook"])
     p.add_argument("--scale", type=float, default=0.01, help="tpch: scale factor (default 0.01)")
+    p.add_argument("--tpch-tables", help="tpch: comma-separated tables to generate, e.g. the ones a view reads (default: all 8)")
     p.add_argument("--edges", type=int, default=50_000, help="graph: R-MAT edges (default 50000)")
     p.add_argument("--log2-vertices", type=int, default=13, help="graph: 2^N vertices (default 13)")
     p.add_argument("--table", default="edges", help="graph: table name (default edges)")
@@ -291,9 +292,12 @@ def _datagen(args, settings: Settings) -> int:
 
         print(f"wrote order-book tables {write_orderbook(_lake(settings, create=True), args.rows, args.seed)}")
         return 0
-    from lakeivm.datagen.tpch import generate_tpch
+    from lakeivm.datagen.tpch import TABLES, generate_tpch
 
-    generate_tpch(_lake(settings, create=True), args.scale)
+    tables = [t.strip() for t in args.tpch_tables.split(",")] if args.tpch_tables else list(TABLES)
+    if set(tables) - set(TABLES):
+        raise LakeIVMError(f"--tpch-tables: unknown TPC-H tables {sorted(set(tables) - set(TABLES))}; choose from {', '.join(TABLES)}.")
+    generate_tpch(_lake(settings, create=True), args.scale, tables)
     return 0
 
 

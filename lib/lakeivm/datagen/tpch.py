@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+import pyarrow.dataset
+
 from lakeivm.lake import Lake
 
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
@@ -42,9 +44,9 @@ def generate_tpch(lake: Lake, scale: float, tables: Iterable[str] = TABLES, prog
             check=True, capture_output=True, text=True,
         )
         for table in tables:
-            df = lake.spark.read.parquet(str(Path(folder) / f"{table}.parquet"))
-            lake.create_table(table, df, mode="overwrite")
-            counts[table] = lake.read(lake.table_path(table)).count()
+            generated = str(Path(folder) / f"{table}.parquet")
+            lake.create_table(table, lake.spark.read.parquet(generated), mode="overwrite")
+            counts[table] = pyarrow.dataset.dataset(generated).count_rows()  # the files' footers: no Spark job
             progress(f"  tables/{table}: {counts[table]} rows")
     return counts
 
