@@ -118,6 +118,13 @@ def test_a_lake_path_that_does_not_exist_is_refused_not_created(tmp_path, views,
     assert not missing.exists()  # no _system folder grown at a mistyped path
 
 
+def test_an_unknown_tpch_table_is_refused_before_any_lake_is_made(tmp_path, capsys):
+    lake = tmp_path / "lake"
+    assert main(["--lake", str(lake), "datagen", "tpch", "--tpch-tables", "nation, bogus"]) == 2
+    assert "unknown TPC-H tables ['bogus']; choose from region, nation," in capsys.readouterr().err
+    assert not lake.exists()
+
+
 def test_explain_and_status_say_why_a_view_is_recomputed_in_full(lake, spark, tmp_path, capsys):
     lake.create_table("r", spark.createDataFrame([(0, 1), (1, 2)], "a int, x int"))
     lake.create_table("s", spark.createDataFrame([(0, 0)], "a int, g int"))

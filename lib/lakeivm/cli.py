@@ -292,11 +292,9 @@ def _datagen(args, settings: Settings) -> int:
 
         print(f"wrote order-book tables {write_orderbook(_lake(settings, create=True), args.rows, args.seed)}")
         return 0
-    from lakeivm.datagen.tpch import TABLES, generate_tpch
+    from lakeivm.datagen.tpch import TABLES, generate_tpch, tpch_tables
 
-    tables = [t.strip() for t in args.tpch_tables.split(",")] if args.tpch_tables else list(TABLES)
-    if set(tables) - set(TABLES):
-        raise LakeIVMError(f"--tpch-tables: unknown TPC-H tables {sorted(set(tables) - set(TABLES))}; choose from {', '.join(TABLES)}.")
+    tables = tpch_tables(args.tpch_tables.split(",") if args.tpch_tables else TABLES)  # checked before Spark starts
     generate_tpch(_lake(settings, create=True), args.scale, tables)
     return 0
 

@@ -21,17 +21,24 @@ from urllib.parse import urlparse
 
 import pyarrow.dataset
 
+from lakeivm.errors import InvalidInput
 from lakeivm.lake import Lake
 
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 
 
+def tpch_tables(names: Iterable[str]) -> list[str]:
+    """``names`` as a list, refused naming the choices if one is not a TPC-H table."""
+    tables = [name.strip() for name in names]
+    unknown = sorted(set(tables) - set(TABLES))
+    if unknown:
+        raise InvalidInput(f"unknown TPC-H tables {unknown}; choose from {', '.join(TABLES)}.")
+    return tables
+
+
 def generate_tpch(lake: Lake, scale: float, tables: Iterable[str] = TABLES, progress: Callable[[str], None] = print) -> dict[str, int]:
     """Write TPC-H tables at ``scale`` as Delta tables (CDF on) under ``tables/``; returns row counts."""
-    tables = list(tables)
-    unknown = set(tables) - set(TABLES)
-    if unknown:
-        raise ValueError(f"unknown TPC-H tables {sorted(unknown)}; choose from {TABLES}")
+    tables = tpch_tables(tables)
     counts = {}
     staging = None  # a local lake stages the files under its root, where a Connect server or a worker sharing the lake sees them
     if not urlparse(lake.root).scheme:
