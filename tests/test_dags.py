@@ -1,4 +1,4 @@
-"""The Airflow DAGs: parsing is clean and Spark-free; dag.test() runs plan -> apply -> validate."""
+"""The Airflow DAGs: parsing is clean and Spark-free; dag.test() runs apply -> validate."""
 from __future__ import annotations
 
 import atexit
@@ -108,18 +108,18 @@ def test_dag_shape_local_and_cluster(tmp_path):
 
     spec = spec_from_dict({"refresh_policy": "incremental", "name": "v", "sql": "SELECT COUNT(*) AS c FROM r", "deadline": 10, "tick": "2m"})
     local = build_dag(spec, Settings(lake=str(tmp_path), spark_master="local[2]"))
-    assert local.dag_id == "lakeivm__v" and set(local.task_ids) == {"plan", "apply", "validate"}
+    assert local.dag_id == "lakeivm__v" and set(local.task_ids) == {"apply", "validate"}
     assert local.max_active_runs == 1 and local.catchup is False and "refresh" in local.params
     assert [a.uri for a in local.get_task("validate").outlets] == [f"file://{tmp_path}/views/v/result"]
     assert local.deadline  # every deployment gets the alert; only dag.test() callers opt out:
     assert not build_dag(spec, Settings(lake=str(tmp_path)), deadline_alert=False).deadline  # Airflow 3.3.2's dag.test() fails on one
     remote = build_dag(spec, Settings(lake=str(tmp_path), spark_master="spark://master:7077", spark_remote="sc://127.0.0.1:15002"))
-    assert set(remote.task_ids) == {"plan", "apply", "validate"}  # a Connect server: TaskFlow tasks, no spark-submit
+    assert set(remote.task_ids) == {"apply", "validate"}  # a Connect server: TaskFlow tasks, no spark-submit
     cluster = build_dag(spec, Settings(lake="s3a://bucket/lake", spark_master="spark://master:7077"))
     submit = cluster.get_task("apply_and_validate")
     assert type(submit).__name__ == "SparkSubmitOperator" and submit.application.endswith("lakeivm/jobs/refresh.py")
     assert Path(submit.application).is_file()
-    assert "--validate" in submit.application_args
+    assert "--validate" in submit.application_args and set(cluster.task_ids) == {"apply_and_validate", "publish"}
     assert [a.uri for a in cluster.get_task("publish").outlets] == ["s3a://bucket/lake/views/v/result"]
     (alert,) = cluster.deadline if isinstance(cluster.deadline, list) else [cluster.deadline]
     assert alert.interval.total_seconds() == 10 and "deadline_missed" in str(alert.callback.path)
@@ -151,11 +151,16 @@ def test_dag_test_bootstraps_ticks_and_refreshes(lake, spark, tmp_path, airflow_
     sql(lake, "INSERT INTO {t} VALUES (0, 5), (1, 7)", "r")
     sql(lake, "INSERT INTO {t} VALUES (2, NULL)", "s")  # a NULL group key the spec does not allow
     sql(lake, "INSERT INTO {t} VALUES (2, 1)", "r")
-    # The on-demand run applies the batch (its log row commits), then validate fails the run. (Two runs,
-    # not three: a refresh that succeeds through the scheduler is tests/test_deployment.py's.)
+    # The on-demand run applies the batch (its log row commits), then validate fails the run. (A refresh
+    # that succeeds through the scheduler is tests/test_deployment.py's.)
     run = dag.test(run_conf={"refresh": True})
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-    assert str(run.state) == "failed" and states == {"plan": "success", "apply": "success", "validate": "failed"}, states
+    assert str(run.state) == "failed" and states == {"apply": "success", "validate": "failed"}, states
     rows = commit.log_rows(lake, "by_g")
     assert [r.mode for r in rows] == ["bootstrap", "refresh"] and rows[-1].deadline_met is not None
     assert audit(lake, load_specs(views)["by_g"]).ok
+    # Nothing pending now: apply short-circuits, validate is skipped, the run succeeds and logs nothing.
+    run = dag.test(run_conf={"refresh": True})
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert str(run.state) == "success" and states == {"apply": "success", "validate": "skipped"}, states
+    assert len(commit.log_rows(lake, "by_g")) == 2

@@ -19,7 +19,7 @@ import time
 
 from airflow.executors.local_executor import LocalExecutor
 
-# What the plan, apply and validate tasks import (lakeivm.tasks): the Connect client, the engine,
+# What the apply and validate tasks import (lakeivm.tasks): the Connect client, the engine,
 # every maintainer through it, and GX through lakeivm.quality.
 PRELOAD = ("pyspark.sql.connect.session", "lakeivm.engine", "lakeivm.spark", "lakeivm.tasks", "lakeivm.quality",
            "airflow.providers.apache.spark.hooks.spark_connect")

@@ -1,4 +1,9 @@
-"""Airflow 3 DAGs: one maintenance DAG per view spec, tasks plan -> apply -> validate (ARCHITECTURE §6).
+"""Airflow 3 DAGs: one maintenance DAG per view spec, tasks apply -> validate (ARCHITECTURE §6).
+
+The run plans itself (``engine.run_view``: the planner reads the log and the tables' commit files), so
+planning is no task of its own: a task more cost every on-demand refresh a task start and a scheduler
+hop (about 1 s through a real scheduler) on its way to a visible result. A run that finds nothing to
+apply short-circuits: validate is skipped and no Asset event is emitted.
 
 Parsing a DAG file imports neither Spark nor Great Expectations and opens no connection: the
 tasks import the engine when they run. With a Spark Connect server (``spark_remote``, or Airflow's
@@ -88,6 +93,11 @@ def _schedule(spec: ViewSpec, settings: Settings) -> Any:
     return AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(timedelta(seconds=spec.tick_s)), assets=AssetAny(*assets))
 
 
+def _mode(params: dict[str, Any] | None) -> str:
+    """``refresh`` for a run triggered with ``{"refresh": true}`` (on demand: apply everything), else ``tick``."""
+    return "refresh" if (params or {}).get("refresh") else "tick"
+
+
 def _session(dag_run: Any) -> str | None:
     """The Spark Connect session shared by one DAG run's tasks (None outside a run)."""
     from lakeivm.tasks import session_for
@@ -123,21 +133,14 @@ def build_dag(spec: ViewSpec, settings: Settings, deadline_alert: bool = True):
         doc_md=f"Maintains view `{spec.name}` ({spec.source}); deadline {spec.deadline_s:g}s.\n\n```sql\n{spec.sql}\n```",
     )
     def maintenance():
-        @task
-        def plan(params: dict[str, Any] | None = None) -> dict[str, Any]:
-            """Decide the run's mode and report the backlog (no Spark: the log and commit files)."""
-            from lakeivm import tasks
-
-            return tasks.plan(spec.name, refresh=bool((params or {}).get("refresh")))
-
-        decision = plan()
         if settings.in_process or settings.spark_remote:
-            @task
-            def apply(decision: dict[str, Any], dag_run: Any = None) -> dict[str, Any]:
-                """Run the maintenance run the plan decided (on the Spark Connect server, or in this process)."""
+            @task.short_circuit
+            def apply(params: dict[str, Any] | None = None, dag_run: Any = None) -> dict[str, Any]:
+                """Run one maintenance run (on the Spark Connect server, or in this process); one that
+                finds nothing to apply returns nothing and skips validate (no state changed, no Asset event)."""
                 from lakeivm import tasks
 
-                return tasks.apply(spec.name, decision, session=_session(dag_run))
+                return tasks.apply(spec.name, _mode(params), session=_session(dag_run))
 
             @task(outlets=[asset])
             def validate(summary: dict[str, Any], dag_run: Any = None) -> dict[str, Any]:
@@ -146,7 +149,7 @@ def build_dag(spec: ViewSpec, settings: Settings, deadline_alert: bool = True):
 
                 return tasks.validate(spec.name, summary, session=_session(dag_run))
 
-            validate(apply(decision))
+            validate(apply())
         else:
             from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
@@ -155,7 +158,7 @@ def build_dag(spec: ViewSpec, settings: Settings, deadline_alert: bool = True):
                 application=str(REFRESH_JOB),
                 conn_id="spark_default",
                 **_delta_jars_or_package(settings),
-                application_args=[spec.name, "--mode", "{{ ti.xcom_pull(task_ids='plan')['mode'] }}", "--validate"],
+                application_args=[spec.name, "--mode", "{{ 'refresh' if params.refresh else 'tick' }}", "--validate"],
                 name=f"lakeivm-{spec.name}",
             )
 
@@ -163,6 +166,6 @@ def build_dag(spec: ViewSpec, settings: Settings, deadline_alert: bool = True):
             def publish() -> None:
                 """Emit the view's Asset event once the Spark job validated it."""
 
-            decision >> submit >> publish()
+            submit >> publish()
 
     return maintenance()

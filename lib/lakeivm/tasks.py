@@ -1,4 +1,4 @@
-"""What the DAG's tasks and the refresh job call: plan, apply, validate one view.
+"""What the DAG's tasks and the refresh job call: apply (one maintenance run), validate one view.
 
 Each returns a small JSON-able dict (an Airflow XCom). Spark is the long-lived Spark Connect
 server when one is configured -- the Airflow connection ``spark_connect_default`` (Airflow's Spark
@@ -21,52 +21,32 @@ def session_for(dag_id: str, run_id: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"lakeivm/{dag_id}/{run_id}"))
 
 
-def plan(view: str, refresh: bool) -> dict[str, Any]:
-    """The run's mode and the view's backlog per table (change-feed rows pending), from the log's
-    last committed row and the tables' commit files, read in this process: the plan starts no Spark session."""
-    from lakeivm import changes, commit
-    from lakeivm.lake import Lake
-    from lakeivm.registry import find_spec, load_specs
-    from lakeivm.upstream import register
-
-    settings = load_settings()
-    mode = "refresh" if refresh else "tick"
-    lake = Lake(None, settings.lake)  # type: ignore[arg-type]  # nothing below runs a Spark job
-    lake.ensure_system_tables()
-    register(lake, find_spec(load_specs(settings.views), view))  # the views it reads count as its tables
-    last = commit.last_committed(lake, view)
-    if last is None:
-        return {"mode": mode, "pending_rows": {}, "note": "first run: builds the view from snapshots"}
-    heads = changes.pin(lake, last.watermarks)
-    pending = {t: changes.pending_rows(lake, t, w, heads[t]) for t, w in last.watermarks.items()}
-    return {"mode": mode, "pending_rows": pending}
-
-
-def apply(view: str, decision: dict[str, Any], session: str | None = None) -> dict[str, Any]:
-    """Run one maintenance run; returns what its log row says."""
+def apply(view: str, mode: str = "tick", session: str | None = None) -> dict[str, Any]:
+    """Run one maintenance run (``mode``: tick or refresh); returns what its log row says, or an
+    empty dict -- falsy: the DAG's short-circuit skips validate -- when there was nothing to apply."""
     from lakeivm.engine import run_view
     from lakeivm.registry import find_spec, load_specs
 
     settings = resolve(load_settings())
     spec = find_spec(load_specs(settings.views), view)
-    row = run_view(_open(settings, session), spec, mode=decision.get("mode", "tick"), progress=print)
+    row = run_view(_open(settings, session), spec, mode=mode, progress=print)
     if row is None:
-        return {"view": view, "applied": [], "note": "nothing to apply"}
-    return {"view": view, "seq": row.seq, "mode": row.mode, "applied": list(row.applied), "delta_rows": dict(row.delta_rows),
-            "seconds": round(row.seconds, 3), "predicted_seconds": row.predicted_seconds, "deadline_met": row.deadline_met,
-            "consistent": row.consistent}
+        return {}
+    return {"view": view, "seq": row.seq, "mode": row.mode, "plan": row.plan, "applied": list(row.applied),
+            "delta_rows": dict(row.delta_rows), "pending_rows": dict(row.pending_rows), "seconds": round(row.seconds, 3),
+            "predicted_seconds": row.predicted_seconds, "deadline_met": row.deadline_met, "consistent": row.consistent}
 
 
 def validate(view: str, summary: dict[str, Any], session: str | None = None) -> dict[str, Any]:
     """Validate the stored view with its expectation suite; raises ExpectationFailed naming it.
-    A run that applied nothing left the validated state as it was: nothing to check again."""
+    A run that applied nothing (``summary`` empty) left the validated state as it was: nothing to check again."""
     from lakeivm import commit
     from lakeivm.engine import reader
     from lakeivm.quality import validate as run_suite
     from lakeivm.registry import find_spec, load_specs
 
-    if summary.get("note") == "nothing to apply":
-        return {**summary, "expectations": 0}
+    if not summary:
+        return {"view": view, "applied": [], "expectations": 0}
     settings = resolve(load_settings())
     lake = _open(settings, session)
     spec = find_spec(load_specs(settings.views), view)

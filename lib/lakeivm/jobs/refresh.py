@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mode", choices=["tick", "refresh", "rebuild"], default="tick")
     parser.add_argument("--validate", action="store_true", help="run the view's expectation suite afterwards")
     args = parser.parse_args(argv)
-    summary = tasks.apply(args.view, {"mode": args.mode})
+    summary = tasks.apply(args.view, args.mode)
     if args.validate:
         summary = tasks.validate(args.view, summary)
     print(json.dumps(summary))
