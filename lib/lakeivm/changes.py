@@ -96,10 +96,16 @@ def read_delta(lake: Lake, table: str, watermark: int, head: int, columns: Itera
     Rows carry ``_lakeivm_m`` (a non-zero signed multiplicity); the result is materialized
     (local checkpoint), so a vacuumed range fails here, before any state is written.
     """
+    return read_counted(lake, table, watermark, head, columns)[0]
+
+
+def read_counted(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str]) -> tuple[DataFrame, int]:
+    """``read_delta`` and its number of rows (known without a Spark job when netted in this process)."""
     from pyspark.sql import functions as F
 
     if table in lake.upstreams:
-        return upstream.read_delta(lake, lake.upstreams[table], watermark, head, columns)
+        delta = upstream.read_delta(lake, lake.upstreams[table], watermark, head, columns)
+        return delta, delta.count()
     columns = list(columns)
     check_readable(lake, table, watermark, head, columns)
     small = _read_small_delta(lake, table, watermark, head, columns)
@@ -119,8 +125,8 @@ def read_delta(lake: Lake, table: str, watermark: int, head: int, columns: Itera
             .groupBy(*columns)
             .agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
             .where(F.col(MULTIPLICITY) != 0)
-        )
-        return delta.localCheckpoint(eager=True)
+        ).localCheckpoint(eager=True)
+        return delta, delta.count()
     except Exception as err:  # Spark raises Py4J/Analysis errors; classify them for the user
         raise ChangeRangeError(_explain_read_error(table, watermark, head, err)) from err
 
@@ -129,7 +135,7 @@ SMALL_DELTA_ROWS = 20_000  # a change range this small is read and netted in thi
 _NO_ROWS = ("SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "ADD COLUMNS", "CHANGE COLUMN", "ADD CONSTRAINT", "DROP CONSTRAINT")
 
 
-def _read_small_delta(lake: Lake, table: str, watermark: int, head: int, columns: list[str]) -> DataFrame | None:
+def _read_small_delta(lake: Lake, table: str, watermark: int, head: int, columns: list[str]) -> tuple[DataFrame, int] | None:
     """``read_delta`` for a range of at most SMALL_DELTA_ROWS change-feed rows (by its commits'
     metrics): read by delta-rs and netted with Arrow in this process, handed to Spark as local rows.
     Spark then loads no snapshot of the changed table at its new version (on a warm session the
@@ -157,14 +163,14 @@ def _read_small_delta(lake: Lake, table: str, watermark: int, head: int, columns
         rows = changes.select(columns).append_column(MULTIPLICITY, signs)
         netted = rows.group_by(columns, use_threads=False).aggregate([(MULTIPLICITY, "sum")])
         netted = netted.filter(pc.not_equal(netted[f"{MULTIPLICITY}_sum"], 0)).select([*columns, f"{MULTIPLICITY}_sum"])
-        netted = netted.cast(pa.schema([_plain(f) for f in netted.schema]))
+        netted = netted.cast(pa.schema([plain_field(f) for f in netted.schema]))
     except Exception:  # noqa: BLE001 -- the Spark read below raises the error a user can act on
         return None
     ddl = ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint"
-    return lake.spark.createDataFrame(netted.rename_columns([*columns, MULTIPLICITY]), schema=ddl)
+    return lake.spark.createDataFrame(netted.rename_columns([*columns, MULTIPLICITY]), schema=ddl), netted.num_rows
 
 
-def _plain(field):
+def plain_field(field):
     """An Arrow field as pyspark reads it: view and large string/binary types as plain ones."""
     import pyarrow as pa
 

@@ -279,8 +279,8 @@ def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[st
     applied = {}
     for table in plan.tables:
         t0 = time.perf_counter()
-        delta = changes.read_delta(ctx.lake, table, ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
-        rows = delta.count()
+        delta, rows = changes.read_counted(ctx.lake, table, ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
+        ctx.delta_rows[table] = rows
         span = (f"view {table}'s runs #{ctx.watermarks[table] + 1}..#{ctx.pins[table]}" if table in ctx.lake.upstreams
                 else f"{table} (versions {ctx.watermarks[table] + 1}..{ctx.pins[table]})")
         progress(f"{ctx.view}: applying {rows} netted changes of {span}")

@@ -34,6 +34,7 @@ class Context:
     bases: dict[str, int] = field(default_factory=dict)  # state table versions after recovery (the run writes above them)
     why_full: str | None = None  # the full kind: why the view is not maintained incrementally (registry.Choice)
     auto: bool = False  # refresh_policy auto: a run may recompute in full instead of maintaining (planning.auto)
+    delta_rows: dict[str, int] = field(default_factory=dict)  # netted change rows of each table this run applies
 
     @property
     def spark(self) -> SparkSession:

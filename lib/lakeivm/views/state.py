@@ -57,18 +57,41 @@ class AdditiveTable:
             small = self.stored_small()
             base = small[0] if small is not None else self.lake.read(self.path)
         frame = base.select(*self.keys, *self.payloads)
-        for delta in self._deltas:
+        for delta in self._frames():
             frame = frame.unionByName(delta)
         return frame
+
+    def current_local(self):
+        """``current()`` as an Arrow table in this process, when the stored table is small (read by
+        delta-rs) and every buffered delta is local (added as Arrow); else None."""
+        import pyarrow as pa
+
+        small = None if self._replacement is not None else self.stored_small()
+        if small is None or not all(isinstance(d, pa.Table) for d in self._deltas):
+            return None
+        stored = small[1].select([*self.keys, *self.payloads])
+        return pa.concat_tables([stored, *[d.cast(stored.schema) for d in self._deltas]])
 
     def consolidated(self) -> DataFrame:
         """``current()`` summed per key, zero payloads dropped (a shuffle: use on small slices)."""
         return consolidate(self.current(), self.keys, self.payloads, self.alive)
 
-    def add(self, delta: DataFrame) -> DataFrame:
-        """Buffer a delta (its columns: keys + payloads); returns it computed (checkpointed)."""
-        self._deltas.append(delta.select(*self.keys, *self.payloads).localCheckpoint(eager=True))
+    def add(self, delta):
+        """Buffer a delta (its columns: keys + payloads): a Spark frame, returned computed
+        (checkpointed), or an Arrow table computed in this process (``fivm.local``), returned as is."""
+        import pyarrow as pa
+
+        if isinstance(delta, pa.Table):
+            self._deltas.append(delta.select([*self.keys, *self.payloads]))
+        else:
+            self._deltas.append(delta.select(*self.keys, *self.payloads).localCheckpoint(eager=True))
         return self._deltas[-1]
+
+    def _frames(self) -> list[DataFrame]:
+        """The buffered deltas as Spark frames (an Arrow one handed over as local rows)."""
+        import pyarrow as pa
+
+        return [self.lake.spark.createDataFrame(d) if isinstance(d, pa.Table) else d for d in self._deltas]
 
     def replace(self, rows: DataFrame) -> None:
         """Replace the whole content (a rebuild); earlier buffered deltas are dropped."""
@@ -93,24 +116,29 @@ class AdditiveTable:
             self._small = None  # deltas added after the replacement are rewritten onto it, not onto the old read
         if self._deltas and not self._rewrite_if_small():
             if self.append_only:
-                summed = consolidate(_union(self._deltas), self.keys, self.payloads)
+                summed = consolidate(_union(self._frames()), self.keys, self.payloads)
                 summed.write.format("delta").mode("append").save(self.path)
                 if _needs_compaction(self.path):
                     write_overwrite(self.consolidated_stored(), self.path)
             else:
-                merge_add(self.lake, self.path, self._deltas, self.keys, self.payloads, self.alive)
+                merge_add(self.lake, self.path, self._frames(), self.keys, self.payloads, self.alive)
         self._deltas, self._replacement, self._small = [], None, None
 
     def _rewrite_if_small(self) -> bool:
         """Add the buffered deltas by rewriting the table whole, read and written by delta-rs
         (``read_if_small``), if it is small: one commit, and Spark takes no snapshot of a table that
         changes every run (a MERGE costs seconds and a dozen Spark jobs however few rows it touches)."""
+        import pyarrow as pa
+
         small = self.stored_small()
         if small is None:
             return False
         stored, rows = small
-        change = in_stored_types(_union(self._deltas), stored).toArrow()  # one Spark job: the buffered deltas
-        summed = add_rows(rows, change, self.keys, self.payloads, self.alive)
+        local = [d.select(rows.column_names).cast(rows.schema) for d in self._deltas if isinstance(d, pa.Table)]
+        remote = [d for d in self._deltas if not isinstance(d, pa.Table)]
+        if remote:  # one Spark job: the buffered deltas computed by Spark
+            local.append(in_stored_types(_union(remote), stored).toArrow().cast(rows.schema))
+        summed = add_rows(rows, pa.concat_tables(local), self.keys, self.payloads, self.alive)
         self.lake.overwrite_small(self.path, summed, rows.schema)
         return True
 
@@ -180,25 +208,24 @@ def keys_in(table, keys: Sequence[str]) -> list[tuple]:
 
 def add_rows(stored, change, keys: Sequence[str], payloads: Sequence[str], alive: str | None = None):
     """``consolidate`` on the driver, for small Arrow tables: ``stored`` plus ``change`` (the same
-    columns), payloads summed per key (NULLs skipped, as SUM does; decimals exact), keys whose
-    payloads are all zero or NULL (or whose ``alive`` is) dropped; in ``stored``'s schema."""
-    import decimal
-
+    columns), payloads summed per key (NULLs skipped, as SUM does; decimals exact; keys compared
+    as Spark's ``<=>`` does: NULL with NULL, NaN with NaN), keys whose payloads are all zero or NULL
+    (or whose ``alive`` is) dropped; in ``stored``'s schema. DuckDB runs it on the Arrow tables."""
+    import duckdb
     import pyarrow as pa
 
     both = pa.concat_tables([stored, change.select(stored.column_names).cast(stored.schema)])
-    groups: dict[tuple, list] = {}  # key -> [its first row in ``both`` (its key values), *its sums]
-    with decimal.localcontext(prec=80):
-        for row, (key, values) in enumerate(zip(keys_in(both, keys), zip(*(both[p].to_pylist() for p in payloads)))):
-            group = groups.setdefault(key, [row, *values])
-            if group[0] != row:
-                group[1:] = [a if b is None else b if a is None else a + b for a, b in zip(group[1:], values)]
-    judged = [payloads.index(alive)] if alive else range(len(payloads))
-    live = [g for g in groups.values() if any(g[1 + j] not in (0, None) for j in judged)]
-    out = both.take(pa.array([s[0] for s in live], pa.int64())) if live else both.slice(0, 0)
-    for j, p in enumerate(payloads):
-        out = out.set_column(out.column_names.index(p), p, pa.array([s[1 + j] for s in live], both.schema.field(p).type))
-    return out
+    names = {c: '"' + c.replace('"', '""') + '"' for c in both.column_names}
+    judged = [alive] if alive else payloads
+    group = ", ".join(names[k] for k in keys)
+    sums = ", ".join(f"SUM({names[p]}) AS {names[p]}" for p in payloads)
+    live = " OR ".join(f"({names[p]} IS NOT NULL AND {names[p]} <> 0)" for p in judged)
+    text = (f"SELECT * FROM (SELECT {group + ', ' if keys else ''}{sums} FROM added"
+            + (f" GROUP BY {group}" if keys else "") + f") WHERE {live}")
+    with duckdb.connect() as con:
+        con.register("added", both)
+        out = con.sql(text).to_arrow_table()
+    return out.select(stored.column_names).cast(stored.schema)
 
 
 COMPACT_RATIO = 0.25  # appended rows, as a fraction of the rows at the last rewrite, that trigger a compaction

@@ -16,6 +16,8 @@ columns, so the root needs no table of its own and a run MERGEs it once.
   broadcast join of the (small) delta with the sibling views and a group-by. A table outside U
   has no stored siblings on its path: its changes re-evaluate the tree from the snapshots at the
   watermarks (a rebuild of the state, logged as that table's cost, so the planner batches it).
+  When the delta and every stored sibling on the path are small, the steps run in DuckDB on the
+  Arrow tables in this process (``fivm.local``): one Spark job per table instead of one per step.
 - ``flush`` MERGEs each view's summed delta once, then rewrites the result rows of the touched
   groups.
 """
@@ -24,6 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
+from lakeivm.changes import SMALL_DELTA_ROWS
 from lakeivm.lake import CDF
 from lakeivm.sql import COUNT, MULTIPLICITY, recompute_sql, state_sql
 from lakeivm.views.base import Context
@@ -73,6 +78,8 @@ class FivmMaintainer:
         for alias in aliases:  # a self-join: one occurrence after the other (§4)
             leaf = plan.tree.leaf(alias)
             change = _leaf(ctx, plan, leaf, name, f"{alias}.{MULTIPLICITY}")
+            if ctx.delta_rows.get(table, SMALL_DELTA_ROWS + 1) <= SMALL_DELTA_ROWS and self._propagate_locally(plan, alias, change):
+                continue
             if leaf.id in tables:
                 change = tables[leaf.id].add(change)
             for step in plan.tree.path_to_root(alias):  # a view not stored stays a lazy plan
@@ -82,6 +89,29 @@ class FivmMaintainer:
                     change = tables[step.view.id].add(change)
             self._root_deltas.append(change.localCheckpoint(eager=True))
         ctx.checkpoint(f"apply:{table}")
+
+    def _propagate_locally(self, plan: FivmPlan, alias: str, leaf_delta: DataFrame) -> bool:
+        """``apply``'s propagation in this process (``fivm.local``) when every stored sibling on the
+        path is small and read locally: one Spark job (the lifted leaf delta), each step in DuckDB.
+        False (nothing done) otherwise."""
+        from lakeivm.changes import plain_field
+        from lakeivm.views.fivm import local
+
+        tables, steps = self._tables or {}, plan.tree.path_to_root(alias)
+        if any(tables[s.id].current_local() is None for step in steps for s in step.siblings):
+            return False
+        change = leaf_delta.toArrow()
+        change = change.cast(pa.schema([plain_field(f) for f in change.schema]))
+        leaf = plan.tree.leaf(alias)
+        if leaf.id in tables:
+            tables[leaf.id].add(change)
+        for step in steps:
+            inputs = [(step.child, change)] + [(s, tables[s.id].current_local()) for s in step.siblings]
+            change = local.join_sum(plan, step.view, inputs)
+            if step.view.id in tables:
+                tables[step.view.id].add(change)
+        self._root_deltas.append(change)
+        return True
 
     def _rebuild(self, ctx: Context, table: str) -> None:
         """Apply a change of ``table`` (outside U) by re-evaluating every stored view from the
@@ -114,8 +144,9 @@ class FivmMaintainer:
         stored, schema = (small[0], small[1].schema) if small is not None else (ctx.lake.read(path), None)
         types = {f.name: f.dataType.simpleString() for f in stored.schema.fields}
         keys, columns = plan.tree.root.keys, plan.payload_columns(plan.tree.root)
-        change = self._root_deltas[0]
-        for more in self._root_deltas[1:]:
+        deltas = [ctx.spark.createDataFrame(d) if isinstance(d, pa.Table) else d for d in self._root_deltas]
+        change = deltas[0]
+        for more in deltas[1:]:
             change = change.unionByName(more)
         if not keys or self._rebuilt or small is not None:  # the whole result: rebuilt, or small
             root = change if self._rebuilt else root_rows(plan, stored).unionByName(change)
@@ -143,11 +174,19 @@ class FivmMaintainer:
         if self._exact is None:
             from pyspark.sql.types import DecimalType, IntegralType
 
-            plan = self.plan(ctx)
-            sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
-            schema = ctx.spark.sql(state_sql(plan.query, sources)).schema
-            self._exact = {f.name: f.dataType.simpleString() for f in schema.fields
-                           if f.name.startswith("_lakeivm_s") and isinstance(f.dataType, (DecimalType, IntegralType))}
+            plan, lake = self.plan(ctx), ctx.lake
+            text = state_sql(plan.query, {r.alias: r.table for r in plan.query.relations})
+            # The types follow from the SQL and its tables' schemas: analysed once per process for both.
+            key = None if any(r.table in lake.upstreams for r in plan.query.relations) else ("exact sums", text, tuple(
+                tuple(lake.schema_at(lake.table_path(r.table), ctx.pins[r.table]).items()) for r in plan.query.relations))
+            self._exact = lake.cache.get(key) if key is not None else None
+            if self._exact is None:
+                sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
+                schema = ctx.spark.sql(state_sql(plan.query, sources)).schema
+                self._exact = {f.name: f.dataType.simpleString() for f in schema.fields
+                               if f.name.startswith("_lakeivm_s") and isinstance(f.dataType, (DecimalType, IntegralType))}
+                if key is not None:
+                    lake.cache[key] = self._exact
         return self._exact
 
     def stored_view(self, ctx: Context, vid: str, state_versions: Mapping[str, int]) -> DataFrame:
