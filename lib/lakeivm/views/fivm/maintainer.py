@@ -78,7 +78,7 @@ class FivmMaintainer:
         for alias in aliases:  # a self-join: one occurrence after the other (§4)
             leaf = plan.tree.leaf(alias)
             change = _leaf(ctx, plan, leaf, name, f"{alias}.{MULTIPLICITY}")
-            if ctx.delta_rows.get(table, SMALL_DELTA_ROWS + 1) <= SMALL_DELTA_ROWS and self._propagate_locally(plan, alias, change):
+            if ctx.delta_rows.get(table, SMALL_DELTA_ROWS + 1) <= SMALL_DELTA_ROWS and self._propagate_locally(plan, tables, alias, change):
                 continue
             if leaf.id in tables:
                 change = tables[leaf.id].add(change)
@@ -90,14 +90,14 @@ class FivmMaintainer:
             self._root_deltas.append(change.localCheckpoint(eager=True))
         ctx.checkpoint(f"apply:{table}")
 
-    def _propagate_locally(self, plan: FivmPlan, alias: str, leaf_delta: DataFrame) -> bool:
+    def _propagate_locally(self, plan: FivmPlan, tables: Mapping[str, AdditiveTable], alias: str, leaf_delta: DataFrame) -> bool:
         """``apply``'s propagation in this process (``fivm.local``) when every stored sibling on the
         path is small and read locally: one Spark job (the lifted leaf delta), each step in DuckDB.
         False (nothing done) otherwise."""
         from lakeivm.changes import plain_field
         from lakeivm.views.fivm import local
 
-        tables, steps = self._tables or {}, plan.tree.path_to_root(alias)
+        steps = plan.tree.path_to_root(alias)
         if any(tables[s.id].current_local() is None for step in steps for s in step.siblings):
             return False
         change = leaf_delta.toArrow()
