@@ -91,7 +91,7 @@ class AdditiveTable:
         """The buffered deltas as Spark frames (an Arrow one handed over as local rows)."""
         import pyarrow as pa
 
-        return [self.lake.spark.createDataFrame(d) if isinstance(d, pa.Table) else d for d in self._deltas]
+        return [local_frame(self.lake.spark, d) if isinstance(d, pa.Table) else d for d in self._deltas]
 
     def replace(self, rows: DataFrame) -> None:
         """Replace the whole content (a rebuild); earlier buffered deltas are dropped."""
@@ -146,6 +146,14 @@ class AdditiveTable:
         """The stored rows summed per key (computed: the table can be overwritten with it)."""
         stored = self.lake.read(self.path).select(*self.keys, *self.payloads)
         return consolidate(stored, self.keys, self.payloads, self.alive).localCheckpoint(eager=True)
+
+
+def local_frame(spark, table) -> DataFrame:
+    """An Arrow table of this process as a Spark frame of local rows, typed by its Arrow schema
+    (Spark Connect infers no schema from an empty table)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return spark.createDataFrame(table, schema=from_arrow_schema(table.schema))
 
 
 def consolidate(rows: DataFrame, keys: Sequence[str], payloads: Sequence[str], alive: str | None = None) -> DataFrame:
