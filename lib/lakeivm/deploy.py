@@ -223,6 +223,9 @@ def airflow_env(stack: Stack, api_port: int) -> dict[str, str]:
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": stack.postgres_url,
         "AIRFLOW__CORE__EXECUTOR": "lakeivm.airflow_executor.LakeIVMLocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": "4",
+        # An idle scheduler sleeps this long between loops (Airflow's default: 1 s), and an on-demand
+        # refresh waits for a loop at each hop: the run queued, apply done, validate done.
+        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": os.environ.get("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "0.25"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
