@@ -88,10 +88,7 @@ class AdditiveTable:
         return self._deltas[-1]
 
     def _frames(self) -> list[DataFrame]:
-        """The buffered deltas as Spark frames (an Arrow one handed over as local rows)."""
-        import pyarrow as pa
-
-        return [local_frame(self.lake.spark, d) if isinstance(d, pa.Table) else d for d in self._deltas]
+        return as_frames(self.lake.spark, self._deltas)
 
     def replace(self, rows: DataFrame) -> None:
         """Replace the whole content (a rebuild); earlier buffered deltas are dropped."""
@@ -154,6 +151,28 @@ def local_frame(spark, table) -> DataFrame:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return spark.createDataFrame(table, schema=from_arrow_schema(table.schema))
+
+
+def as_frames(spark, deltas: Sequence) -> list[DataFrame]:
+    """Buffered deltas as Spark frames: an Arrow one (computed in this process) as local rows."""
+    import pyarrow as pa
+
+    return [local_frame(spark, d) if isinstance(d, pa.Table) else d for d in deltas]
+
+
+def duckdb_query(text: str, **tables):
+    """``text`` run by DuckDB in this process over the Arrow ``tables`` (by name); an Arrow table."""
+    import duckdb
+
+    with duckdb.connect() as con:
+        for name, table in tables.items():
+            con.register(name, table)
+        return con.sql(text).to_arrow_table()
+
+
+def quoted(name: str) -> str:
+    """A column name as a DuckDB identifier."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def consolidate(rows: DataFrame, keys: Sequence[str], payloads: Sequence[str], alive: str | None = None) -> DataFrame:
@@ -219,21 +238,15 @@ def add_rows(stored, change, keys: Sequence[str], payloads: Sequence[str], alive
     columns), payloads summed per key (NULLs skipped, as SUM does; decimals exact; keys compared
     as Spark's ``<=>`` does: NULL with NULL, NaN with NaN), keys whose payloads are all zero or NULL
     (or whose ``alive`` is) dropped; in ``stored``'s schema. DuckDB runs it on the Arrow tables."""
-    import duckdb
     import pyarrow as pa
 
     both = pa.concat_tables([stored, change.select(stored.column_names).cast(stored.schema)])
-    names = {c: '"' + c.replace('"', '""') + '"' for c in both.column_names}
-    judged = [alive] if alive else payloads
-    group = ", ".join(names[k] for k in keys)
-    sums = ", ".join(f"SUM({names[p]}) AS {names[p]}" for p in payloads)
-    live = " OR ".join(f"({names[p]} IS NOT NULL AND {names[p]} <> 0)" for p in judged)
+    group = ", ".join(quoted(k) for k in keys)
+    sums = ", ".join(f"SUM({quoted(p)}) AS {quoted(p)}" for p in payloads)
+    live = " OR ".join(f"({quoted(p)} IS NOT NULL AND {quoted(p)} <> 0)" for p in ([alive] if alive else payloads))
     text = (f"SELECT * FROM (SELECT {group + ', ' if keys else ''}{sums} FROM added"
             + (f" GROUP BY {group}" if keys else "") + f") WHERE {live}")
-    with duckdb.connect() as con:
-        con.register("added", both)
-        out = con.sql(text).to_arrow_table()
-    return out.select(stored.column_names).cast(stored.schema)
+    return duckdb_query(text, added=both).select(stored.column_names).cast(stored.schema)
 
 
 COMPACT_RATIO = 0.25  # appended rows, as a fraction of the rows at the last rewrite, that trigger a compaction

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lakeivm.views.fivm.payload import ALIVE
+from lakeivm.views.state import duckdb_query, quoted
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,26 +35,20 @@ def join_sum(plan: FivmPlan, view: View, inputs: Sequence[tuple[View, pa.Table]]
     """``maintainer._join_sum`` on Arrow tables: join ``inputs`` (child view, its rows) on shared keys,
     multiply payloads, sum by ``view.keys``; keys with a NULL count dropped. Integer payloads stay
     BIGINT and floating ones DOUBLE, as Spark's sums keep them."""
-    import duckdb
-
-    con = duckdb.connect()
-    sources, have, factors = [], [], []
+    sources, have, factors, tables = [], [], [], {}
     for i, (child, rows) in enumerate(inputs):
         columns = plan.payload_columns(child)
-        con.register(f"t{i}", rows.select([*child.keys, *columns]).rename_columns(
-            [*child.keys, *[f"_f{i}_{c}" for c in columns]]))
+        tables[f"t{i}"] = rows.select([*child.keys, *columns]).rename_columns([*child.keys, *[f"_f{i}_{c}" for c in columns]])
         shared = [k for k in child.keys if k in have]
         sources.append(f"t{i}" if i == 0 else
-                       f"JOIN t{i} USING ({', '.join(_quoted(k) for k in shared)})" if shared else f"CROSS JOIN t{i}")
+                       f"JOIN t{i} USING ({', '.join(quoted(k) for k in shared)})" if shared else f"CROSS JOIN t{i}")
         have += [k for k in child.keys if k not in have]
-        factors.append((plan.lifted(child), {c: Expr(_quoted(f"_f{i}_{c}")) for c in columns}))
+        factors.append((plan.lifted(child), {c: Expr(quoted(f"_f{i}_{c}")) for c in columns}))
     product = plan.ring.multiply(factors)
-    keys = ", ".join(_quoted(k) for k in view.keys)
-    sums = ", ".join(f"SUM({e}) AS {_quoted(c)}" for c, e in product.items())
+    keys = ", ".join(quoted(k) for k in view.keys)
+    sums = ", ".join(f"SUM({e}) AS {quoted(c)}" for c, e in product.items())
     text = f"SELECT {keys + ', ' if keys else ''}{sums} FROM {' '.join(sources)}" + (f" GROUP BY {keys}" if keys else "")
-    out = con.sql(f"SELECT * FROM ({text}) WHERE {_quoted(ALIVE)} IS NOT NULL").to_arrow_table()
-    con.close()
-    return _spark_types(out, product)
+    return _spark_types(duckdb_query(f"SELECT * FROM ({text}) WHERE {quoted(ALIVE)} IS NOT NULL", **tables), product)
 
 
 def _spark_types(table: pa.Table, payloads: Sequence[str]) -> pa.Table:
@@ -69,7 +64,3 @@ def _spark_types(table: pa.Table, payloads: Sequence[str]) -> pa.Table:
             field = field.with_type(pa.int64())
         fields.append(plain_field(field))
     return table.cast(pa.schema(fields))
-
-
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'

@@ -35,7 +35,7 @@ from lakeivm.views.base import Context
 from lakeivm.views.fivm.payload import ALIVE
 from lakeivm.views.fivm.plan import FivmPlan, build_plan, leaf_weights
 from lakeivm.views.fivm.tree import View
-from lakeivm.views.state import AdditiveTable, as_read, consolidate, local_frame, read_if_small
+from lakeivm.views.state import AdditiveTable, as_frames, as_read, consolidate, read_if_small
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -144,7 +144,7 @@ class FivmMaintainer:
         stored, schema = (small[0], small[1].schema) if small is not None else (ctx.lake.read(path), None)
         types = {f.name: f.dataType.simpleString() for f in stored.schema.fields}
         keys, columns = plan.tree.root.keys, plan.payload_columns(plan.tree.root)
-        deltas = [local_frame(ctx.spark, d) if isinstance(d, pa.Table) else d for d in self._root_deltas]
+        deltas = as_frames(ctx.spark, self._root_deltas)
         change = deltas[0]
         for more in deltas[1:]:
             change = change.unionByName(more)
