@@ -54,7 +54,8 @@ def refresh_and_audit(lake: Lake, specs: list, tables: tuple[str, ...] | None) -
         row = run_view(lake, spec, tables=tables)
         assert tables is None or set(row.applied) <= set(tables), (spec.name, row.applied)
         report = audit(lake, spec)
-        assert report.ok, f"{spec.name} after applying {tables or 'all'}: {report}"
+        assert report.ok, (f"{spec.name} after applying {tables or 'all'} ({row.plan}): {report}; "
+                           f"missing {report.missing[:5]}, unexpected {report.unexpected[:5]}")
 
 
 def audited_rounds(lake: Lake, rng: random.Random, specs: list, steps: tuple[str, str, str]) -> Iterator[None]:

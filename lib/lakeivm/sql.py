@@ -555,14 +555,17 @@ def state_sql(query: Query, sources: Mapping[str, str], delta_alias: str | None 
     """The SQL computing per-group state over the given sources (alias -> Spark table/view name).
 
     With ``delta_alias`` that relation is a signed delta carrying ``_lakeivm_m``; the state is then
-    the view's delta (classical first-order delta rule, the other relations fixed). The joins start
-    from the delta (``_delta_first``), except in a query with a LEFT JOIN: its ON stays where it is.
+    the view's delta (classical first-order delta rule, the other relations fixed), grouped also by
+    each MIN/MAX/COUNT(DISTINCT) argument (``_lakeivm_v<i>``): one join gives both the state's delta
+    (``rolled_up_sql``) and each multiset's (``multiset_of_sql``). The joins start from the delta
+    (``_delta_first``), except in a query with a LEFT JOIN: its ON stays where it is.
     """
     if query.branches:
         parts = [state_sql(b, sources, delta_alias) for b in _branches_reading(query, delta_alias)]
         sums = [f"SUM(`{c}`) AS `{c}`" for c in query.additive_columns]
         values = [f"{a.func}(`_lakeivm_s{a.index}`) AS `_lakeivm_s{a.index}`" for a in query.extrema if delta_alias is None]
-        return _summed(parts, [k.name for k in query.group_keys], sums + values)
+        keys = [k.name for k in query.group_keys] + ([f"_lakeivm_v{a.index}" for a in query.extrema] if delta_alias else [])
+        return _summed(parts, keys, sums + values)
     m = f"{delta_alias}.{MULTIPLICITY}" if delta_alias else "CAST(1 AS BIGINT)"
     tree = _with_sources(_delta_first(query, delta_alias) if delta_alias and not query.outer else query.tree, sources)
     items: list[exp.Expression] = [exp.alias_(sqlglot.parse_one(k.sql, dialect=DIALECT), k.name) for k in query.group_keys]
@@ -578,21 +581,45 @@ def state_sql(query: Query, sources: Mapping[str, str], delta_alias: str | None 
         if s is not None:
             items.append(exp.alias_(sqlglot.parse_one(s, dialect=DIALECT), f"_lakeivm_s{agg.index}"))
         items.append(exp.alias_(sqlglot.parse_one(n, dialect=DIALECT), f"_lakeivm_n{agg.index}"))
+    if delta_alias:
+        values = [sqlglot.parse_one(a.sql, dialect=DIALECT) for a in query.extrema]
+        items += [exp.alias_(v.copy(), f"_lakeivm_v{a.index}") for v, a in zip(values, query.extrema)]
+        if values:
+            group = tree.args.get("group")
+            tree.set("group", exp.Group(expressions=[*(group.expressions if group else []), *values]))
     tree.set("expressions", items)
     return tree.sql(dialect=DIALECT)
 
 
-def multiset_sql(query: Query, sources: Mapping[str, str], agg: Aggregate, delta_alias: str | None = None) -> str:
+def rolled_up_sql(query: Query, rows: str, quote: Callable[[str], str] = lambda c: f"`{c}`") -> str:
+    """A delta ``state_sql``'s rows (``rows``: a table name) summed per group over the MIN/MAX
+    arguments they are also grouped by: the view state's delta. ``quote`` writes an identifier
+    (Spark's by default; DuckDB's for rows in this process)."""
+    keys = [quote(k.name) for k in query.group_keys]
+    sums = [f"COALESCE(SUM({quote(c)}), 0) AS {quote(c)}" for c in query.additive_columns]
+    group = f" GROUP BY {', '.join(keys)}" if keys else ""
+    return f"SELECT {', '.join([*keys, *sums])} FROM {rows}{group}"
+
+
+def multiset_of_sql(query: Query, rows: str, agg: Aggregate, quote: Callable[[str], str] = lambda c: f"`{c}`") -> str:
+    """``multiset_sql``'s delta from a delta ``state_sql``'s rows (``rows``): per group and non-null
+    value of ``agg``, the change of its count."""
+    keys = [quote(k.name) for k in query.group_keys]
+    value, count = quote(f"_lakeivm_v{agg.index}"), quote(COUNT)
+    columns = [*keys, f"{value} AS {quote('_lakeivm_v')}", f"SUM({count}) AS {quote('_lakeivm_cnt')}"]
+    return f"SELECT {', '.join(columns)} FROM {rows} WHERE {value} IS NOT NULL GROUP BY {', '.join([*keys, value])}"
+
+
+def multiset_sql(query: Query, sources: Mapping[str, str], agg: Aggregate) -> str:
     """Per group, the multiset of ``agg``'s non-null values: (keys, ``_lakeivm_v``, ``_lakeivm_cnt``).
 
     The state that keeps MIN/MAX exact under deletes: a group's extremum is the least/greatest value
-    whose count is positive. With ``delta_alias``, the counts are the multiset's delta.
+    whose count is positive. A delta's is ``multiset_of_sql`` of a delta ``state_sql``.
     """
     if query.branches:
-        parts = [multiset_sql(b, sources, b.aggregates[agg.index], delta_alias) for b in _branches_reading(query, delta_alias)]
+        parts = [multiset_sql(b, sources, b.aggregates[agg.index]) for b in query.branches]
         return _summed(parts, [k.name for k in query.group_keys] + ["_lakeivm_v"], ["SUM(`_lakeivm_cnt`) AS `_lakeivm_cnt`"])
-    m = f"{delta_alias}.{MULTIPLICITY}" if delta_alias else "CAST(1 AS BIGINT)"
-    tree = _with_sources(_delta_first(query, delta_alias) if delta_alias and not query.outer else query.tree, sources)
+    m, tree = "CAST(1 AS BIGINT)", _with_sources(query.tree, sources)
     value = sqlglot.parse_one(agg.sql, dialect=DIALECT)
     items: list[exp.Expression] = [exp.alias_(sqlglot.parse_one(k.sql, dialect=DIALECT), k.name) for k in query.group_keys]
     items += [exp.alias_(value.copy(), "_lakeivm_v"), exp.alias_(sqlglot.parse_one(f"SUM({m})", dialect=DIALECT), "_lakeivm_cnt")]

@@ -113,7 +113,7 @@ class AdditiveTable:
             self._small = None  # deltas added after the replacement are rewritten onto it, not onto the old read
         if self._deltas and not self._rewrite_if_small():
             if self.append_only:
-                summed = consolidate(_union(self._frames()), self.keys, self.payloads)
+                summed = consolidate(union_all(self._frames()), self.keys, self.payloads)
                 summed.write.format("delta").mode("append").save(self.path)
                 if _needs_compaction(self.path):
                     write_overwrite(self.consolidated_stored(), self.path)
@@ -134,7 +134,7 @@ class AdditiveTable:
         local = [d.select(rows.column_names).cast(rows.schema) for d in self._deltas if isinstance(d, pa.Table)]
         remote = [d for d in self._deltas if not isinstance(d, pa.Table)]
         if remote:  # one Spark job: the buffered deltas computed by Spark
-            local.append(in_stored_types(_union(remote), stored).toArrow().cast(rows.schema))
+            local.append(in_stored_types(union_all(remote), stored).toArrow().cast(rows.schema))
         summed = add_rows(rows, pa.concat_tables(local), self.keys, self.payloads, self.alive)
         self.lake.overwrite_small(self.path, summed, rows.schema)
         return True
@@ -253,7 +253,7 @@ COMPACT_RATIO = 0.25  # appended rows, as a fraction of the rows at the last rew
 COMPACT_COMMITS = 40  # appends that trigger one whatever their size (each is a file every scan opens)
 
 
-def _union(frames: Sequence[DataFrame]) -> DataFrame:
+def union_all(frames: Sequence[DataFrame]) -> DataFrame:
     out = frames[0]
     for frame in frames[1:]:
         out = out.unionByName(frame)

@@ -6,8 +6,13 @@ and asymmetric plans. Per group the state is a row count and, per aggregated exp
 of its non-null values and their count (lakeivm.sql); states add, and a group whose count reaches
 zero is deleted. MIN/MAX and COUNT(DISTINCT) keep, per aggregate, the multiset of each group's
 values as an additive table ``aux/extremum_<i>`` (keys, value, count); after a run the touched
-groups' extrema (or number of live values) are re-read from it, so deletes are exact. Cost per batch: one join of the
-delta with the other relations, one MERGE (plus one MERGE per MIN/MAX multiset).
+groups' extrema (or number of live values) are re-read from it, so deletes are exact.
+
+Cost per batch: one join of the delta with the other relations, grouped by the group keys and the
+MIN/MAX arguments (one query gives the state's delta and each multiset's); one MERGE per stored
+table. A small delta of a small view is summed and merged in this process instead: one Spark job
+collects the grouped join, DuckDB adds the few rows (no SQL of the view's), one more job renders
+the touched groups, and delta-rs rewrites the tables whole.
 
 A LEFT JOIN is linear in every relation but its NULL-padded one, S: a change of S can turn a
 preserved row from padded to matched and back. Such a row's key is one ΔS touches, so
@@ -22,13 +27,18 @@ states add, so a table's change reaches only the branches that read it.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
+from lakeivm.changes import SMALL_DELTA_ROWS
 from lakeivm.lake import CDF
-from lakeivm.sql import COUNT, MULTIPLICITY, Aggregate, OuterJoin, Query, multiset_sql, state_sql
+from lakeivm.sql import (COUNT, MULTIPLICITY, Aggregate, OuterJoin, Query, multiset_of_sql, multiset_sql, rolled_up_sql,
+                         state_sql)
 from lakeivm.views.base import Context
-from lakeivm.views.state import AdditiveTable, as_read, in_stored_types, keys_in, read_if_small
+from lakeivm.views.state import (AdditiveTable, as_frames, as_read, duckdb_query, in_stored_types, keys_in, local_frame,
+                                 quoted, read_if_small, union_all)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -43,8 +53,9 @@ class FirstOrderMaintainer:
     """
 
     def __init__(self) -> None:
-        self._changes: list[DataFrame] = []
+        self._changes: list = []  # state deltas: Spark frames, or Arrow tables summed in this process
         self._multisets: dict[int, AdditiveTable] | None = None
+        self._stored: tuple | None = None  # (read_if_small of the stored view,), read once per run
 
     def state_tables(self, ctx: Context) -> Mapping[str, str]:
         multisets = {f"extremum_{i}": t.path for i, t in self._extrema(ctx).items()}
@@ -72,11 +83,52 @@ class FirstOrderMaintainer:
             if padded is not None:
                 self._apply_padded(ctx, table, padded, name)
                 continue
-            sources = self._sources(ctx, table, alias, name)
-            self._changes.append(ctx.spark.sql(state_sql(ctx.query, sources, alias)).localCheckpoint(eager=True))
-            for agg in ctx.query.extrema:
-                self._extrema(ctx)[agg.index].add(ctx.spark.sql(multiset_sql(ctx.query, sources, agg, alias)))
+            grouped = ctx.spark.sql(state_sql(ctx.query, self._sources(ctx, table, alias, name), alias))
+            if ctx.delta_rows.get(table, SMALL_DELTA_ROWS + 1) <= SMALL_DELTA_ROWS and self._local(ctx):
+                self._split_locally(ctx, grouped.toArrow())
+            else:
+                self._split(ctx, grouped.localCheckpoint(eager=True))
         ctx.checkpoint(f"apply:{table}")
+
+    def _split(self, ctx: Context, grouped: DataFrame) -> None:
+        """A delta state grouped also by the MIN/MAX arguments (``state_sql``): the view state's delta
+        and each multiset's, by Spark."""
+        if not ctx.query.extrema:
+            self._changes.append(grouped)
+            return
+        rows = f"lakeivm_{ctx.view}_grouped_delta"
+        grouped.createOrReplaceTempView(rows)
+        self._changes.append(ctx.spark.sql(rolled_up_sql(ctx.query, rows)).localCheckpoint(eager=True))
+        for agg in ctx.query.extrema:
+            self._extrema(ctx)[agg.index].add(ctx.spark.sql(multiset_of_sql(ctx.query, rows, agg)))
+
+    def _split_locally(self, ctx: Context, grouped) -> None:
+        """``_split`` of few rows (an Arrow table, collected by one Spark job) in this process, by DuckDB:
+        sums of the state columns Spark computed, no SQL of the view's."""
+        from lakeivm.changes import plain_field
+
+        grouped = grouped.cast(pa.schema([plain_field(f) for f in grouped.schema]))
+        if not ctx.query.extrema:
+            self._changes.append(grouped)
+            return
+        types = {f.name: f.type for f in grouped.schema}
+
+        def typed(rows: pa.Table, **like: str) -> pa.Table:
+            """DuckDB's sums in Spark's types (it sums integers as HUGEINT): each column as ``grouped``'s
+            column of its name, or of the name ``like`` gives it."""
+            return rows.cast(pa.schema([(n, types[like.get(n, n)]) for n in rows.column_names]))
+
+        self._changes.append(typed(duckdb_query(rolled_up_sql(ctx.query, "grouped", quoted), grouped=grouped)))
+        for agg in ctx.query.extrema:
+            rows = duckdb_query(multiset_of_sql(ctx.query, "grouped", agg, quoted), grouped=grouped)
+            self._extrema(ctx)[agg.index].add(typed(rows, _lakeivm_v=f"_lakeivm_v{agg.index}", _lakeivm_cnt=COUNT))
+
+    def _local(self, ctx: Context) -> bool:
+        """Whether the stored view and its multisets are small and read in this process: then a small
+        delta's state is summed and merged here (``_split_locally``, ``merge_state``)."""
+        if self._stored is None:
+            self._stored = (read_if_small(ctx.lake, ctx.lake.view_path(ctx.view)),)
+        return self._stored[0] is not None and all(m.current_local() is not None for m in self._extrema(ctx).values())
 
     def _apply_padded(self, ctx: Context, table: str, join: OuterJoin, delta_view: str) -> None:
         """The change of a LEFT, FULL, SEMI or ANTI JOIN's right relation S: the query before and after it,
@@ -119,11 +171,13 @@ class FirstOrderMaintainer:
         for index, multiset in self._extrema(ctx).items():
             multiset.flush()
             ctx.checkpoint(f"flush:extremum_{index}")
-        change = self._changes[0]
-        for part in self._changes[1:]:
-            change = change.unionByName(part)
-        merge_state(ctx, change, {a: self._extrema(ctx)[a.index].path for a in ctx.query.extrema})
-        self._changes = []
+        multisets = {a: self._extrema(ctx)[a.index].path for a in ctx.query.extrema}
+        stored = self._stored[0] if self._stored else None
+        if stored is not None and all(isinstance(c, pa.Table) for c in self._changes):
+            merge_locally(ctx, self._changes, stored, multisets)
+        else:
+            merge_state(ctx, union_all(as_frames(ctx.spark, self._changes)), multisets)
+        self._changes, self._stored = [], None
         ctx.checkpoint("flush")
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
@@ -225,6 +279,48 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
     else:
         clauses = ("WHEN MATCHED THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *")
     ctx.lake.merge(path, updated, on, *clauses)
+
+
+def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, object], multisets: Mapping[Aggregate, str]) -> None:
+    """``merge_state`` of state deltas summed in this process (Arrow) into a small stored view
+    (``stored``: ``read_if_small``'s frame and rows). The touched groups' new state, and their
+    MIN/MAX from the multisets (read by delta-rs after their flush), are sums and a join done by
+    DuckDB; their view columns by Spark (``finalize``: one job over local rows, the view's own SQL
+    expressions); the view rewritten by delta-rs."""
+    import pyarrow as pa
+
+    query, path = ctx.query, ctx.lake.view_path(ctx.view)
+    frame, rows = stored
+    values = {agg: read_if_small(ctx.lake, multiset) for agg, multiset in multisets.items()}
+    if any(v is None for v in values.values()):  # a multiset outgrew a local read: Spark joins it
+        merge_state(ctx, union_all(as_frames(ctx.spark, changes)), multisets)
+        return
+    keys, additive = [k.name for k in query.group_keys], list(query.additive_columns)
+    change = pa.concat_tables([c.select([*keys, *additive]).cast(pa.schema([rows.schema.field(n) for n in [*keys, *additive]]))
+                               for c in changes])
+    q = [quoted(k) for k in keys]
+    group = f" GROUP BY {', '.join(q)}" if keys else ""
+
+    def on(other: str) -> str:
+        return " AND ".join(f"{other}.{k} IS NOT DISTINCT FROM d.{k}" for k in q) or "true"
+
+    sums = ", ".join(f"SUM({quoted(c)}) AS {quoted(c)}" for c in additive)
+    text = [f"WITH d AS (SELECT {', '.join([*q, sums])} FROM change{group})",
+            "SELECT " + ", ".join([*[f"d.{k}" for k in q], *[f"COALESCE(s.{quoted(c)}, 0) + COALESCE(d.{quoted(c)}, 0) AS {quoted(c)}"
+                                                          for c in additive],
+                                   *[f"e{a.index}.{quoted(f'_lakeivm_s{a.index}')}" for a in values]]),
+            f"FROM d LEFT JOIN stored AS s ON {on('s')}"]
+    tables = {"change": change, "stored": rows}
+    for agg, (_, multiset) in values.items():
+        pick = "COUNT" if agg.func == "DISTINCT" else agg.func  # COUNT(DISTINCT): one multiset row per live value
+        tables[f"m{agg.index}"] = multiset
+        value = quoted(f"_lakeivm_s{agg.index}")
+        text.append(f"LEFT JOIN (SELECT {', '.join([*q, f'{pick}(_lakeivm_v) AS {value}'])} FROM m{agg.index}"
+                    f" WHERE _lakeivm_cnt > 0{group}) AS e{agg.index} ON {on(f'e{agg.index}')}")
+    touched = duckdb_query("\n".join(text), **tables)
+    touched = touched.cast(pa.schema([rows.schema.field(n) for n in touched.column_names]))
+    updated = finalize(query, local_frame(ctx.spark, touched))
+    _rewrite(ctx, path, rows, in_stored_types(updated, frame).toArrow(), keys)
 
 
 def _rewrite(ctx: Context, path: str, stored, updated, keys: list[str]) -> None:
