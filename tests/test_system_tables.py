@@ -50,3 +50,25 @@ def test_log_rows_round_trip(tmp_path):
     assert first.pins == {"t": 1} and first.applied == ("t",) and first.table_seconds == {"t": 0.5}
     assert first.fingerprint == "ab" and first.deployment == "connect" and first.consistent
     assert first.started_at.timestamp() == rows[0].started_at.timestamp()
+
+
+def test_appends_are_compacted_now_and_then_and_read_the_same(tmp_path):
+    """One file per append would pile up (each fresh process reads them all); every COMPACT_EVERY-th
+    commit rewrites the small files as one, fenced appends still land after it, no row is lost."""
+    from deltalake import DeltaTable
+
+    lake = Lake(None, str(tmp_path / "lake"))  # type: ignore[arg-type]
+    lake.ensure_system_tables()
+    appended = []
+    for i in range(2 * system_tables.COMPACT_EVERY + 5):
+        row = {"view": f"v{i % 3}", "seq": i, "status": "committed"}
+        if i % 2:
+            assert system_tables.append(lake.log_path, "log.json", [row]) is not None
+        else:  # fenced at the head, as a run's lease appends
+            head = storage.head_version(lake.log_path)
+            assert system_tables.append(lake.log_path, "log.json", [row], after=head) is not None
+        appended.append((row["view"], row["seq"]))
+    files = DeltaTable(lake.log_path).file_uris()
+    assert len(files) <= system_tables.COMPACT_EVERY, len(files)
+    assert sorted((r["view"], r["seq"]) for r in system_tables.read(lake.log_path)) == sorted(appended)
+    assert sorted(r["seq"] for r in system_tables.read(lake.log_path, [("view", "=", "v1")])) == [s for v, s in sorted(appended) if v == "v1"]
