@@ -19,19 +19,27 @@ def test_suite_is_generated_from_the_spec():
                      ("expect_column_values_to_be_between", "_lakeivm_count"), ("expect_column_values_to_be_between", "c")]
 
 
-@pytest.mark.parametrize("rows", [None, 2], ids=["spark-engine", "pandas-engine"])
-def test_good_rows_pass_and_bad_rows_are_named(spark, rows):
-    good = spark.createDataFrame([(0, 3, 2, 2, 3, 2), (1, 5, 1, 1, 5, 1)], LAYOUT)
+@pytest.mark.parametrize("engine", ["spark", "pandas", "local"])
+def test_good_rows_pass_and_bad_rows_are_named(spark, engine):
+    """``spark``: GX's Spark engine; ``pandas``: the rows collected from Spark (few, by ``rows``);
+    ``local``: rows read in this process, handed over as a pandas frame."""
+    rows = {"spark": None, "pandas": 2, "local": None}[engine]
+
+    def frame(data, layout):
+        df = spark.createDataFrame(data, layout)
+        return df.toPandas() if engine == "local" else df
+
+    good = frame([(0, 3, 2, 2, 3, 2), (1, 5, 1, 1, 5, 1)], LAYOUT)
     report = validate(good, SPEC, QUERY, rows)
     assert report.success and report.evaluated == 4
-    duplicated = spark.createDataFrame([(0, 3, 2, 2, 3, 2), (0, 5, 1, 1, 5, 1)], LAYOUT)
+    duplicated = frame([(0, 3, 2, 2, 3, 2), (0, 5, 1, 1, 5, 1)], LAYOUT)
     with pytest.raises(ExpectationFailed, match=r"expect_column_values_to_be_unique\(column=g\): 2 unexpected"):
         validate(duplicated, SPEC, QUERY, rows).raise_if_failed()
-    null_key = spark.createDataFrame([(None, 3, 2, 2, 3, 2)], LAYOUT)
+    null_key = frame([(None, 3, 2, 2, 3, 2)], LAYOUT)
     with pytest.raises(ExpectationFailed, match=r"expect_column_values_to_not_be_null\(column=g\)"):
         validate(null_key, SPEC, QUERY, rows).raise_if_failed()
     nullable = spec_from_dict({"refresh_policy": "incremental", "name": "by_g", "deadline": 60, "sql": SPEC.sql, "nullable_keys": ["g"]})
     assert validate(null_key, nullable, QUERY, rows).success
-    empty_group = spark.createDataFrame([(0, 0, 0, 0, 0, 0)], LAYOUT)
+    empty_group = frame([(0, 0, 0, 0, 0, 0)], LAYOUT)
     with pytest.raises(ExpectationFailed, match=r"column=_lakeivm_count, min_value=1"):
         validate(empty_group, SPEC, QUERY, rows).raise_if_failed()

@@ -107,16 +107,16 @@ class Lake:
                 self.cache[key] = {f.name: f.dataType.simpleString() for f in self.read(path, version).schema.fields}
         return self.cache[key]
 
-    def read_small(self, path: str, max_rows: int) -> tuple[DataFrame, object] | None:
+    def read_small(self, path: str, max_rows: int, version: int | None = None) -> tuple[DataFrame, object] | None:
         """The Delta table read in this process (delta-rs, one load of its log) and handed to Spark
         as local rows: ``(frame, the Arrow table)``; None if it holds more than ``max_rows`` rows (by
         its files' statistics) or delta-rs cannot read it (a table feature it lacks, e.g. deletion
         vectors). Spark reads no Delta snapshot of it (a snapshot of a table that changes every run
-        costs Spark jobs and seconds, however few its rows)."""
+        costs Spark jobs and seconds, however few its rows). At ``version`` if given, else the newest."""
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaProtocolError
 
-        table = DeltaTable(path)
+        table = DeltaTable(path, version=version)
         try:
             if storage.rows_in(table) > max_rows:
                 return None

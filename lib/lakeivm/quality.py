@@ -15,6 +15,7 @@ from lakeivm.registry import ViewSpec
 from lakeivm.sql import COUNT, Query
 
 if TYPE_CHECKING:
+    import pandas
     from pyspark.sql import DataFrame
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -70,16 +71,19 @@ def build_suite(spec: ViewSpec, query: Query):
 PANDAS_ROWS = 100_000  # a stored view this small is validated on the driver: one collect instead of a Spark job per expectation
 
 
-def validate(df: DataFrame, spec: ViewSpec, query: Query, rows: int | None = None) -> Validation:
+def validate(df: DataFrame | pandas.DataFrame, spec: ViewSpec, query: Query, rows: int | None = None) -> Validation:
     """Run the view's suite on its stored rows (hidden state columns included): with GX's pandas
-    engine on the collected rows when ``rows`` (e.g. from the table's statistics) is at most
-    PANDAS_ROWS, else with its Spark engine."""
+    engine on a pandas frame (rows read in this process), or on the collected rows when ``rows``
+    (e.g. from the table's statistics) is at most PANDAS_ROWS; else with its Spark engine."""
     gx = import_gx()
+    import pandas as pd
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    if rows is not None and rows <= PANDAS_ROWS:
+    if isinstance(df, pd.DataFrame):
+        source = context.data_sources.add_pandas(name=f"lakeivm_{spec.name}")
+    elif rows is not None and rows <= PANDAS_ROWS:
         source, df = context.data_sources.add_pandas(name=f"lakeivm_{spec.name}"), df.toPandas()
     else:
         source = context.data_sources.add_spark(name=f"lakeivm_{spec.name}")
