@@ -185,3 +185,20 @@ def test_crash_at_any_write_then_rerun_equals_crash_free_run(lake, spark, name, 
     heads = {t: lake.head_version(lake.table_path(t)) for t in tables}
     assert order[-1] == heads and len(order) == 1 + sum(heads.values())  # every version exactly once
     check_index(lake, spec)
+
+
+def test_a_view_auto_maintained_by_full_then_by_nested_rebuilds_its_series(lake, spark):
+    """`auto` may recompute a run in full (the result then holds the SQL's rows alone) and pick the
+    nested kind again later: that rebuild starts a new series instead of continuing one that is not
+    there (found by the fault suite: `_lakeivm_seq` cannot be resolved)."""
+    rng = random.Random(9)
+    lake.create_table("bids", spark.createDataFrame(book_rows(rng, 12), BOOK_DDL))
+    full = spec_from_dict({"refresh_policy": "full", "name": "vwap", "sql": QUERIES["vwap"], "deadline": 60})
+    assert run_view(lake, full).kind == "full"
+    change_book(lake, rng, "bids")
+    nested = spec_from_dict({"refresh_policy": "incremental", "name": "vwap", "sql": QUERIES["vwap"], "deadline": 60})
+    assert run_view(lake, nested).kind == "nested"
+    assert audit(lake, nested).ok
+    change_book(lake, rng, "bids")
+    run_view(lake, nested)
+    assert audit(lake, nested).ok

@@ -92,8 +92,10 @@ class NestedMaintainer:
         analysed = ctx.spark.sql(recompute_sql(ctx.query, sources)).schema  # analysed, not executed
         self._schema = StructType([StructField(f.name, f.dataType) for f in analysed.fields])
         stored = self.series(ctx).schema.fields if _result_exists(ctx) else []
-        # a rebuild continues the series unless the outputs changed
-        fresh = [(f.name, f.dataType) for f in stored if f.name in shape.outputs] != [(f.name, f.dataType) for f in analysed]
+        # a rebuild continues the series unless the outputs changed, or the result is not a series (auto
+        # maintained the view by `full` before, which stores the SQL's rows alone)
+        fresh = SEQ not in {f.name for f in stored} or (
+            [(f.name, f.dataType) for f in stored if f.name in shape.outputs] != [(f.name, f.dataType) for f in analysed])
         self._progress, self._seq = dict(ctx.pins), 0 if fresh else _last_seq(ctx) + 1
         if shape.name in PARTITIONED:
             self._evaluate_partitioned(ctx)  # no commits: the stored contributions' total
