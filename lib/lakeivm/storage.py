@@ -33,7 +33,13 @@ def list_names(uri: str, directories: bool | None = None) -> list[str]:
     from pyarrow.fs import FileSelector, FileType
 
     fs, path = _resolve(uri)
-    infos = fs.get_file_info(FileSelector(path, allow_not_found=True))
+    for attempt in range(5):
+        try:
+            infos = fs.get_file_info(FileSelector(path, allow_not_found=True))
+            break
+        except FileNotFoundError:  # an entry went while being listed (a creator's temporary file): list again
+            if attempt == 4:
+                raise
     wanted = {True: (FileType.Directory,), False: (FileType.File,), None: (FileType.Directory, FileType.File)}[directories]
     return sorted(i.base_name for i in infos if i.type in wanted)
 

@@ -287,8 +287,6 @@ def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, obje
     MIN/MAX from the multisets (read by delta-rs after their flush), are sums and a join done by
     DuckDB; their view columns by Spark (``finalize``: one job over local rows, the view's own SQL
     expressions); the view rewritten by delta-rs."""
-    import pyarrow as pa
-
     query, path = ctx.query, ctx.lake.view_path(ctx.view)
     frame, rows = stored
     values = {agg: read_if_small(ctx.lake, multiset) for agg, multiset in multisets.items()}
@@ -328,7 +326,6 @@ def _rewrite(ctx: Context, path: str, stored, updated, keys: list[str]) -> None:
     touched groups replaced by ``updated`` (Arrow; a group whose count reached zero dropped),
     written back as one overwrite by delta-rs: Spark takes no snapshot of the table, writes no
     commit, and runs no job beyond computing ``updated``."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     updated = updated.cast(stored.schema)  # in_stored_types already gave it the stored column order
