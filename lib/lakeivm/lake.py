@@ -107,24 +107,25 @@ class Lake:
                 self.cache[key] = {f.name: f.dataType.simpleString() for f in self.read(path, version).schema.fields}
         return self.cache[key]
 
-    def read_small(self, path: str, max_rows: int, version: int | None = None) -> tuple[DataFrame, object] | None:
+    def read_small(self, path: str, max_rows: int) -> tuple[DataFrame, object] | None:
         """The Delta table read in this process (delta-rs, one load of its log) and handed to Spark
         as local rows: ``(frame, the Arrow table)``; None if it holds more than ``max_rows`` rows (by
         its files' statistics) or delta-rs cannot read it (a table feature it lacks, e.g. deletion
         vectors). Spark reads no Delta snapshot of it (a snapshot of a table that changes every run
-        costs Spark jobs and seconds, however few its rows). At ``version`` if given, else the newest."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaProtocolError
-
-        table = DeltaTable(path, version=version)
-        try:
-            if storage.rows_in(table) > max_rows:
-                return None
-            rows = table.to_pyarrow_table()
-        except DeltaProtocolError:
+        costs Spark jobs and seconds, however few its rows)."""
+        read = _read_with_delta_rs(path, max_rows)
+        if read is None:
             return None
+        table, rows = read
         ddl = ", ".join(f"`{name}` {kind}" for name, kind in storage.spark_columns(table).items())
         return self.spark.createDataFrame(rows, schema=ddl), rows
+
+    @staticmethod
+    def read_small_arrow(path: str, max_rows: int, version: int | None = None):
+        """``read_small``'s Arrow table alone, at ``version`` if given: no Spark at all (a frame's
+        typed schema costs a Spark Connect round trip)."""
+        read = _read_with_delta_rs(path, max_rows, version)
+        return None if read is None else read[1]
 
     def overwrite_small(self, path: str, rows: object, schema: object) -> None:
         """Replace the Delta table's rows with ``rows`` (few: an Arrow table in this process) in one
@@ -145,3 +146,18 @@ class Lake:
     def delete(self, path: str) -> None:
         """Remove a folder (state of a view being dropped or rebuilt from scratch)."""
         storage.delete_tree(path)
+
+
+def _read_with_delta_rs(path: str, max_rows: int, version: int | None = None):
+    """(delta-rs table, its rows as Arrow) if it holds at most ``max_rows`` rows and delta-rs reads
+    it, else None (see ``Lake.read_small``)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaProtocolError
+
+    table = DeltaTable(path, version=version)
+    try:
+        if storage.rows_in(table) > max_rows:
+            return None
+        return table, table.to_pyarrow_table()
+    except DeltaProtocolError:
+        return None

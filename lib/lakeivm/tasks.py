@@ -55,8 +55,8 @@ def validate(view: str, summary: dict[str, Any], session: str | None = None) -> 
     ctx, maintainer = reader(lake, spec, row)
     path = maintainer.state_tables(ctx)["result"]
     version = row.state_versions["result"] if row else None
-    small = lake.read_small(path, PANDAS_ROWS, version)  # read by delta-rs: no Spark job for a small view
-    report = run_suite(small[1].to_pandas() if small else lake.read(path, version), spec, ctx.query)
+    small = lake.read_small_arrow(path, PANDAS_ROWS, version)  # read by delta-rs: no Spark for a small view
+    report = run_suite(small.to_pandas() if small is not None else lake.read(path, version), spec, ctx.query)
     report.raise_if_failed()
     return {**summary, "expectations": report.evaluated}
 

@@ -39,12 +39,12 @@ class AdditiveTable:
         self.append_only = append_only
         self._deltas: list[DataFrame] = []
         self._replacement: DataFrame | None = None
-        self._small: tuple | None = None  # read_if_small of the stored table: read once, forgotten when this object writes it
+        self._small: tuple | None = None  # read_if_small of the stored table: read once, then what flush rewrote
 
     def stored_small(self) -> tuple[DataFrame, object] | None:
-        """``read_if_small`` of the stored table, read once until this object writes it (one run's
-        maintainer is the table's only writer): a small table is read by delta-rs in this process,
-        so Spark takes no snapshot of a table that changes every run."""
+        """``read_if_small`` of the stored table, read once (one run's maintainer is the table's only
+        writer): a small table is read by delta-rs in this process, so Spark takes no snapshot of a
+        table that changes every run. After a flush that rewrote it small, the rows it wrote."""
         if self._small is None:
             self._small = (read_if_small(self.lake, self.path),)
         return self._small[0]
@@ -111,7 +111,8 @@ class AdditiveTable:
         if self._replacement is not None:
             write_overwrite(self._replacement, self.path)
             self._small = None  # deltas added after the replacement are rewritten onto it, not onto the old read
-        if self._deltas and not self._rewrite_if_small():
+        rewritten = self._rewrite_if_small() if self._deltas else None
+        if self._deltas and rewritten is None:
             if self.append_only:
                 summed = consolidate(union_all(self._frames()), self.keys, self.payloads)
                 summed.write.format("delta").mode("append").save(self.path)
@@ -119,17 +120,20 @@ class AdditiveTable:
                     write_overwrite(self.consolidated_stored(), self.path)
             else:
                 merge_add(self.lake, self.path, self._frames(), self.keys, self.payloads, self.alive)
-        self._deltas, self._replacement, self._small = [], None, None
+        self._deltas, self._replacement = [], None
+        small = rewritten is not None and rewritten[1].num_rows <= REWRITE_ROWS
+        self._small = (rewritten,) if small else None  # a later reader in this run (first_order's merge) reads no file
 
-    def _rewrite_if_small(self) -> bool:
+    def _rewrite_if_small(self) -> tuple[DataFrame, object] | None:
         """Add the buffered deltas by rewriting the table whole, read and written by delta-rs
         (``read_if_small``), if it is small: one commit, and Spark takes no snapshot of a table that
-        changes every run (a MERGE costs seconds and a dozen Spark jobs however few rows it touches)."""
+        changes every run (a MERGE costs seconds and a dozen Spark jobs however few rows it touches).
+        Returns the rows written (as ``stored_small`` gives them), or None if the table is not small."""
         import pyarrow as pa
 
         small = self.stored_small()
         if small is None:
-            return False
+            return None
         stored, rows = small
         local = [d.select(rows.column_names).cast(rows.schema) for d in self._deltas if isinstance(d, pa.Table)]
         remote = [d for d in self._deltas if not isinstance(d, pa.Table)]
@@ -137,7 +141,7 @@ class AdditiveTable:
             local.append(in_stored_types(union_all(remote), stored).toArrow().cast(rows.schema))
         summed = add_rows(rows, pa.concat_tables(local), self.keys, self.payloads, self.alive)
         self.lake.overwrite_small(self.path, summed, rows.schema)
-        return True
+        return self.lake.spark.createDataFrame(summed, schema=stored.schema), summed
 
     def consolidated_stored(self) -> DataFrame:
         """The stored rows summed per key (computed: the table can be overwritten with it)."""

@@ -84,7 +84,7 @@ class FirstOrderMaintainer:
                 self._apply_padded(ctx, table, padded, name)
                 continue
             grouped = ctx.spark.sql(state_sql(ctx.query, self._sources(ctx, table, alias, name), alias))
-            if ctx.delta_rows.get(table, SMALL_DELTA_ROWS + 1) <= SMALL_DELTA_ROWS and self._local(ctx):
+            if ctx.delta_rows.get(table, SMALL_DELTA_ROWS + 1) <= SMALL_DELTA_ROWS and self._small_state(ctx):
                 self._split_locally(ctx, grouped.toArrow())
             else:
                 self._split(ctx, grouped.localCheckpoint(eager=True))
@@ -123,12 +123,16 @@ class FirstOrderMaintainer:
             rows = duckdb_query(multiset_of_sql(ctx.query, "grouped", agg, quoted), grouped=grouped)
             self._extrema(ctx)[agg.index].add(typed(rows, _lakeivm_v=f"_lakeivm_v{agg.index}", _lakeivm_cnt=COUNT))
 
-    def _local(self, ctx: Context) -> bool:
+    def _small_state(self, ctx: Context) -> bool:
         """Whether the stored view and its multisets are small and read in this process: then a small
-        delta's state is summed and merged here (``_split_locally``, ``merge_state``)."""
+        delta's state is summed and merged here (``_split_locally``, ``merge_locally``)."""
+        return self._stored_view(ctx) is not None and all(m.current_local() is not None for m in self._extrema(ctx).values())
+
+    def _stored_view(self, ctx: Context) -> tuple[DataFrame, object] | None:
+        """``read_if_small`` of the stored view, read once per run (the run is its only writer)."""
         if self._stored is None:
             self._stored = (read_if_small(ctx.lake, ctx.lake.view_path(ctx.view)),)
-        return self._stored[0] is not None and all(m.current_local() is not None for m in self._extrema(ctx).values())
+        return self._stored[0]
 
     def _apply_padded(self, ctx: Context, table: str, join: OuterJoin, delta_view: str) -> None:
         """The change of a LEFT, FULL, SEMI or ANTI JOIN's right relation S: the query before and after it,
@@ -171,12 +175,12 @@ class FirstOrderMaintainer:
         for index, multiset in self._extrema(ctx).items():
             multiset.flush()
             ctx.checkpoint(f"flush:extremum_{index}")
-        multisets = {a: self._extrema(ctx)[a.index].path for a in ctx.query.extrema}
-        stored = self._stored[0] if self._stored else None
+        multisets = {a: self._extrema(ctx)[a.index] for a in ctx.query.extrema}
+        stored = self._stored_view(ctx)
         if stored is not None and all(isinstance(c, pa.Table) for c in self._changes):
             merge_locally(ctx, self._changes, stored, multisets)
         else:
-            merge_state(ctx, union_all(as_frames(ctx.spark, self._changes)), multisets)
+            merge_state(ctx, union_all(as_frames(ctx.spark, self._changes)), stored, multisets)
         self._changes, self._stored = [], None
         ctx.checkpoint("flush")
 
@@ -244,9 +248,10 @@ def finalize(query: Query, state: DataFrame) -> DataFrame:
     return state.selectExpr(*visible, *hidden)
 
 
-def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, str] | None = None) -> None:
-    """Add a state delta into the stored view (MERGE, or a rewrite of a small view); delete groups
-    whose count reaches zero.
+def merge_state(ctx: Context, change: DataFrame, stored: tuple[DataFrame, object] | None,
+                multisets: Mapping[Aggregate, AdditiveTable]) -> None:
+    """Add a state delta into the stored view (MERGE, or a rewrite of a small view: ``stored`` is its
+    ``read_if_small``); delete groups whose count reaches zero.
 
     MIN/MAX values of the touched groups are re-read from their (already flushed) multisets.
     """
@@ -256,17 +261,16 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
     keys = [k.name for k in query.group_keys]
     sums = [F.sum(c).alias(c) for c in query.additive_columns]
     change = change.groupBy(*keys).agg(*sums) if keys else change.agg(*sums)
-    small, rows = read_if_small(ctx.lake, path) or (None, None)
-    stored = small if small is not None else ctx.lake.read(path)
+    small, rows = stored or (None, None)
     on = " AND ".join(f"c.`{k}` <=> d.`{k}`" for k in keys) or "true"
     added = [f"COALESCE(c.`{s}`, 0) + COALESCE(d.`{s}`, 0) AS `{s}`" for s in query.additive_columns]
-    joined = change.alias("d").join(stored.alias("c"), on=F.expr(on), how="left")
+    joined = change.alias("d").join((small if small is not None else ctx.lake.read(path)).alias("c"), on=F.expr(on), how="left")
     touched = joined.selectExpr(*[f"d.`{k}` AS `{k}`" for k in keys], *added)
-    for agg, multiset in (multisets or {}).items():
+    for agg, multiset in multisets.items():
         # computed once: the touched groups occur twice in the join that adds an extremum, so an
         # unmaterialized plan doubles with each MIN/MAX (80 Spark jobs for two of them, 9 s of a 13 s run)
-        values = read_if_small(ctx.lake, multiset)  # a small multiset: no Spark snapshot of it
-        touched = _with_extremum(touched.localCheckpoint(eager=True), values[0] if values else ctx.lake.read(multiset), agg, keys)
+        values = multiset.stored_small()  # a small multiset: no Spark snapshot of it
+        touched = _with_extremum(touched.localCheckpoint(eager=True), values[0] if values else ctx.lake.read(multiset.path), agg, keys)
     # the touched groups, computed once: the rewrite and MERGE both read them twice
     updated = finalize(query, touched).localCheckpoint(eager=True)
     if small is not None:
@@ -281,17 +285,18 @@ def merge_state(ctx: Context, change: DataFrame, multisets: Mapping[Aggregate, s
     ctx.lake.merge(path, updated, on, *clauses)
 
 
-def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, object], multisets: Mapping[Aggregate, str]) -> None:
+def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, object],
+                  multisets: Mapping[Aggregate, AdditiveTable]) -> None:
     """``merge_state`` of state deltas summed in this process (Arrow) into a small stored view
     (``stored``: ``read_if_small``'s frame and rows). The touched groups' new state, and their
-    MIN/MAX from the multisets (read by delta-rs after their flush), are sums and a join done by
+    MIN/MAX from the multisets (the rows their flush just wrote), are sums and a join done by
     DuckDB; their view columns by Spark (``finalize``: one job over local rows, the view's own SQL
     expressions); the view rewritten by delta-rs."""
     query, path = ctx.query, ctx.lake.view_path(ctx.view)
     frame, rows = stored
-    values = {agg: read_if_small(ctx.lake, multiset) for agg, multiset in multisets.items()}
+    values = {agg: multiset.stored_small() for agg, multiset in multisets.items()}
     if any(v is None for v in values.values()):  # a multiset outgrew a local read: Spark joins it
-        merge_state(ctx, union_all(as_frames(ctx.spark, changes)), multisets)
+        merge_state(ctx, union_all(as_frames(ctx.spark, changes)), stored, multisets)
         return
     keys, additive = [k.name for k in query.group_keys], list(query.additive_columns)
     change = pa.concat_tables([c.select([*keys, *additive]).cast(pa.schema([rows.schema.field(n) for n in [*keys, *additive]]))
