@@ -95,6 +95,8 @@ def test_a_known_spark_failure_is_one_line(tmp_path, capsys, monkeypatch):
     from lakeivm.errors import known_failure
 
     assert known_failure(RuntimeError("[FAILED_READ_FILE.NO_HINT] Error while reading file")).startswith("a data file the run needed is gone")
+    assert "file:/lake/t/part-0.snappy.parquet:" in known_failure(
+        RuntimeError("[FAILED_READ_FILE.NO_HINT] Error while reading file file:/lake/t/part-0.snappy.parquet. SQLSTATE: KD001"))
     assert known_failure(ValueError("a bug of ours")) is None
 
     def concurrent(*args, **kwargs):
@@ -105,10 +107,16 @@ def test_a_known_spark_failure_is_one_line(tmp_path, capsys, monkeypatch):
     views = tmp_path / "views"
     views.mkdir()
     (views / "by_g.yaml").write_text(VIEW)
+    monkeypatch.setenv("LAKEIVM_HOME", str(tmp_path / "home"))
     assert main(["--lake", str(tmp_path), "--views", str(views), "refresh", "by_g"]) == 2
+    kept = next((tmp_path / "home" / "errors").glob("*.txt"))
+    assert "(JVM trace)" in kept.read_text()  # the whole trace, kept for a bug report
     assert capsys.readouterr().err == (
         "lakeivm: error: view 'by_g': another writer committed to a table this run read or wrote "
-        "(ConcurrentAppendException); nothing was committed: refresh again\n")
+        f"(ConcurrentAppendException); nothing was committed: refresh again (the whole trace: {kept})\n")
+    monkeypatch.setenv("LAKEIVM_TRACE", "1")
+    with pytest.raises(RuntimeError, match="DELTA_CONCURRENT_APPEND"):
+        main(["--lake", str(tmp_path), "--views", str(views), "refresh", "by_g"])
 
 
 def test_a_lake_path_that_does_not_exist_is_refused_not_created(tmp_path, views, capsys):

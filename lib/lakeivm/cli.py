@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -29,15 +30,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except Exception as err:  # a known Spark/Delta failure is one line, not a JVM trace
         message = known_failure(err)
-        if message is None:
+        if message is None or os.environ.get("LAKEIVM_TRACE"):  # LAKEIVM_TRACE=1: the whole trace, for a bug report
             raise
         view = f"view {args.view!r}: " if getattr(args, "view", None) else ""
-        print(f"lakeivm: error: {view}{message}", file=sys.stderr)
+        kept = _keep_trace()
+        print(f"lakeivm: error: {view}{message}" + (f" (the whole trace: {kept})" if kept else ""), file=sys.stderr)
         return 2
     finally:
         from lakeivm.spark import release_connect_session
 
         release_connect_session()  # before the interpreter exits (see its docstring)
+
+
+def _keep_trace(keep: int = 50) -> str | None:
+    """Write the exception being handled, whole, to ``$LAKEIVM_HOME/errors`` (``~/.lakeivm``; the newest
+    ``keep`` are kept) for a bug report; its path, or None if it cannot be written."""
+    import time
+    import traceback
+    from pathlib import Path
+
+    folder = Path(os.environ.get("LAKEIVM_HOME", Path.home() / ".lakeivm")).expanduser() / "errors"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}.txt"
+        path.write_text(traceback.format_exc())
+        for old in sorted(folder.glob("*.txt"))[:-keep]:
+            old.unlink(missing_ok=True)
+        return str(path)
+    except OSError:
+        return None
 
 
 def _parser() -> argparse.ArgumentParser:

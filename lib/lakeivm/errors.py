@@ -1,6 +1,8 @@
 """The exceptions lakeivm raises. Every message names the problem and how to fix it."""
 from __future__ import annotations
 
+import re
+
 
 class LakeIVMError(Exception):
     """Base class of every error lakeivm raises on purpose."""
@@ -45,7 +47,7 @@ _KNOWN_FAILURES = (
       "ProtocolChangedException", "DELTA_CONCURRENT"),
      "another writer committed to a table this run read or wrote ({marker}); nothing was committed: refresh again"),
     (("FAILED_READ_FILE", "FileNotFoundException", "DELTA_FILE_NOT_FOUND"),
-     "a data file the run needed is gone ({marker}: removed by VACUUM or by hand); rebuild the view "
+     "a data file the run needed is gone ({marker}{file}: removed by VACUUM or by hand); rebuild the view "
      "(lakeivm refresh VIEW --rebuild), or restore the files"),
     (("ChecksumException", "DELTA_CHECKSUM"),
      "a file of the lake failed its checksum ({marker}: written partly, or damaged); refresh again, and if it "
@@ -56,8 +58,9 @@ _KNOWN_FAILURES = (
 def known_failure(err: BaseException) -> str | None:
     """One line for a known Spark/Delta failure (concurrent modification, missing files, checksum), or None."""
     text = f"{type(err).__name__}: {err}"
+    named = re.search(r"(?:file|File) (\S+\.(?:parquet|json|crc|checkpoint\.parquet))", text)
     for markers, message in _KNOWN_FAILURES:
         marker = next((m for m in markers if m in text), None)
         if marker is not None:
-            return message.format(marker=marker)
+            return message.format(marker=marker, file=f" {named.group(1)}" if named else "")
     return None
