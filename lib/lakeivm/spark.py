@@ -73,10 +73,15 @@ def get_spark(settings: Settings | None = None, app_name: str = "lakeivm") -> Sp
     if active is not None:
         return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if settings.spark_master.startswith("local"):  # no "hostname resolves to a loopback address" warning
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(settings.spark_master)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --name (the view's) is kept
         builder = builder.appName(app_name)
-    for key, value in jvm_conf(settings).items():
+    conf = jvm_conf(settings)
+    quiet = f"-Dlog4j2.configurationFile={files('lakeivm') / 'log4j2.properties'}"  # before setLogLevel can act
+    conf["spark.driver.extraJavaOptions"] = f"{quiet} {conf.get('spark.driver.extraJavaOptions', '')}".strip()
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
