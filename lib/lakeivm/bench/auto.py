@@ -7,8 +7,10 @@ view's SQL recomputed). Reported per size: seconds per batch of each policy, wha
 batch and why, and auto's total against the cheaper fixed policy (the aim: within 10 %, issue 18).
 
 Workloads: ``triangle`` (the directed triangle count over an R-MAT ``edges`` table, ``--edges``
-sizes, ``--batch`` edge inserts + deletes) and ``q5`` (revenue by nation over TPC-H, ``--scales``,
-TPC-H refresh functions changing about ``--batch`` lineitem rows). JSON under ``--out``.
+sizes, ``--batch`` edge inserts + deletes), ``q5`` (revenue by nation over TPC-H, ``--scales``,
+TPC-H refresh functions changing about ``--batch`` lineitem rows) and ``--view FILE``: any spec's SQL
+over TPC-H under the same stream (e.g. ``bench/views/segments_left_join.yaml``, a LEFT JOIN whose
+padded side the stream changes). JSON under ``--out``.
 """
 from __future__ import annotations
 
@@ -33,16 +35,22 @@ def main(argv: list[str], settings: Settings) -> int:
     parser.add_argument("--scales", default="0.01,0.1", help="q5: TPC-H scale factors")
     parser.add_argument("--batch", type=int, default=1000, help="changes per batch (default 1000)")
     parser.add_argument("--batches", type=int, default=8, help="batches per size (default 8)")
+    parser.add_argument("--view", action="append", default=[],
+                        help="a view spec (YAML) over TPC-H, run as a workload of its own at --scales (repeatable)")
     parser.add_argument("--out", default="bench-results")
     args = parser.parse_args(argv)
     from lakeivm.spark import get_spark
 
     spark = get_spark(settings)
     results = {"machine": machine(), "batch": args.batch, "batches": args.batches, "runs": []}
-    for workload in args.workloads.split(","):
+    from lakeivm.registry import load_spec
+
+    workloads = {name: (_triangle if name == "triangle" else _q5(load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml").sql))
+                 for name in (args.workloads.split(",") if not args.view else [])}
+    workloads.update({load_spec(Path(file)).name: _q5(load_spec(Path(file)).sql) for file in args.view})
+    for workload, setup in workloads.items():
         sizes = args.edges if workload == "triangle" else args.scales
         for size in (float(x) for x in sizes.split(",")):
-            setup = _triangle if workload == "triangle" else _q5
             root = str(Path(args.out) / f"lake-auto-{workload}-{size:g}")
             results["runs"].append(_compare(spark, settings, root, workload, size, setup, args.batch, args.batches))
             save(args.out, "auto", results)
@@ -70,19 +78,23 @@ def _triangle(lake, size: float, batch: int):
     return TRIANGLES, next_batch
 
 
-def _q5(lake, size: float, batch: int):
-    """TPC-H at scale ``size``; a batch inserts and deletes orders with about ``batch`` lineitems in all."""
-    from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-    from lakeivm.registry import load_spec
+def _q5(sql: str) -> Callable:
+    """A workload of ``sql`` over TPC-H at scale ``size``: a batch inserts and deletes orders with about
+    ``batch`` lineitems in all (the refresh functions; the other tables are not changed)."""
 
-    generate_tpch(lake, size, tables=("nation", "customer", "orders", "lineitem"))
-    stream, orders = TpchChangeStream(lake, seed=11), max(1, batch // 8)  # ~4 lineitems an order, half in, half out
+    def setup(lake, size: float, batch: int):
+        from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
 
-    def next_batch() -> None:
-        stream.rf1(orders)
-        stream.rf2(orders)
+        generate_tpch(lake, size, tables=("nation", "customer", "orders", "lineitem"))
+        stream, orders = TpchChangeStream(lake, seed=11), max(1, batch // 8)  # ~4 lineitems an order, half in, half out
 
-    return load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml").sql, next_batch
+        def next_batch() -> None:
+            stream.rf1(orders)
+            stream.rf2(orders)
+
+        return sql, next_batch
+
+    return setup
 
 
 def _compare(spark, settings: Settings, root: str, workload: str, size: float,
