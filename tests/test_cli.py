@@ -94,8 +94,8 @@ def test_a_known_spark_failure_is_one_line(tmp_path, capsys, monkeypatch):
     from lakeivm import engine
     from lakeivm.errors import known_failure
 
-    assert known_failure(RuntimeError("[FAILED_READ_FILE.NO_HINT] Error while reading file")).startswith("a data file the run needed is gone")
-    assert "file:/lake/t/part-0.snappy.parquet:" in known_failure(
+    assert known_failure(RuntimeError("[FAILED_READ_FILE.NO_HINT] Error while reading file")).startswith("a file the run needed could not be read")
+    assert "(FAILED_READ_FILE file:/lake/t/part-0.snappy.parquet);" in known_failure(
         RuntimeError("[FAILED_READ_FILE.NO_HINT] Error while reading file file:/lake/t/part-0.snappy.parquet. SQLSTATE: KD001"))
     assert known_failure(ValueError("a bug of ours")) is None
 

@@ -47,8 +47,9 @@ _KNOWN_FAILURES = (
       "ProtocolChangedException", "DELTA_CONCURRENT"),
      "another writer committed to a table this run read or wrote ({marker}); nothing was committed: refresh again"),
     (("FAILED_READ_FILE", "FileNotFoundException", "DELTA_FILE_NOT_FOUND"),
-     "a data file the run needed is gone ({marker}{file}: removed by VACUUM or by hand); rebuild the view "
-     "(lakeivm refresh VIEW --rebuild), or restore the files"),
+     "a file the run needed could not be read ({marker}{file}); nothing was committed. Refresh again; if "
+     "it fails again the file is gone (VACUUM, or by hand): rebuild the view (lakeivm refresh VIEW --rebuild) "
+     "or restore the file"),
     (("ChecksumException", "DELTA_CHECKSUM"),
      "a file of the lake failed its checksum ({marker}: written partly, or damaged); refresh again, and if it "
      "persists restore the file or rebuild the view"),
