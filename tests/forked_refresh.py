@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -62,8 +63,6 @@ class Forked:
 
     def communicate(self, timeout: float) -> tuple[str, str]:
         """(stdout, stderr) once it ended; ``subprocess.TimeoutExpired`` if it runs past ``timeout``."""
-        import subprocess
-
         self._process.join(timeout)
         if self._process.exitcode is None:
             raise subprocess.TimeoutExpired(f"lakeivm (pid {self.pid})", timeout)

@@ -47,9 +47,10 @@ def _keep_trace(keep: int = 50) -> str | None:
     ``keep`` are kept) for a bug report; its path, or None if it cannot be written."""
     import time
     import traceback
-    from pathlib import Path
 
-    folder = Path(os.environ.get("LAKEIVM_HOME", Path.home() / ".lakeivm")).expanduser() / "errors"
+    from lakeivm.config import lakeivm_home
+
+    folder = lakeivm_home() / "errors"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}.txt"

@@ -51,6 +51,12 @@ class Settings:
         return replace(self, **changes)
 
 
+def lakeivm_home() -> Path:
+    """lakeivm's own folder on this machine (``LAKEIVM_HOME``, default ``~/.lakeivm``): the Connect
+    server's pid file and log, kept error traces."""
+    return Path(os.environ.get("LAKEIVM_HOME", Path.home() / ".lakeivm")).expanduser()
+
+
 def load_settings(config_file: str | os.PathLike[str] = "lakeivm.toml") -> Settings:
     """Read settings from the environment and, if present, ``lakeivm.toml``."""
     values: dict[str, object] = {}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from lakeivm.config import DEFAULT_REMOTE, Settings
+from lakeivm.config import DEFAULT_REMOTE, Settings, lakeivm_home
 from lakeivm.errors import LakeIVMError
 from lakeivm.processes import alive
 from lakeivm.spark import jvm_conf
@@ -51,8 +51,7 @@ class ServerInfo:
 
 def run_folder(remote: str = DEFAULT_REMOTE) -> Path:
     """Where the server on ``remote``'s port keeps its pid file and log."""
-    home = Path(os.environ.get("LAKEIVM_HOME", Path.home() / ".lakeivm")).expanduser()
-    return home / f"connect-{urlparse(remote).port or 15002}"
+    return lakeivm_home() / f"connect-{urlparse(remote).port or 15002}"
 
 
 def start(settings: Settings, master: str = "local[2]", remote: str = DEFAULT_REMOTE,

@@ -36,7 +36,7 @@ def main(argv: list[str], settings: Settings) -> int:
     parser.add_argument("--batch", type=int, default=1000, help="changes per batch (default 1000)")
     parser.add_argument("--batches", type=int, default=8, help="batches per size (default 8)")
     parser.add_argument("--view", action="append", default=[],
-                        help="a view spec (YAML) over TPC-H, run as a workload of its own at --scales (repeatable)")
+                        help="a view spec (YAML) over TPC-H, run at --scales instead of --workloads (repeatable)")
     parser.add_argument("--out", default="bench-results")
     args = parser.parse_args(argv)
     from lakeivm.spark import get_spark
@@ -45,9 +45,11 @@ def main(argv: list[str], settings: Settings) -> int:
     results = {"machine": machine(), "batch": args.batch, "batches": args.batches, "runs": []}
     from lakeivm.registry import load_spec
 
-    workloads = {name: (_triangle if name == "triangle" else _q5(load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml").sql))
-                 for name in (args.workloads.split(",") if not args.view else [])}
-    workloads.update({load_spec(Path(file)).name: _q5(load_spec(Path(file)).sql) for file in args.view})
+    views = [load_spec(Path(file)) for file in args.view]  # --view replaces --workloads
+    q5 = load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml")
+    workloads = {name: _triangle if name == "triangle" else _tpch_workload(q5.sql)
+                 for name in ([] if views else args.workloads.split(","))}
+    workloads.update({spec.name: _tpch_workload(spec.sql) for spec in views})
     for workload, setup in workloads.items():
         sizes = args.edges if workload == "triangle" else args.scales
         for size in (float(x) for x in sizes.split(",")):
@@ -78,7 +80,7 @@ def _triangle(lake, size: float, batch: int):
     return TRIANGLES, next_batch
 
 
-def _q5(sql: str) -> Callable:
+def _tpch_workload(sql: str) -> Callable:
     """A workload of ``sql`` over TPC-H at scale ``size``: a batch inserts and deletes orders with about
     ``batch`` lineitems in all (the refresh functions; the other tables are not changed)."""
 
