@@ -113,7 +113,7 @@ class Lake:
         its files' statistics) or delta-rs cannot read it (a table feature it lacks, e.g. deletion
         vectors). Spark reads no Delta snapshot of it (a snapshot of a table that changes every run
         costs Spark jobs and seconds, however few its rows)."""
-        read = _read_with_delta_rs(path, max_rows)
+        read = read_with_delta_rs(path, max_rows)
         if read is None:
             return None
         table, rows = read
@@ -124,7 +124,7 @@ class Lake:
     def read_small_arrow(path: str, max_rows: int, version: int | None = None):
         """``read_small``'s Arrow table alone, at ``version`` if given: no Spark at all (a frame's
         typed schema costs a Spark Connect round trip)."""
-        read = _read_with_delta_rs(path, max_rows, version)
+        read = read_with_delta_rs(path, max_rows, version)
         return None if read is None else read[1]
 
     def overwrite_small(self, path: str, rows: object, schema: object) -> None:
@@ -148,7 +148,7 @@ class Lake:
         storage.delete_tree(path)
 
 
-def _read_with_delta_rs(path: str, max_rows: int, version: int | None = None):
+def read_with_delta_rs(path: str, max_rows: int, version: int | None = None):
     """(delta-rs table, its rows as Arrow) if it holds at most ``max_rows`` rows and delta-rs reads
     it, else None (see ``Lake.read_small``)."""
     from deltalake import DeltaTable

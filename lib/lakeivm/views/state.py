@@ -32,22 +32,44 @@ class AdditiveTable:
     """One Delta table of ``keys`` + additive ``payloads`` with buffered deltas (see module doc)."""
 
     def __init__(self, lake: Lake, path: str, keys: Sequence[str], payloads: Sequence[str], alive: str | None = None,
-                 append_only: bool = False) -> None:
+                 append_only: bool = False, local_rows: int | None = None) -> None:
         self.lake, self.path = lake, path
+        self.local_rows = local_rows  # rows up to which the table is read and rewritten by delta-rs (None: REWRITE_ROWS)
         self.keys, self.payloads = tuple(keys), tuple(payloads)
         self.alive = alive  # the payload whose zero means the key is gone (default: all payloads zero)
         self.append_only = append_only
         self._deltas: list[DataFrame] = []
         self._replacement: DataFrame | None = None
-        self._small: tuple | None = None  # read_if_small of the stored table: read once, then what flush rewrote
+        self._small: tuple | None = None  # (Arrow rows or None,): the stored table read once, then what flush rewrote
+        self._columns: dict[str, str] = {}  # {column: Spark type} of the stored table, read with it
+        self._small_frame: DataFrame | None = None
+
+    def stored_arrow(self):
+        """The stored rows as an Arrow table in this process if the table is small (at most
+        ``local_rows``, by its statistics) and delta-rs reads it, else None. Read once (one run's
+        maintainer is the table's only writer); after a flush that rewrote it small, the rows it
+        wrote. Spark takes no snapshot of a table that changes every run."""
+        if self._small is None:
+            from lakeivm.lake import read_with_delta_rs
+
+            read = read_with_delta_rs(self.path, self._local_rows())
+            if read is not None:
+                self._columns = storage_columns(read[0])
+            self._small, self._small_frame = (None if read is None else read[1],), None
+        return self._small[0]
 
     def stored_small(self) -> tuple[DataFrame, object] | None:
-        """``read_if_small`` of the stored table, read once (one run's maintainer is the table's only
-        writer): a small table is read by delta-rs in this process, so Spark takes no snapshot of a
-        table that changes every run. After a flush that rewrote it small, the rows it wrote."""
-        if self._small is None:
-            self._small = (read_if_small(self.lake, self.path),)
-        return self._small[0]
+        """``stored_arrow`` and the same rows as a Spark frame of local rows (``read_if_small``)."""
+        rows = self.stored_arrow()
+        if rows is None:
+            return None
+        if self._small_frame is None:
+            ddl = ", ".join(f"`{name}` {kind}" for name, kind in self._columns.items())
+            self._small_frame = self.lake.spark.createDataFrame(rows, schema=ddl)
+        return self._small_frame, rows
+
+    def _local_rows(self) -> int:
+        return REWRITE_ROWS if self.local_rows is None else self.local_rows
 
     def current(self) -> DataFrame:
         """Stored rows ⊎ buffered deltas, as a bag (the same key may occur several times)."""
@@ -66,10 +88,10 @@ class AdditiveTable:
         delta-rs) and every buffered delta is local (added as Arrow); else None."""
         import pyarrow as pa
 
-        small = None if self._replacement is not None else self.stored_small()
-        if small is None or not all(isinstance(d, pa.Table) for d in self._deltas):
+        rows = None if self._replacement is not None else self.stored_arrow()
+        if rows is None or not all(isinstance(d, pa.Table) for d in self._deltas):
             return None
-        stored = small[1].select([*self.keys, *self.payloads])
+        stored = rows.select([*self.keys, *self.payloads])
         return pa.concat_tables([stored, *[d.cast(stored.schema) for d in self._deltas]])
 
     def consolidated(self) -> DataFrame:
@@ -101,7 +123,7 @@ class AdditiveTable:
         it is rewritten whole by delta-rs (``flush``), which cannot read a table with them."""
         write_overwrite(consolidate(rows, self.keys, self.payloads, self.alive), self.path)
         self._small = None
-        if self.lake.row_count(self.path) > REWRITE_ROWS:
+        if self.lake.row_count(self.path) > self._local_rows():
             self.lake.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
     def flush(self) -> None:
@@ -121,27 +143,30 @@ class AdditiveTable:
             else:
                 merge_add(self.lake, self.path, self._frames(), self.keys, self.payloads, self.alive)
         self._deltas, self._replacement = [], None
-        small = rewritten is not None and rewritten[1].num_rows <= REWRITE_ROWS
-        self._small = (rewritten,) if small else None  # a later reader in this run (first_order's merge) reads no file
+        if rewritten is not None and rewritten.num_rows <= self._local_rows():
+            self._small, self._small_frame = (rewritten,), None  # a later reader in this run reads no file
+        else:
+            self._small = None
 
-    def _rewrite_if_small(self) -> tuple[DataFrame, object] | None:
+    def _rewrite_if_small(self):
         """Add the buffered deltas by rewriting the table whole, read and written by delta-rs
-        (``read_if_small``), if it is small: one commit, and Spark takes no snapshot of a table that
+        (``stored_arrow``), if it is small: one commit, and Spark takes no snapshot of a table that
         changes every run (a MERGE costs seconds and a dozen Spark jobs however few rows it touches).
-        Returns the rows written (as ``stored_small`` gives them), or None if the table is not small."""
+        Returns the Arrow rows written, or None if the table is not small."""
         import pyarrow as pa
+        from pyspark.sql import functions as F
 
-        small = self.stored_small()
-        if small is None:
+        rows = self.stored_arrow()
+        if rows is None:
             return None
-        stored, rows = small
         local = [d.select(rows.column_names).cast(rows.schema) for d in self._deltas if isinstance(d, pa.Table)]
         remote = [d for d in self._deltas if not isinstance(d, pa.Table)]
-        if remote:  # one Spark job: the buffered deltas computed by Spark
-            local.append(in_stored_types(union_all(remote), stored).toArrow().cast(rows.schema))
+        if remote:  # one Spark job: the buffered deltas computed by Spark, in the stored types
+            typed = union_all(remote).select(*[F.col(f"`{c}`").cast(t).alias(c) for c, t in self._columns.items()])
+            local.append(typed.toArrow().cast(rows.schema))
         summed = add_rows(rows, pa.concat_tables(local), self.keys, self.payloads, self.alive)
         self.lake.overwrite_small(self.path, summed, rows.schema)
-        return self.lake.spark.createDataFrame(summed, schema=stored.schema), summed
+        return summed
 
     def consolidated_stored(self) -> DataFrame:
         """The stored rows summed per key (computed: the table can be overwritten with it)."""
@@ -192,6 +217,10 @@ def write_overwrite(rows: DataFrame, path: str) -> None:
 
 
 REWRITE_ROWS = 20_000  # a result this small is rewritten whole: cheaper than a Delta MERGE of its touched rows
+# State that a kind reads and changes on the driver only (the nested indexes, the triangle's relations): up to this
+# many rows it is read and rewritten whole by delta-rs (500k rows: ~0.13 s, a MERGE of a few rows 3-4 s), never
+# shipped to Spark as local rows.
+LOCAL_STATE_ROWS = 1_000_000
 
 
 def as_read(rows: DataFrame, query) -> DataFrame:
@@ -212,11 +241,19 @@ def as_read(rows: DataFrame, query) -> DataFrame:
     return rows.orderBy(*order).limit(query.limit)
 
 
-def read_if_small(lake: Lake, path: str) -> tuple[DataFrame, object] | None:
+def read_if_small(lake: Lake, path: str, max_rows: int | None = None) -> tuple[DataFrame, object] | None:
     """The table's rows as local rows and their Arrow schema (``Lake.read_small``) if it is small
-    enough to rewrite whole (by its Delta statistics) and delta-rs reads it, else None: MERGE or write
-    it with Spark (a MERGE costs seconds whatever it touches)."""
-    return lake.read_small(path, REWRITE_ROWS)
+    enough to rewrite whole (at most ``max_rows``, default REWRITE_ROWS, by its Delta statistics)
+    and delta-rs reads it, else None: MERGE or write it with Spark (a MERGE costs seconds whatever
+    it touches)."""
+    return lake.read_small(path, REWRITE_ROWS if max_rows is None else max_rows)
+
+
+def storage_columns(table) -> dict[str, str]:
+    """{column: Spark SQL type} of a loaded delta-rs table."""
+    from lakeivm import storage
+
+    return storage.spark_columns(table)
 
 
 def in_stored_types(rows: DataFrame, stored: DataFrame) -> DataFrame:

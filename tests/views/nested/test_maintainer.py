@@ -134,7 +134,12 @@ Q17_DDL = ("l_orderkey bigint, l_partkey bigint, l_quantity decimal(15,2), l_ext
 
 
 @pytest.mark.heavy(99)
-def test_q17_with_asymmetric_plans(lake, spark):
+@pytest.mark.parametrize("state", ["local", "spark"])
+def test_q17_with_asymmetric_plans(lake, spark, monkeypatch, state):
+    """Both ways of evaluating Q17: the indexes read by delta-rs and replayed in this process, or
+    (LOCAL_STATE_ROWS -1) read, replayed with applyInPandas and MERGEd by Spark."""
+    if state == "spark":
+        monkeypatch.setattr("lakeivm.views.state.LOCAL_STATE_ROWS", -1)
     rng = random.Random(11)
     line = lambda: (rng.randrange(100), rng.randrange(5), Decimal(rng.randint(1, 9)),  # noqa: E731
                     Decimal(f"{rng.randint(100, 999)}.{rng.randrange(100):02d}"))

@@ -4,8 +4,10 @@ State (digest §6.3), all Delta tables versioned by the engine's commit protocol
 
 * ``views/<view>/index/<table>``: per source table, rows of *absolute* per-key sums in the layout
   the evaluator names (``STATE``: e.g. VWAP's ``bids`` as ``price, cnt, sum_volume,
-  sum_price_volume``). Bootstrap is a GROUP BY of the snapshot at the pins; a run MERGEs the
-  summed change of its commits (keys whose sums all reach zero are deleted).
+  sum_price_volume``). Bootstrap is a GROUP BY of the snapshot at the pins; a run adds the
+  summed change of its commits (keys whose sums all reach zero are deleted): an index of up to
+  ``LOCAL_STATE_ROWS`` rows is read and rewritten whole by delta-rs in the run's process, a
+  larger one MERGEd by Spark.
 * ``views/<view>/result``: the **time series** of the view: one emission per source commit
   version (plus one at bootstrap), each the query's output rows in SQL's own shape, under the
   versions of every source table it is the answer for (column ``version`` for a one-table view,
@@ -25,8 +27,11 @@ Evaluation is exact (int/Decimal/Fraction arithmetic); results are stored in the
 §6.3) are evaluated per key with ``applyInPandas`` (module ``partitioned``):
 
 * TPC-H Q17, correlated by equality on the part key: each part's stored sums and commits go to
-  ``contribution_steps``; the per-commit changes are summed per step in Spark and accumulated on
-  the driver, which never holds the index.
+  ``contribution_steps``; the per-commit changes are summed per step and accumulated on the
+  driver. Only parts of the query's brand and container contribute, so only their rows are
+  replayed: in the run's process when the indexes are small enough to read there (the commits
+  then come as Arrow and no Spark job runs after the change feed's), else per part with Spark's
+  ``applyInPandas``, the driver never holding the index.
 * MST, grouped per broker: the driver keeps only the global asks and bids sides (bids summed over
   brokers: O(prices), not O(brokers × prices)) and computes both cuts after every commit; each
   broker's stored bids and bid commits go to ``broker_steps`` with those cuts.
@@ -50,6 +55,7 @@ from lakeivm.views.nested.events import BookRow, Event, LineitemRow, PartRow
 from lakeivm.views.nested.partitioned import (BEFORE, BID_EVENT, BID_STATE, LINE_EVENT, LINE_STATE, PART_EVENT, PART_STATE,
                                               broker_steps, contribution_steps)
 from lakeivm.views.nested.shape import NestedShape, nested_shape
+from lakeivm.views import state
 from lakeivm.views.state import AdditiveTable
 
 if TYPE_CHECKING:
@@ -147,8 +153,13 @@ class NestedMaintainer:
         shape = _shape(ctx)
         role = shape.role_of(table)
         columns = shape.columns[role]
-        frame = read_versions(ctx, table, start, until, list(columns.values()))
-        self._tables(ctx)[table].add(ctx.spark.sql(_delta_state_sql(shape, table, _temp(frame, f"lakeivm_{ctx.view}_{table}_cdf"))))
+        index = self._tables(ctx)[table]
+        if self._local(ctx):
+            frame = read_versions(ctx, table, start, until, list(columns.values()), local=True)  # Arrow: no Spark job after
+            index.add(index_delta(shape, table, frame, index.stored_arrow().schema))
+        else:
+            frame = read_versions(ctx, table, start, until, list(columns.values()))
+            index.add(ctx.spark.sql(_delta_state_sql(shape, table, _temp(frame, f"lakeivm_{ctx.view}_{table}_cdf"))))
         self._read_to[table] = until
         if shape.name in PARTITIONED:
             self._deferred.append((table, start, until, frame))
@@ -184,7 +195,7 @@ class NestedMaintainer:
         by_price = stored_bids.groupBy("price").agg(*(F.sum(c).alias(c) for c in sums)).collect()
         steps, ranges, asks, bid_events, offset = [], [], [], [], 0
         with _exact():
-            sides.load("asks", _state_rows(shape, asks_table, stored_asks))
+            sides.load("asks", _state_rows(shape, asks_table, stored_asks.toArrow()))
             sides.load("bids", [((None, r["price"]), tuple(r[c] for c in sums)) for r in by_price])
 
             def cut() -> None:
@@ -256,16 +267,83 @@ class NestedMaintainer:
                             pv.cast(types["sum_price_volume"].dataType).alias("pv"))
 
     def _evaluate_q17(self, ctx: Context) -> None:
-        """Q17: per-part contributions (``contribution_steps``, applyInPandas) summed per step, accumulated here."""
-        from pyspark.sql import functions as F
+        """Q17: each relevant part's contributions (``contribution_steps``) summed per step, accumulated here."""
+        steps, offset, ranges = [], 0, []
+        for table, start, until, _ in self._deferred:
+            steps += [(table, v) for v in range(start + 1, until + 1)]
+            ranges.append(start + 1 - offset)  # a commit's step is its version minus this
+            offset += until - start
+        if self._local(ctx):
+            tables = self._tables(ctx)
+            lines, parts = (tables[_shape(ctx).tables[role]].stored_arrow() for role in ("lineitem", "part"))
+            by_step = self._q17_steps_locally(ctx, lines, parts, ranges)
+        else:
+            by_step = self._q17_steps_on_spark(ctx, ranges)
+        count, total = by_step.get(BEFORE, (0, 0))
+        evaluator = make_evaluator(_shape(ctx))
+        if not steps:
+            self._emit_value(ctx, evaluator.result_of(count, total))
+        with _exact():
+            for i, (table, version) in enumerate(steps):
+                dc, dv = by_step.get(i, (0, 0))
+                count, total = count + dc, total + dv
+                self._progress[table] = version
+                self._emit_value(ctx, evaluator.result_of(count, total))
+
+    def _q17_steps_locally(self, ctx: Context, lines, parts, ranges: list[int]) -> dict[int, tuple[int, Any]]:
+        """{step: (Δcount, Δsum)} with ``BEFORE`` the stored total, from the indexes read by delta-rs and
+        the run's commits collected (Arrow): only parts of the query's brand and container contribute,
+        so only their rows are replayed, part by part, in this process."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
         shape = _shape(ctx)
         params = dict(shape.params)
-        steps, offset, rows = [], 0, [self._state_rows_frame(ctx, t) for t in ctx.query.tables]
-        for table, start, until, frame in self._deferred:
-            steps += [(table, v) for v in range(start + 1, until + 1)]
-            rows.append(self._event_rows_frame(ctx, table, frame, F.col("_commit_version") - (start + 1 - offset)))
-            offset += until - start
+        events = []  # (kind, step, pk, quantity, price, brand, container, m)
+        for (table, _, _, frame), first in zip(self._deferred, ranges):
+            role, changes = shape.role_of(table), frame  # read_versions(local=True): Arrow
+            c = {f: changes[col].to_pylist() for f, col in shape.columns[role].items()}
+            step = [v - first for v in changes["_commit_version"].to_pylist()]
+            m = changes[MULTIPLICITY].to_pylist()
+            if role == "lineitem":
+                events += zip([LINE_EVENT] * len(m), step, c["l_partkey"], c["l_quantity"], c["l_extendedprice"],
+                              [None] * len(m), [None] * len(m), m)
+            else:
+                events += zip([PART_EVENT] * len(m), step, c["p_partkey"], [None] * len(m), [None] * len(m),
+                              c["p_brand"], c["p_container"], m)
+        chosen = parts.filter(pc.and_(pc.equal(parts["p_brand"], params["brand"]), pc.equal(parts["p_container"], params["container"])))
+        relevant = set(chosen["p_partkey"].to_pylist())
+        relevant |= {r[2] for r in events if r[0] == PART_EVENT and (r[5], r[6]) == (params["brand"], params["container"])}
+        rows: dict[Any, list[tuple]] = {pk: [] for pk in relevant}
+        for r in events:
+            if r[2] in rows:
+                rows[r[2]].append(r)
+        def of_relevant(table, column: str):
+            return table.filter(pc.is_in(table[column], value_set=pa.array(list(relevant), table.schema.field(column).type)))
+
+        line_rows = of_relevant(lines, "l_partkey")
+        for pk, qty, price, cnt in zip(*(line_rows[c].to_pylist() for c in ("l_partkey", "l_quantity", "sum_l_extendedprice", "cnt"))):
+            rows[pk].append((LINE_STATE, None, pk, qty, price, None, None, cnt))
+        part_rows = of_relevant(parts, "p_partkey")
+        for pk, brand, container, cnt in zip(*(part_rows[c].to_pylist() for c in ("p_partkey", "p_brand", "p_container", "cnt"))):
+            rows[pk].append((PART_STATE, None, pk, None, None, brand, container, cnt))
+        by_step: dict[int, tuple[int, Any]] = {}
+        with _exact():
+            for part_rows_of_pk in rows.values():
+                for step, dc, dv in contribution_steps(params, part_rows_of_pk):
+                    count, value = by_step.get(step, (0, 0))
+                    by_step[step] = (count + dc, value + dv)
+        return by_step
+
+    def _q17_steps_on_spark(self, ctx: Context, ranges: list[int]) -> dict[int, tuple[int, Any]]:
+        """As ``_q17_steps_locally`` for indexes too large for this process: ``contribution_steps`` per
+        part key with ``applyInPandas``, summed per step by Spark."""
+        from pyspark.sql import functions as F
+
+        params = dict(_shape(ctx).params)
+        rows = [self._state_rows_frame(ctx, t) for t in ctx.query.tables]
+        for (table, _, _, frame), first in zip(self._deferred, ranges):
+            rows.append(self._event_rows_frame(ctx, table, frame, F.col("_commit_version") - first))
         union = rows[0]
         for frame in rows[1:]:
             union = union.unionByName(frame)
@@ -286,17 +364,7 @@ class NestedMaintainer:
         per_step = (union.join(filtered, "pk", "left_semi").groupBy("pk")
                     .applyInPandas(per_part, f"step bigint, cnt bigint, value decimal(38,{scale})")
                     .groupBy("step").agg(F.sum("cnt").alias("cnt"), F.sum("value").alias("value")))
-        by_step = {r["step"]: (int(r["cnt"]), r["value"]) for r in per_step.collect()}
-        count, total = by_step.get(BEFORE, (0, 0))
-        evaluator = make_evaluator(shape)
-        if not steps:
-            self._emit_value(ctx, evaluator.result_of(count, total))
-        with _exact():
-            for i, (table, version) in enumerate(steps):
-                dc, dv = by_step.get(i, (0, 0))
-                count, total = count + dc, total + dv
-                self._progress[table] = version
-                self._emit_value(ctx, evaluator.result_of(count, total))
+        return {r["step"]: (int(r["cnt"]), r["value"]) for r in per_step.collect()}
 
     def _state_rows_frame(self, ctx: Context, table: str) -> DataFrame:
         """A Q17 index as ``partitioned`` input rows."""
@@ -332,10 +400,15 @@ class NestedMaintainer:
                             price.cast(types["sum_l_extendedprice"].dataType).alias("price"), brand.cast("string").alias("brand"),
                             container.cast("string").alias("container"), m.cast("bigint").alias("m"))
 
+    def _local(self, ctx: Context) -> bool:
+        """Whether the run reads its commits and the indexes in this process (Arrow, delta-rs): every index
+        small enough (``LOCAL_STATE_ROWS``), and a shape evaluated on the driver or Q17 (MST is on Spark)."""
+        return _shape(ctx).name != "mst" and all(t.stored_arrow() is not None for t in self._tables(ctx).values())
+
     def _versions(self, ctx: Context) -> dict[str, int]:
         """The source versions of the newest emission (read from the series once per run)."""
         if not self._progress:
-            last = self.series(ctx).orderBy(SEQ, ascending=False).first()
+            last = _newest_emission(ctx)
             if last is None:
                 raise StateError(f"view {ctx.view!r}: its result series is empty; rebuild it (lakeivm refresh --rebuild)")
             self._progress = {t: int(last[c]) for t, c in version_columns(ctx.query.tables).items()}
@@ -348,7 +421,9 @@ class NestedMaintainer:
         self._evaluator = make_evaluator(shape)
         with _exact():
             for table, index in self._tables(ctx).items():
-                self._evaluator.load(shape.role_of(table), _state_rows(shape, table, ctx.lake.read(index.path)))
+                stored = index.stored_arrow()  # read by delta-rs, if small enough
+                self._evaluator.load(shape.role_of(table), _state_rows(shape, table, stored if stored is not None
+                                                                       else ctx.lake.read(index.path).toArrow()))
 
     def _emit(self, ctx: Context) -> None:
         """Buffer the evaluator's result at the current versions as rows of the series."""
@@ -401,7 +476,7 @@ class NestedMaintainer:
             for table in ctx.query.tables:
                 keys, sums = EVALUATORS[shape.name].STATE[shape.role_of(table)]
                 self._index[table] = AdditiveTable(ctx.lake, ctx.lake.view_path(ctx.view, f"index/{table}"),
-                                                   keys, tuple(sum_name(s) for s in sums))
+                                                   keys, tuple(sum_name(s) for s in sums), local_rows=state.LOCAL_STATE_ROWS)
         return self._index
 
 
@@ -460,8 +535,9 @@ def _grouped_sql(shape: NestedShape, table: str, source: str, multiplicity: str)
     return f"SELECT {', '.join(key_sql + sum_sql)} FROM {source} GROUP BY {group}"
 
 
-def read_versions(ctx: Context, table: str, start: int, end: int, columns: list[str]) -> DataFrame:
-    """``table``'s changes in (start, end], netted *per commit*: columns, ``_commit_version``, ``_lakeivm_m``.
+def read_versions(ctx: Context, table: str, start: int, end: int, columns: list[str], local: bool = False):
+    """``table``'s changes in (start, end], netted *per commit*: columns, ``_commit_version``, ``_lakeivm_m``;
+    a computed Spark frame, or with ``local`` an Arrow table in this process.
 
     As :func:`lakeivm.changes.read_delta`, but grouped by commit version too (digest §6.4). The
     engine has already run :func:`lakeivm.changes.check_readable` on every range it advances.
@@ -478,17 +554,18 @@ def read_versions(ctx: Context, table: str, start: int, end: int, columns: list[
                   .groupBy("_commit_version", *columns)
                   .agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
                   .where(F.col(MULTIPLICITY) != 0))
-        return netted.localCheckpoint(eager=True)
+        return netted.toArrow() if local else netted.localCheckpoint(eager=True)
     except Exception as err:  # classified as in changes.read_delta
         raise ChangeRangeError(changes._explain_read_error(table, start, end, err)) from err
 
 
-def _events_by_version(shape: NestedShape, table: str, frame: DataFrame) -> dict[int, list[Event]]:
-    """A :func:`read_versions` frame as signed events per commit version (collected to the driver)."""
+def _events_by_version(shape: NestedShape, table: str, frame) -> dict[int, list[Event]]:
+    """A :func:`read_versions` frame or Arrow table as signed events per commit version (on the driver)."""
     role = shape.role_of(table)
     columns, fields = shape.columns[role], ROW_TYPES[role].__dataclass_fields__
     by_version: dict[int, list[Event]] = {}
-    for row in frame.orderBy("_commit_version").collect():
+    rows = frame.to_pylist() if hasattr(frame, "to_pylist") else [r.asDict() for r in frame.collect()]
+    for row in sorted(rows, key=lambda r: r["_commit_version"]):
         values = {f: row[columns[f]] if f in columns else None for f in fields}
         m = row[MULTIPLICITY]
         event = Event(role, ROW_TYPES[role](**values), 1 if m > 0 else -1)
@@ -496,10 +573,36 @@ def _events_by_version(shape: NestedShape, table: str, frame: DataFrame) -> dict
     return by_version
 
 
-def _state_rows(shape: NestedShape, table: str, frame: DataFrame) -> list[tuple[tuple, tuple]]:
+def index_delta(shape: NestedShape, table: str, changes, schema):
+    """``_delta_state_sql`` on the driver: an Arrow table of ``read_versions`` rows summed per index key
+    (exact int/Decimal arithmetic), typed as the stored index (Arrow ``schema``)."""
+    import pyarrow as pa
+
+    role = shape.role_of(table)
+    keys, sums = EVALUATORS[shape.name].STATE[role]
+    columns = shape.columns[role]
+    values = {f: changes[columns[f]].to_pylist() for f in {*keys, *(f for s in sums for f in s)}}
+    summed: dict[tuple, list] = {}
+    with _exact():
+        for i, m in enumerate(changes[MULTIPLICITY].to_pylist()):
+            totals = summed.setdefault(tuple(values[k][i] for k in keys), [0] * len(sums))
+            for j, product in enumerate(sums):
+                term = m
+                for f in product:
+                    term *= values[f][i]
+                totals[j] += term
+    names = [*keys, *(sum_name(s) for s in sums)]
+    rows = [(*key, *totals) for key, totals in summed.items()]
+    columns_out = list(zip(*rows)) if rows else [() for _ in names]
+    return pa.table({n: pa.array(list(c), schema.field(n).type) for n, c in zip(names, columns_out)})
+
+
+def _state_rows(shape: NestedShape, table: str, rows) -> list[tuple[tuple, tuple]]:
+    """An index's rows (an Arrow table) as the evaluator's ``(keys, sums)``."""
     keys, sums = EVALUATORS[shape.name].STATE[shape.role_of(table)]
-    names = [sum_name(s) for s in sums]
-    return [(tuple(r[k] for k in keys), tuple(r[n] for n in names)) for r in frame.collect()]
+    key_columns = [rows[k].to_pylist() for k in keys]
+    sum_columns = [rows[sum_name(s)].to_pylist() for s in sums]
+    return list(zip(zip(*key_columns), zip(*sum_columns))) if rows.num_rows else []
 
 
 def _python(value: Any) -> Any:
@@ -530,6 +633,26 @@ def _temp(frame: DataFrame, name: str) -> str:
 
 def _result_exists(ctx: Context) -> bool:
     return ctx.lake.is_delta(ctx.lake.view_path(ctx.view))
+
+
+def _newest_emission(ctx: Context) -> Mapping[str, Any] | None:
+    """One row of the series' newest emission: read by delta-rs (the files holding the newest
+    ``_lakeivm_seq`` by their statistics), else by Spark."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaProtocolError
+
+    try:
+        table = DeltaTable(ctx.lake.view_path(ctx.view))
+        seqs = table.get_add_actions(flatten=True).column(f"max.{SEQ}").to_pylist()
+        if None in seqs:
+            raise KeyError(SEQ)  # a file without statistics could hold the newest
+        newest = max(seqs, default=None)
+        rows = table.to_pyarrow_dataset().to_table(filter=pc.field(SEQ) == newest) if newest is not None else None
+        return rows.slice(0, 1).to_pylist()[0] if rows is not None and rows.num_rows else None
+    except (DeltaProtocolError, KeyError):  # a table feature delta-rs lacks, or files without statistics
+        last = ctx.lake.read(ctx.lake.view_path(ctx.view)).orderBy(SEQ, ascending=False).first()
+        return None if last is None else last.asDict()
 
 
 def _last_seq(ctx: Context) -> int:

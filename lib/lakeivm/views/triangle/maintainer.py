@@ -9,7 +9,9 @@ W[R] = V_RS(a,c), W[S] = V_ST(b,a), W[T] = V_TR(c,b).
 A run collects the batch's netted changes to the driver and applies them there, relation by
 relation (telescoped rule, digest §7.2), over a *slice* of the state: the rows along the bounded
 fan-outs of the steps (§7.3) and of the values that move (§7.4), fetched from ``rel`` and ``w`` in
-two queries (``slices.py``, whose pure run is checked against the whole-state batch rule). The
+two queries (``slices.py``, whose pure run is checked against the whole-state batch rule). Tables
+of up to ``LOCAL_STATE_ROWS`` rows are read by delta-rs in the run's process, fetched from there
+and rewritten whole (no Spark job but the change feed's); larger ones are queried by Spark and the
 changes of relations and views go back as one MERGE each. When |D| leaves [N/4, N) (major
 rebalancing, N := 2|D|+1), ε changes, or a batch has more than DRIVER_ROWS changed keys, parts
 and views are rebuilt strictly on Spark. An edge table joined with itself is kept as three
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakeivm.sql import MULTIPLICITY
 from lakeivm.views.base import Context
+from lakeivm.views import state
 from lakeivm.views.state import AdditiveTable, consolidate
 from lakeivm.views.triangle.core import HEAVY, LIGHT, add_all
 from lakeivm.views.triangle.shape import NEXT, ROLES, TriangleShape, triangle_shape
@@ -83,7 +86,7 @@ class TriangleMaintainer:
         if not any(self._frames.values()):
             return
         shape, shared = _shape(ctx), self._shared_tables(ctx)
-        stored = ctx.lake.read(ctx.lake.view_path(ctx.view)).first()
+        stored = _stored_result(ctx)
         base, size, epsilon = stored["_lakeivm_base"], stored["_lakeivm_size"], stored["_lakeivm_epsilon"]
         if self._too_large:
             relations = {r: _live(shared["rel"], r, self._frames[r]) for r in ROLES}
@@ -110,14 +113,23 @@ class TriangleMaintainer:
         """Fetch the slice of the state the batch reads, apply the batch rule to it on the driver
         (``slices.run_on_slice``) and buffer the resulting changes of ``rel`` and ``w``."""
         shared = self._shared_tables(ctx)
-        rel, view = ctx.lake.read(shared["rel"].path), ctx.lake.read(shared["w"].path)
-        fetched = _fetch(ctx, rel, view, first_requests(self._changes))
-        fetched.update(_fetch(ctx, rel, view, second_requests(self._changes, fetched, base ** epsilon, epsilon)))
+        rel_rows, view_rows = shared["rel"].stored_arrow(), shared["w"].stored_arrow()
+        if rel_rows is not None and view_rows is not None:  # both read by delta-rs: no Spark job at all
+            fetch = lambda req: _fetch_local(rel_rows, view_rows, req)  # noqa: E731
+        else:
+            rel, view = ctx.lake.read(shared["rel"].path), ctx.lake.read(shared["w"].path)
+            fetch = lambda req: _fetch(ctx, rel, view, req)  # noqa: E731
+        fetched = fetch(first_requests(self._changes))
+        fetched.update(fetch(second_requests(self._changes, fetched, base ** epsilon, epsilon)))
         run = run_on_slice(self._changes, fetched, base, epsilon, size)
-        shared["rel"].add(_frame(ctx, rel.schema, ("role", "x", "y", "part", MULTIPLICITY),
-                                 [(role, x, y, part, m) for (role, part, x, y), m in run.rel_delta.items()]))
-        shared["w"].add(_frame(ctx, view.schema, ("role", "x", "z", "cnt"),
-                               [(role, x, z, c) for (role, x, z), c in run.view_delta.items()]))
+        rel_delta = [(role, x, y, part, m) for (role, part, x, y), m in run.rel_delta.items()]
+        view_delta = [(role, x, z, c) for (role, x, z), c in run.view_delta.items()]
+        if rel_rows is not None and view_rows is not None:
+            shared["rel"].add(_arrow(rel_rows.schema, ("role", "x", "y", "part", MULTIPLICITY), rel_delta))
+            shared["w"].add(_arrow(view_rows.schema, ("role", "x", "z", "cnt"), view_delta))
+        else:
+            shared["rel"].add(_frame(ctx, rel.schema, ("role", "x", "y", "part", MULTIPLICITY), rel_delta))
+            shared["w"].add(_frame(ctx, view.schema, ("role", "x", "z", "cnt"), view_delta))
         return run
 
     def _rebuild(self, ctx: Context, relations: Mapping[str, DataFrame], epsilon: float,
@@ -134,8 +146,9 @@ class TriangleMaintainer:
         """The two state tables: ``rel`` (role, x, y, part, m) and ``w`` (role, x, z, cnt)."""
         if not self._shared:
             aux = lambda name: ctx.lake.view_path(ctx.view, f"aux/{name}")  # noqa: E731
-            self._shared = {"rel": AdditiveTable(ctx.lake, aux("rel"), ("role", *REL_KEYS), (MULTIPLICITY,)),
-                            "w": AdditiveTable(ctx.lake, aux("w"), ("role", *VIEW_KEYS), ("cnt",))}
+            rows = state.LOCAL_STATE_ROWS  # up to this size the run reads and rewrites them in this process
+            self._shared = {"rel": AdditiveTable(ctx.lake, aux("rel"), ("role", *REL_KEYS), (MULTIPLICITY,), local_rows=rows),
+                            "w": AdditiveTable(ctx.lake, aux("w"), ("role", *VIEW_KEYS), ("cnt",), local_rows=rows)}
         return self._shared
 
 
@@ -192,6 +205,62 @@ def _fetch(ctx: Context, rel: DataFrame, view: DataFrame, req: Requests) -> Slic
         if cnt is not None:
             fetched.views[role, x, y] = cnt
     return fetched
+
+
+def _fetch_local(rel, view, req: Requests) -> Slice:
+    """``_fetch`` over the stored ``rel`` and ``view`` (``w``) as Arrow tables in this process: the
+    rows whose x or y a request names are picked out by Arrow, then marked as ``_fetch`` marks them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    grid = {g: ({(r, x) for h, r, x in req.grid_x if h == g}, {(r, y) for h, r, y in req.grid_y if h == g}) for g in ("a", "c")}
+    by_x = req.light_out | req.rows_of | req.degrees | {(r, x) for r, x, _ in req.pairs} | grid["a"][0] | grid["c"][0]
+    by_y = req.heavy_into | grid["a"][1] | grid["c"][1]
+
+    def rows_where(table, column: str, keys) -> list[tuple]:
+        values = pa.array(list({v for _, v in keys}), table.schema.field(column).type)
+        picked = table.filter(pc.is_in(table[column], value_set=values))
+        return list(zip(*(picked[c].to_pylist() for c in picked.column_names)))
+
+    def rel_rows(column: str, keys) -> list[tuple]:  # (role, x, y, part, m)
+        return [tuple(row) for row in rows_where(rel.select(["role", "x", "y", "part", MULTIPLICITY]), column, keys)]
+
+    fetched = Slice()
+    (a_x, a_y), (c_x, c_y) = grid["a"], grid["c"]
+    light_out, rows_of, pairs, heavy_into, degrees = req.light_out, req.rows_of, req.pairs, req.heavy_into, req.degrees
+    for role, x, y, part, m in set(rel_rows("x", by_x) + rel_rows("y", by_y)):  # a row picked by x and by y once
+        kx, ky = (role, x), (role, y)
+        if kx in degrees:
+            fetched.degrees[kx] = (part, fetched.degrees.get(kx, (part, 0))[1] + 1)
+        if (kx in rows_of or (kx in light_out and part == LIGHT) or (ky in heavy_into and part == HEAVY)
+                or (role, x, y) in pairs or (kx in a_x and ky in a_y) or (kx in c_x and ky in c_y)):
+            fetched.rows[role, x, y] = (part, m)
+    if req.light_after:  # the light rows out of every successor y of a mover x
+        successors = {(NEXT[role], y) for role, x, y, _, _ in rel_rows("x", req.light_after) if (role, x) in req.light_after}
+        for role, x, y, part, m in rel_rows("x", successors):
+            if part == LIGHT and (role, x) in successors:
+                fetched.rows[role, x, y] = (part, m)
+    if req.views:
+        for role, x, z, cnt in rows_where(view.select(["role", "x", "z", "cnt"]), "x", {(r, x) for r, x, _ in req.views}):
+            if (role, x, z) in req.views:
+                fetched.views[role, x, z] = cnt
+    return fetched
+
+
+def _arrow(schema, names: tuple[str, ...], rows: list[tuple]):
+    """Driver rows as an Arrow table with the given columns typed as in the Arrow ``schema``."""
+    import pyarrow as pa
+
+    columns = list(zip(*rows)) if rows else [() for _ in names]
+    return pa.table({name: pa.array(list(values), schema.field(name).type) for name, values in zip(names, columns)})
+
+
+def _stored_result(ctx: Context) -> dict:
+    """The stored result row (the count, N, |D|, ε): read by delta-rs, else by Spark."""
+    rows = ctx.lake.read_small_arrow(ctx.lake.view_path(ctx.view), 10)
+    if rows is not None and rows.num_rows:
+        return rows.to_pylist()[0]
+    return ctx.lake.read(ctx.lake.view_path(ctx.view)).first().asDict()
 
 
 class _Flags:
@@ -331,6 +400,16 @@ def _epsilon(ctx: Context) -> float:
 
 
 def _write_result(ctx: Context, shape: TriangleShape, count: int, base: int, size: int, epsilon: float) -> None:
+    """The one result row: created by Spark, then rewritten by delta-rs (one commit, no Spark job)."""
+    path, row = ctx.lake.view_path(ctx.view), (int(count), int(base), int(size), float(epsilon))
+    if ctx.lake.is_delta(path):
+        import pyarrow as pa
+
+        schema = pa.schema([(shape.output, pa.int64()), ("_lakeivm_base", pa.int64()), ("_lakeivm_size", pa.int64()),
+                            ("_lakeivm_epsilon", pa.float64())])
+        stored = ctx.lake.read_small_arrow(path, 10)
+        if stored is not None and stored.schema.names == schema.names:
+            ctx.lake.overwrite_small(path, pa.Table.from_pylist([dict(zip(schema.names, row))], schema), schema)
+            return
     ddl = f"`{shape.output}` BIGINT, _lakeivm_base BIGINT, _lakeivm_size BIGINT, _lakeivm_epsilon DOUBLE"
-    row = ctx.spark.createDataFrame([(int(count), int(base), int(size), float(epsilon))], ddl)
-    row.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(ctx.lake.view_path(ctx.view))
+    ctx.spark.createDataFrame([row], ddl).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
