@@ -75,8 +75,9 @@ class AdditiveTable:
         """Stored rows ⊎ buffered deltas, as a bag (the same key may occur several times)."""
         if self._replacement is not None:
             base = self._replacement
-        else:
-            small = self.stored_small()
+        else:  # local rows up to REWRITE_ROWS: a larger table in this process is not shipped back to Spark
+            rows = self.stored_arrow()
+            small = self.stored_small() if rows is not None and rows.num_rows <= REWRITE_ROWS else None
             base = small[0] if small is not None else self.lake.read(self.path)
         frame = base.select(*self.keys, *self.payloads)
         for delta in self._frames():
