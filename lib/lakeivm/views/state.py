@@ -50,11 +50,12 @@ class AdditiveTable:
         maintainer is the table's only writer); after a flush that rewrote it small, the rows it
         wrote. Spark takes no snapshot of a table that changes every run."""
         if self._small is None:
+            from lakeivm import storage
             from lakeivm.lake import read_with_delta_rs
 
             read = read_with_delta_rs(self.path, self._local_rows())
             if read is not None:
-                self._columns = storage_columns(read[0])
+                self._columns = storage.spark_columns(read[0])
             self._small, self._small_frame = (None if read is None else read[1],), None
         return self._small[0]
 
@@ -248,13 +249,6 @@ def read_if_small(lake: Lake, path: str, max_rows: int | None = None) -> tuple[D
     and delta-rs reads it, else None: MERGE or write it with Spark (a MERGE costs seconds whatever
     it touches)."""
     return lake.read_small(path, REWRITE_ROWS if max_rows is None else max_rows)
-
-
-def storage_columns(table) -> dict[str, str]:
-    """{column: Spark SQL type} of a loaded delta-rs table."""
-    from lakeivm import storage
-
-    return storage.spark_columns(table)
 
 
 def in_stored_types(rows: DataFrame, stored: DataFrame) -> DataFrame:

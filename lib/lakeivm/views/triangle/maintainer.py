@@ -114,7 +114,8 @@ class TriangleMaintainer:
         (``slices.run_on_slice``) and buffer the resulting changes of ``rel`` and ``w``."""
         shared = self._shared_tables(ctx)
         rel_rows, view_rows = shared["rel"].stored_arrow(), shared["w"].stored_arrow()
-        if rel_rows is not None and view_rows is not None:  # both read by delta-rs: no Spark job at all
+        local = rel_rows is not None and view_rows is not None  # both read by delta-rs: no Spark job at all
+        if local:
             fetch = lambda req: _fetch_local(rel_rows, view_rows, req)  # noqa: E731
         else:
             rel, view = ctx.lake.read(shared["rel"].path), ctx.lake.read(shared["w"].path)
@@ -124,7 +125,7 @@ class TriangleMaintainer:
         run = run_on_slice(self._changes, fetched, base, epsilon, size)
         rel_delta = [(role, x, y, part, m) for (role, part, x, y), m in run.rel_delta.items()]
         view_delta = [(role, x, z, c) for (role, x, z), c in run.view_delta.items()]
-        if rel_rows is not None and view_rows is not None:
+        if local:
             shared["rel"].add(_arrow(rel_rows.schema, ("role", "x", "y", "part", MULTIPLICITY), rel_delta))
             shared["w"].add(_arrow(view_rows.schema, ("role", "x", "z", "cnt"), view_delta))
         else:
