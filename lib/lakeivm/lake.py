@@ -136,6 +136,15 @@ class Lake:
         write_deltalake(path, rows.cast(schema), mode="overwrite",
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": tag} if tag else None))
 
+    def append_small(self, path: str, rows: object) -> None:
+        """Append ``rows`` (an Arrow table of this process, in the table's types) in one commit
+        written by delta-rs, carrying the run's writer tag like its Spark commits."""
+        from deltalake import CommitProperties, write_deltalake
+
+        tag = self.spark.conf.get(WRITER_TAG, None)
+        write_deltalake(path, rows, mode="append",
+                        commit_properties=CommitProperties(custom_metadata={"userMetadata": tag} if tag else None))
+
     def ensure_system_tables(self) -> None:
         """Create ``_system/log`` and ``_system/costs`` (schemas in lakeivm/schemas/system/) if missing."""
         from lakeivm import system_tables

@@ -43,6 +43,7 @@ class AdditiveTable:
         self._small: tuple | None = None  # (Arrow rows or None,): the stored table read once, then what flush rewrote
         self._columns: dict[str, str] = {}  # {column: Spark type} of the stored table, read with it
         self._small_frame: DataFrame | None = None
+        self._scanned: tuple | None = None  # (delta-rs dataset or None,): the stored table, for filtered scans
 
     def stored_arrow(self):
         """The stored rows as an Arrow table in this process if the table is small (at most
@@ -96,6 +97,55 @@ class AdditiveTable:
         stored = rows.select([*self.keys, *self.payloads])
         return pa.concat_tables([stored, *[d.cast(stored.schema) for d in self._deltas]])
 
+    def local_matching(self, change, shared: Sequence[str]):
+        """``current()``'s rows whose ``shared`` keys occur in ``change`` (an Arrow table), as Arrow in
+        this process: a superset (each key column filtered on its own; the join that reads them is
+        exact). A table too large to read whole is scanned by delta-rs with the key filter (a few
+        hundred ms for millions of rows, where Spark takes a snapshot, a scan and a job). None when
+        it cannot (``readable_locally``) or there is no shared key."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not shared or not self.readable_locally():
+            return None
+        columns, small = [*self.keys, *self.payloads], self.stored_arrow()
+        schema = small.schema if small is not None else self._dataset().schema
+        wanted = None
+        for key in shared:  # the change's values in the stored type (a filter compares like types)
+            test = pc.field(key).isin(pc.unique(change[key]).cast(schema.field(key).type))
+            wanted = test if wanted is None else wanted & test
+        if small is not None:
+            stored = small.select(columns).filter(wanted)
+        else:
+            from lakeivm.changes import plain_field
+
+            stored = self._dataset().to_table(columns=columns, filter=wanted)
+            stored = stored.cast(pa.schema([plain_field(f) for f in stored.schema]))
+        return pa.concat_tables([stored, *[d.cast(stored.schema).filter(wanted) for d in self._deltas]])
+
+    def readable_locally(self) -> bool:
+        """Whether ``local_matching`` reads the table in this process: no replacement and no buffered
+        Spark delta, and the stored table small (``stored_arrow``) or scannable by delta-rs (no
+        reader features such as deletion vectors, at most SCAN_ROWS rows)."""
+        import pyarrow as pa
+
+        if self._replacement is not None or not all(isinstance(d, pa.Table) for d in self._deltas):
+            return False
+        return self.stored_arrow() is not None or self._dataset() is not None
+
+    def _dataset(self):
+        """The stored table as a delta-rs (pyarrow) dataset for filtered scans, or None (see
+        ``readable_locally``); loaded once until the table is written."""
+        if self._scanned is None:
+            from deltalake import DeltaTable
+
+            from lakeivm import storage
+
+            table = DeltaTable(self.path)
+            readable = not table.protocol().reader_features and storage.rows_in(table) <= SCAN_ROWS
+            self._scanned = (table.to_pyarrow_dataset() if readable else None,)
+        return self._scanned[0]
+
     def consolidated(self) -> DataFrame:
         """``current()`` summed per key, zero payloads dropped (a shuffle: use on small slices)."""
         return consolidate(self.current(), self.keys, self.payloads, self.alive)
@@ -120,12 +170,13 @@ class AdditiveTable:
         self._deltas = []
 
     def create(self, rows: DataFrame) -> None:
-        """Write the table from scratch (bootstrap). A large one gets deletion vectors: a MERGE then
-        marks the rows it changes instead of rewriting every file it touches. A small one does not:
-        it is rewritten whole by delta-rs (``flush``), which cannot read a table with them."""
+        """Write the table from scratch (bootstrap). A large one that MERGEs gets deletion vectors: a
+        MERGE then marks the rows it changes instead of rewriting every file it touches. A small
+        one does not (it is rewritten whole by delta-rs on ``flush``, which cannot read a table
+        with them), nor an append-only one (it never MERGEs; delta-rs scans it by keys)."""
         write_overwrite(consolidate(rows, self.keys, self.payloads, self.alive), self.path)
-        self._small = None
-        if self.lake.row_count(self.path) > self._local_rows():
+        self._small = self._scanned = None
+        if not self.append_only and self.lake.row_count(self.path) > self._local_rows():  # an append is never a MERGE
             self.lake.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
     def flush(self) -> None:
@@ -138,17 +189,31 @@ class AdditiveTable:
         rewritten = self._rewrite_if_small() if self._deltas else None
         if self._deltas and rewritten is None:
             if self.append_only:
-                summed = consolidate(union_all(self._frames()), self.keys, self.payloads)
-                summed.write.format("delta").mode("append").save(self.path)
+                if not self._append_locally():
+                    summed = consolidate(union_all(self._frames()), self.keys, self.payloads)
+                    summed.write.format("delta").mode("append").save(self.path)
                 if _needs_compaction(self.path):
                     write_overwrite(self.consolidated_stored(), self.path)
             else:
                 merge_add(self.lake, self.path, self._frames(), self.keys, self.payloads, self.alive)
-        self._deltas, self._replacement = [], None
+        self._deltas, self._replacement, self._scanned = [], None, None
         if rewritten is not None and rewritten.num_rows <= self._local_rows():
             self._small, self._small_frame = (rewritten,), None  # a later reader in this run reads no file
         else:
             self._small = None
+
+    def _append_locally(self) -> bool:
+        """An append-only table's flush in this process when every buffered delta is Arrow and
+        delta-rs reads the table (``readable_locally``): the deltas summed per key by DuckDB and
+        appended by delta-rs in one commit. False (nothing written) otherwise."""
+        import pyarrow as pa
+
+        if not self.readable_locally() or self._dataset() is None:
+            return False
+        schema = pa.schema([self._dataset().schema.field(c) for c in (*self.keys, *self.payloads)])
+        summed = add_rows(schema.empty_table(), pa.concat_tables([d.cast(schema) for d in self._deltas]), self.keys, self.payloads)
+        self.lake.append_small(self.path, summed)
+        return True
 
     def _rewrite_if_small(self):
         """Add the buffered deltas by rewriting the table whole, read and written by delta-rs
@@ -223,6 +288,9 @@ REWRITE_ROWS = 20_000  # a result this small is rewritten whole: cheaper than a 
 # many rows it is read and rewritten whole by delta-rs (500k rows: ~0.13 s, a MERGE of a few rows 3-4 s), never
 # shipped to Spark as local rows.
 LOCAL_STATE_ROWS = 1_000_000
+# A larger table read by its keys on the driver (``AdditiveTable.local_matching``): delta-rs scans it with the key
+# filter, up to this many rows.
+SCAN_ROWS = 50_000_000
 
 
 def as_read(rows: DataFrame, query) -> DataFrame:

@@ -149,7 +149,8 @@ def test_q17_with_asymmetric_plans(lake, spark, monkeypatch, state):
         [(pk, "Brand#23" if pk % 2 == 0 else "Brand#12", "WRAP BOX") for pk in range(4)], Q17_DDL[1]))
     spec = spec_from_dict({"refresh_policy": "incremental", "name": "q17", "sql": QUERIES["q17"], "deadline": 60})
     run_view(lake, spec)
-    for plan in [("lineitem",), ("part",), ("lineitem", "part")]:
+    plans = [("lineitem",), ("part",), ("lineitem", "part")] if state == "local" else [("lineitem",), ("lineitem", "part")]  # CI budget
+    for plan in plans:
         if plan == ("lineitem",):
             sql(lake, "INSERT INTO {t} VALUES " + ", ".join("({}, {}, {}, {})".format(*line()) for _ in range(3)), "lineitem")
             sql(lake, f"UPDATE {{t}} SET p_brand = {rng.choice(brands)} WHERE p_partkey = {rng.randrange(5)}", "part")

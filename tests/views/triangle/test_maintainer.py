@@ -111,7 +111,7 @@ def test_graph_triangles_match_sql_after_random_streams(lake, spark, monkeypatch
     spec = spec_from_dict({"name": "tri", "sql": GRAPH_SQL, "deadline": 60, "epsilon": epsilon})
     run_view(lake, spec)
     assert_exact(lake, spec)
-    for _ in range(3):
+    for _ in range(3 if state == "local" else 1):  # CI budget: one batch (then the deletion below) on the Spark path
         change_edges(lake, rng, "edges", ("src", "dst"))
         row = run_view(lake, spec)
         assert row.kind == "triangle"

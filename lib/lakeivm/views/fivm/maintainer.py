@@ -16,8 +16,11 @@ columns, so the root needs no table of its own and a run MERGEs it once.
   broadcast join of the (small) delta with the sibling views and a group-by. A table outside U
   has no stored siblings on its path: its changes re-evaluate the tree from the snapshots at the
   watermarks (a rebuild of the state, logged as that table's cost, so the planner batches it).
-  When the delta and every stored sibling on the path are small, the steps run in DuckDB on the
-  Arrow tables in this process (``fivm.local``): one Spark job per table instead of one per step.
+  When the delta is small, the steps run in DuckDB on Arrow tables in this process (``fivm.local``):
+  one Spark job per table instead of one per step. A small stored sibling is read whole by delta-rs;
+  a larger one (up to ``state.SCAN_ROWS``) is scanned by delta-rs for the keys the step joins
+  (SF 1, 10k lineitem changes: 4.15 s -> 2.09 s a run), and a large view's delta is appended by
+  delta-rs.
 - ``flush`` MERGEs each view's summed delta once, then rewrites the result rows of the touched
   groups.
 """
@@ -92,13 +95,16 @@ class FivmMaintainer:
 
     def _propagate_locally(self, plan: FivmPlan, tables: Mapping[str, AdditiveTable], alias: str, leaf_delta: DataFrame) -> bool:
         """``apply``'s propagation in this process (``fivm.local``) when every stored sibling on the
-        path is small and read locally: one Spark job (the lifted leaf delta), each step in DuckDB.
-        False (nothing done) otherwise."""
+        path is read locally -- whole when small, else only its rows that join the step's change
+        (``AdditiveTable.local_matching``): one Spark job (the lifted leaf delta), each step in
+        DuckDB. False (nothing done) otherwise."""
         from lakeivm.changes import plain_field
         from lakeivm.views.fivm import local
 
         steps = plan.tree.path_to_root(alias)
-        if any(tables[s.id].current_local() is None for step in steps for s in step.siblings):
+        shared = {(step.view.id, s.id): [k for k in s.keys if k in step.child.keys] for step in steps for s in step.siblings}
+        if not all(tables[s.id].readable_locally() if shared[step.view.id, s.id] else tables[s.id].current_local() is not None
+                   for step in steps for s in step.siblings):
             return False
         change = leaf_delta.toArrow()
         change = change.cast(pa.schema([plain_field(f) for f in change.schema]))
@@ -106,7 +112,10 @@ class FivmMaintainer:
         if leaf.id in tables:
             tables[leaf.id].add(change)
         for step in steps:
-            inputs = [(step.child, change)] + [(s, tables[s.id].current_local()) for s in step.siblings]
+            inputs = [(step.child, change)]
+            for s in step.siblings:
+                keys = shared[step.view.id, s.id]
+                inputs.append((s, tables[s.id].local_matching(change, keys) if keys else tables[s.id].current_local()))
             change = local.join_sum(plan, step.view, inputs)
             if step.view.id in tables:
                 tables[step.view.id].add(change)
