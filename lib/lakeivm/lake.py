@@ -129,20 +129,16 @@ class Lake:
 
     def overwrite_small(self, path: str, rows: object, schema: object) -> None:
         """Replace the Delta table's rows with ``rows`` (few: an Arrow table in this process) in one
-        commit written by delta-rs, carrying the run's writer tag like its Spark commits."""
+        commit written by delta-rs (``write_small``)."""
+        self.write_small(path, rows.cast(schema), "overwrite")
+
+    def write_small(self, path: str, rows: object, mode: str) -> None:
+        """Write ``rows`` (an Arrow table of this process, in the table's types) in one commit by
+        delta-rs (``mode`` overwrite or append), carrying the run's writer tag like its Spark commits."""
         from deltalake import CommitProperties, write_deltalake
 
         tag = self.spark.conf.get(WRITER_TAG, None)
-        write_deltalake(path, rows.cast(schema), mode="overwrite",
-                        commit_properties=CommitProperties(custom_metadata={"userMetadata": tag} if tag else None))
-
-    def append_small(self, path: str, rows: object) -> None:
-        """Append ``rows`` (an Arrow table of this process, in the table's types) in one commit
-        written by delta-rs, carrying the run's writer tag like its Spark commits."""
-        from deltalake import CommitProperties, write_deltalake
-
-        tag = self.spark.conf.get(WRITER_TAG, None)
-        write_deltalake(path, rows, mode="append",
+        write_deltalake(path, rows, mode=mode,
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": tag} if tag else None))
 
     def ensure_system_tables(self) -> None:
@@ -157,13 +153,13 @@ class Lake:
         storage.delete_tree(path)
 
 
-def read_with_delta_rs(path: str, max_rows: int, version: int | None = None):
+def read_with_delta_rs(path: str, max_rows: int, version: int | None = None, table=None):
     """(delta-rs table, its rows as Arrow) if it holds at most ``max_rows`` rows and delta-rs reads
-    it, else None (see ``Lake.read_small``)."""
+    it, else None (see ``Lake.read_small``); ``table``: the table already loaded by delta-rs."""
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaProtocolError
 
-    table = DeltaTable(path, version=version)
+    table = table if table is not None else DeltaTable(path, version=version)
     try:
         if storage.rows_in(table) > max_rows:
             return None

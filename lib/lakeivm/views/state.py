@@ -43,7 +43,7 @@ class AdditiveTable:
         self._small: tuple | None = None  # (Arrow rows or None,): the stored table read once, then what flush rewrote
         self._columns: dict[str, str] = {}  # {column: Spark type} of the stored table, read with it
         self._small_frame: DataFrame | None = None
-        self._scanned: tuple | None = None  # (delta-rs dataset or None,): the stored table, for filtered scans
+        self._loaded = None  # the stored table loaded by delta-rs (its log read once until the table is written)
 
     def stored_arrow(self):
         """The stored rows as an Arrow table in this process if the table is small (at most
@@ -54,7 +54,7 @@ class AdditiveTable:
             from lakeivm import storage
             from lakeivm.lake import read_with_delta_rs
 
-            read = read_with_delta_rs(self.path, self._local_rows())
+            read = read_with_delta_rs(self.path, self._local_rows(), table=self._delta_table())
             if read is not None:
                 self._columns = storage.spark_columns(read[0])
             self._small, self._small_frame = (None if read is None else read[1],), None
@@ -89,31 +89,22 @@ class AdditiveTable:
     def current_local(self):
         """``current()`` as an Arrow table in this process, when the stored table is small (read by
         delta-rs) and every buffered delta is local (added as Arrow); else None."""
-        import pyarrow as pa
-
-        rows = None if self._replacement is not None else self.stored_arrow()
-        if rows is None or not all(isinstance(d, pa.Table) for d in self._deltas):
-            return None
-        stored = rows.select([*self.keys, *self.payloads])
-        return pa.concat_tables([stored, *[d.cast(stored.schema) for d in self._deltas]])
+        return self.local_matching(None, ()) if self.readable_locally(whole=True) else None
 
     def local_matching(self, change, shared: Sequence[str]):
         """``current()``'s rows whose ``shared`` keys occur in ``change`` (an Arrow table), as Arrow in
         this process: a superset (each key column filtered on its own; the join that reads them is
-        exact). A table too large to read whole is scanned by delta-rs with the key filter (a few
-        hundred ms for millions of rows, where Spark takes a snapshot, a scan and a job). None when
-        it cannot (``readable_locally``) or there is no shared key."""
+        exact); with no shared key, every row. A table too large to read whole is scanned by
+        delta-rs with the key filter (a few hundred ms for millions of rows, where Spark takes a
+        snapshot, a scan and a job). Call only when ``readable_locally(whole=not shared)``."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        if not shared or not self.readable_locally():
-            return None
         columns, small = [*self.keys, *self.payloads], self.stored_arrow()
         schema = small.schema if small is not None else self._dataset().schema
-        wanted = None
+        wanted = pc.scalar(True)
         for key in shared:  # the change's values in the stored type (a filter compares like types)
-            test = pc.field(key).isin(pc.unique(change[key]).cast(schema.field(key).type))
-            wanted = test if wanted is None else wanted & test
+            wanted &= pc.field(key).isin(pc.unique(change[key]).cast(schema.field(key).type))
         if small is not None:
             stored = small.select(columns).filter(wanted)
         else:
@@ -123,28 +114,32 @@ class AdditiveTable:
             stored = stored.cast(pa.schema([plain_field(f) for f in stored.schema]))
         return pa.concat_tables([stored, *[d.cast(stored.schema).filter(wanted) for d in self._deltas]])
 
-    def readable_locally(self) -> bool:
+    def readable_locally(self, whole: bool = False) -> bool:
         """Whether ``local_matching`` reads the table in this process: no replacement and no buffered
-        Spark delta, and the stored table small (``stored_arrow``) or scannable by delta-rs (no
-        reader features such as deletion vectors, at most SCAN_ROWS rows)."""
+        Spark delta, and the stored table small (``stored_arrow``) or, unless ``whole``, scannable by
+        delta-rs (no reader features such as deletion vectors, at most SCAN_ROWS rows)."""
         import pyarrow as pa
 
         if self._replacement is not None or not all(isinstance(d, pa.Table) for d in self._deltas):
             return False
-        return self.stored_arrow() is not None or self._dataset() is not None
+        return self.stored_arrow() is not None or (not whole and self._dataset() is not None)
+
+    def _delta_table(self):
+        if self._loaded is None:
+            from deltalake import DeltaTable
+
+            self._loaded = DeltaTable(self.path)
+        return self._loaded
 
     def _dataset(self):
         """The stored table as a delta-rs (pyarrow) dataset for filtered scans, or None (see
-        ``readable_locally``); loaded once until the table is written."""
-        if self._scanned is None:
-            from deltalake import DeltaTable
+        ``readable_locally``)."""
+        from lakeivm import storage
 
-            from lakeivm import storage
-
-            table = DeltaTable(self.path)
-            readable = not table.protocol().reader_features and storage.rows_in(table) <= SCAN_ROWS
-            self._scanned = (table.to_pyarrow_dataset() if readable else None,)
-        return self._scanned[0]
+        table = self._delta_table()
+        if table.protocol().reader_features or storage.rows_in(table) > SCAN_ROWS:
+            return None
+        return table.to_pyarrow_dataset()
 
     def consolidated(self) -> DataFrame:
         """``current()`` summed per key, zero payloads dropped (a shuffle: use on small slices)."""
@@ -175,7 +170,7 @@ class AdditiveTable:
         one does not (it is rewritten whole by delta-rs on ``flush``, which cannot read a table
         with them), nor an append-only one (it never MERGEs; delta-rs scans it by keys)."""
         write_overwrite(consolidate(rows, self.keys, self.payloads, self.alive), self.path)
-        self._small = self._scanned = None
+        self._small = self._loaded = None
         if not self.append_only and self.lake.row_count(self.path) > self._local_rows():  # an append is never a MERGE
             self.lake.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
@@ -185,7 +180,7 @@ class AdditiveTable:
         then a compaction)."""
         if self._replacement is not None:
             write_overwrite(self._replacement, self.path)
-            self._small = None  # deltas added after the replacement are rewritten onto it, not onto the old read
+            self._small = self._loaded = None  # deltas added after the replacement are rewritten onto it, not onto the old read
         rewritten = self._rewrite_if_small() if self._deltas else None
         if self._deltas and rewritten is None:
             if self.append_only:
@@ -196,7 +191,7 @@ class AdditiveTable:
                     write_overwrite(self.consolidated_stored(), self.path)
             else:
                 merge_add(self.lake, self.path, self._frames(), self.keys, self.payloads, self.alive)
-        self._deltas, self._replacement, self._scanned = [], None, None
+        self._deltas, self._replacement, self._loaded = [], None, None
         if rewritten is not None and rewritten.num_rows <= self._local_rows():
             self._small, self._small_frame = (rewritten,), None  # a later reader in this run reads no file
         else:
@@ -208,11 +203,12 @@ class AdditiveTable:
         appended by delta-rs in one commit. False (nothing written) otherwise."""
         import pyarrow as pa
 
-        if not self.readable_locally() or self._dataset() is None:
+        dataset = self._dataset() if self.readable_locally() else None
+        if dataset is None:
             return False
-        schema = pa.schema([self._dataset().schema.field(c) for c in (*self.keys, *self.payloads)])
+        schema = pa.schema([dataset.schema.field(c) for c in (*self.keys, *self.payloads)])
         summed = add_rows(schema.empty_table(), pa.concat_tables([d.cast(schema) for d in self._deltas]), self.keys, self.payloads)
-        self.lake.append_small(self.path, summed)
+        self.lake.write_small(self.path, summed, "append")
         return True
 
     def _rewrite_if_small(self):

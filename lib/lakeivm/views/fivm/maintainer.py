@@ -103,8 +103,7 @@ class FivmMaintainer:
 
         steps = plan.tree.path_to_root(alias)
         shared = {(step.view.id, s.id): [k for k in s.keys if k in step.child.keys] for step in steps for s in step.siblings}
-        if not all(tables[s.id].readable_locally() if shared[step.view.id, s.id] else tables[s.id].current_local() is not None
-                   for step in steps for s in step.siblings):
+        if not all(tables[sibling].readable_locally(whole=not keys) for (_, sibling), keys in shared.items()):
             return False
         change = leaf_delta.toArrow()
         change = change.cast(pa.schema([plain_field(f) for f in change.schema]))
@@ -112,10 +111,7 @@ class FivmMaintainer:
         if leaf.id in tables:
             tables[leaf.id].add(change)
         for step in steps:
-            inputs = [(step.child, change)]
-            for s in step.siblings:
-                keys = shared[step.view.id, s.id]
-                inputs.append((s, tables[s.id].local_matching(change, keys) if keys else tables[s.id].current_local()))
+            inputs = [(step.child, change)] + [(s, tables[s.id].local_matching(change, shared[step.view.id, s.id])) for s in step.siblings]
             change = local.join_sum(plan, step.view, inputs)
             if step.view.id in tables:
                 tables[step.view.id].add(change)
