@@ -229,17 +229,17 @@ def _probe(ctx: Context, limit: float, progress: Callable[[str], None]) -> float
     ``noop`` sink): what a full recompute would cost auto (``planning.auto``), learned once. It is
     interrupted after ``limit`` seconds (the incremental prediction: past it a recompute cannot win),
     and then its seconds are a lower bound, which is all auto needs."""
-    from lakeivm.spark import interrupted_after
+    from lakeivm.spark import cancelled, interrupted_after
 
-    t0 = time.perf_counter()
+    t0, interrupted = time.perf_counter(), None
     try:
-        with interrupted_after(ctx.spark, limit, f"lakeivm-probe-{ctx.lease.run_id}"):
+        with interrupted_after(ctx.spark, limit, f"lakeivm-probe-{ctx.lease.run_id}") as interrupted:
             sources = {t: ctx.snapshot(t, ctx.pins[t]) for t in ctx.query.tables}
             ctx.spark.sql(as_written(ctx.spec.sql, sources)).write.format("noop").mode("overwrite").save()
         outcome = "probed a full recompute"
-    except Exception:  # interrupted at the limit (an interrupted Spark operation raises)
-        if time.perf_counter() - t0 < limit:
-            raise
+    except Exception as err:  # interrupted at the limit (an interrupted Spark operation raises)
+        if interrupted is None or not interrupted.is_set() or not cancelled(err):
+            raise  # its own failure (a file it cannot read, ...), also past the limit: the user must see it
         outcome = "stopped probing a full recompute (slower than the incremental run)"
     seconds = time.perf_counter() - t0
     progress(f"{ctx.view}: {outcome}: {seconds:.2f} s")

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.resources import files
@@ -144,13 +145,13 @@ def is_connect(spark: SparkSession) -> bool:
 
 
 @contextmanager
-def interrupted_after(spark: SparkSession, seconds: float, tag: str) -> Iterator[None]:
+def interrupted_after(spark: SparkSession, seconds: float, tag: str) -> Iterator[threading.Event]:
     """Run the block's Spark operations, interrupting them once ``seconds`` have passed (they then
-    raise). Over Connect by an operation tag; in a local session by a job group cancelled with
-    interrupt-on-cancel (classic sessions do not attach tags to the jobs of a write). Past the limit
-    it cancels every 0.2 s until the block exits, so an operation that starts late is stopped too."""
-    import threading
-
+    raise); yields an event set once it interrupted, so that the block's own failure is told apart
+    from the interruption. Over Connect by an operation tag; in a local session by a job group
+    cancelled with interrupt-on-cancel (classic sessions do not attach tags to the jobs of a write).
+    Past the limit it cancels every 0.2 s until the block exits, so an operation that starts late is
+    stopped too."""
     if is_connect(spark):
         spark.addTag(tag)
         cancel, reset = (lambda: spark.interruptTag(tag)), (lambda: spark.removeTag(tag))
@@ -164,12 +165,13 @@ def interrupted_after(spark: SparkSession, seconds: float, tag: str) -> Iterator
         def reset() -> None:
             for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
                 context.setLocalProperty(key, None)
-    done = threading.Event()
+    done, fired = threading.Event(), threading.Event()
 
     def interrupter() -> None:
         # A cancel reaches only the operations running at that moment: one still being planned when
         # the limit passes (Delta snapshots, analysis) starts later, so cancel until the block exits.
         if not done.wait(seconds):
+            fired.set()
             cancel()
             while not done.wait(0.2):
                 cancel()
@@ -177,11 +179,18 @@ def interrupted_after(spark: SparkSession, seconds: float, tag: str) -> Iterator
     thread = threading.Thread(target=interrupter, name=f"{tag}-interrupter", daemon=True)
     thread.start()
     try:
-        yield
+        yield fired
     finally:
         done.set()
         thread.join()
         reset()
+
+
+def cancelled(err: BaseException) -> bool:
+    """Whether a Spark error is a cancellation (a job group cancelled in a local session, an
+    interrupted operation over Connect), as ``interrupted_after`` causes, not a failure of its own."""
+    text = str(err).lower()
+    return "cancel" in text or "interrupt" in text
 
 
 def deployment(spark: SparkSession) -> str:

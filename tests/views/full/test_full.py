@@ -180,3 +180,30 @@ def test_a_probe_stops_at_its_limit_and_reports_a_lower_bound(lake, spark):
         seconds = _probe(ctx, limit, said.append)
         assert limit <= seconds < 60 and "stopped probing" in said[0], (limit, said)
         assert spark.range(3).count() == 3  # the session works on after the interrupt
+
+
+def test_a_probe_that_fails_on_its_own_raises_instead_of_reporting_a_lower_bound(lake, spark):
+    """A probe that fails (a data file it cannot read) raises: an error the user must see, not a
+    recompute slower than the incremental run -- also once past its limit, when it was interrupted
+    but fails on its own (only a cancellation counts)."""
+    import glob
+    import os
+    from types import SimpleNamespace
+
+    from lakeivm.engine import _probe, prepare
+    from lakeivm import changes
+    from lakeivm.spark import cancelled
+
+    lake.create_table("r", spark.range(50).selectExpr("CAST(id AS INT) AS a", "CAST(id AS INT) AS x"))
+    ctx, _ = prepare(lake, spec("damaged", "SELECT a, SUM(x) AS sx FROM r GROUP BY a"))
+    ctx.pins, ctx.lease = changes.pin(lake, ctx.query.tables), SimpleNamespace(run_id="probe-test")
+    for data in glob.glob(f"{lake.table_path('r')}/*.parquet"):
+        os.remove(data)
+    for limit in (60.0, 0.01):  # 0.01 s: interrupted, then failed on its own or cancelled (a race)
+        said = []
+        try:
+            _probe(ctx, limit, said.append)
+        except Exception as err:  # noqa: BLE001
+            assert "FILE" in str(err) and not cancelled(err), err  # FAILED_READ_FILE / file not found
+        else:
+            assert limit < 1 and "stopped probing" in said[0], said  # the cancel came first
