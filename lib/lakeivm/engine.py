@@ -411,7 +411,7 @@ def reader(lake: Lake, spec: ViewSpec, row: commit.LogRow | None) -> tuple[Conte
 def recompute(lake: Lake, spec: ViewSpec, versions: Mapping[str, int]) -> DataFrame:
     """The view's own SQL, as its spec has it, run by Spark on the snapshots at ``versions``: the oracle."""
     ctx, _ = prepare(lake, spec)
-    return lake.spark.sql(as_written(spec.sql, {t: ctx.snapshot(t, versions[t]) for t in ctx.query.tables}))
+    return lake.spark.sql(as_written(spec.sql, {t: ctx.snapshot(t, versions[t], oracle=True) for t in ctx.query.tables}))
 
 
 @dataclass(frozen=True)

@@ -107,13 +107,14 @@ class Lake:
                 self.cache[key] = {f.name: f.dataType.simpleString() for f in self.read(path, version).schema.fields}
         return self.cache[key]
 
-    def read_small(self, path: str, max_rows: int) -> tuple[DataFrame, object] | None:
-        """The Delta table read in this process (delta-rs, one load of its log) and handed to Spark
-        as local rows: ``(frame, the Arrow table)``; None if it holds more than ``max_rows`` rows (by
-        its files' statistics) or delta-rs cannot read it (a table feature it lacks, e.g. deletion
-        vectors). Spark reads no Delta snapshot of it (a snapshot of a table that changes every run
-        costs Spark jobs and seconds, however few its rows)."""
-        read = read_with_delta_rs(path, max_rows)
+    def read_small(self, path: str, max_rows: int, version: int | None = None) -> tuple[DataFrame, object] | None:
+        """The Delta table (at ``version``, else its newest) read in this process (delta-rs, one load
+        of its log) and handed to Spark as local rows: ``(frame, the Arrow table)``; None if it holds
+        more than ``max_rows`` rows (by its files' statistics; a file without them counts as too
+        many) or delta-rs cannot read it (a table feature it lacks, e.g. deletion vectors). Spark
+        reads no Delta snapshot of it (a snapshot of a table that changes every run costs Spark jobs
+        and seconds, however few its rows; one of an older version reconstructs its file list)."""
+        read = read_with_delta_rs(path, max_rows, version)
         if read is None:
             return None
         table, rows = read
@@ -155,14 +156,15 @@ class Lake:
 
 def read_with_delta_rs(path: str, max_rows: int, version: int | None = None, table=None):
     """(delta-rs table, its rows as Arrow) if it holds at most ``max_rows`` rows and delta-rs reads
-    it, else None (see ``Lake.read_small``); ``table``: the table already loaded by delta-rs."""
+    it, else None (see ``Lake.read_small``); ``table``: the table already loaded by delta-rs. Also
+    None when delta-rs fails to read the files (a table feature it lacks, a file gone): the Spark
+    read the caller falls back to raises the error a user can act on (FAILED_READ_FILE, ...)."""
     from deltalake import DeltaTable
-    from deltalake.exceptions import DeltaProtocolError
 
     table = table if table is not None else DeltaTable(path, version=version)
     try:
-        if storage.rows_in(table) > max_rows:
+        if storage.rows_in(table, unknown=max_rows + 1) > max_rows:
             return None
         return table, table.to_pyarrow_table()
-    except DeltaProtocolError:
+    except Exception:  # noqa: BLE001 -- DeltaProtocolError, FileNotFoundError, ...: Spark reads it instead
         return None

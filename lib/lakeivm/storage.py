@@ -204,10 +204,12 @@ def row_count(table: str) -> int:
     return rows_in(DeltaTable(table))
 
 
-def rows_in(table) -> int:
-    """Rows in a loaded delta-rs ``DeltaTable``'s files, from their statistics."""
+def rows_in(table, unknown: int = 0) -> int:
+    """Rows in a loaded delta-rs ``DeltaTable``'s files, from their statistics; a file written
+    without them counts as ``unknown`` rows."""
     actions = table.get_add_actions(flatten=True)
-    return int(sum(n or 0 for n in actions.column("num_records").to_pylist())) if actions.num_rows else 0
+    counts = actions.column("num_records").to_pylist() if actions.num_rows else []
+    return int(sum(unknown if n is None else n for n in counts))
 
 
 _PRIMITIVES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
