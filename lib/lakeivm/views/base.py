@@ -59,7 +59,6 @@ class Context:
         name = f"lakeivm_{self.view}_{table}_v{version}{'_oracle' if oracle else ''}"
         if name in self._snapshots:
             return name
-        self._snapshots.add(name)
         if table in self.lake.upstreams:  # a view read as a source: ``version`` is its run's seq
             from lakeivm import upstream
 
@@ -69,6 +68,7 @@ class Context:
             small = None if oracle else self.lake.read_small(path, SNAPSHOT_ROWS, version)
             frame = self.lake.read(path, version) if small is None else small[0]
         frame.createOrReplaceTempView(name)
+        self._snapshots.add(name)  # only once registered: a read that failed is tried again
         return name
 
 
