@@ -82,6 +82,8 @@ class TpchChangeStream:
 
     def rf1(self, orders: int) -> int:
         """Insert ``orders`` new orders (copies of random ones under fresh keys) with their lineitems."""
+        if self._in_process("orders", "lineitem"):
+            return self._rf1_in_process(orders)
         from pyspark.sql import functions as F
         from pyspark.sql.window import Window
 
@@ -104,8 +106,8 @@ class TpchChangeStream:
         keys = self._sample("orders", "o_orderkey", orders)
         if keys:
             listed = ", ".join(map(str, keys))
-            self._sql(f"DELETE FROM {{lineitem}} WHERE l_orderkey IN ({listed})")
-            self._sql(f"DELETE FROM {{orders}} WHERE o_orderkey IN ({listed})")
+            self._dml("lineitem", f"l_orderkey IN ({listed})")
+            self._dml("orders", f"o_orderkey IN ({listed})")
         return len(keys)
 
     def update_supplycost(self, parts: int) -> int:
@@ -113,8 +115,8 @@ class TpchChangeStream:
         keys = self._sample("partsupp", "ps_partkey", parts)
         factor = self.rng.choice(["1.10", "0.95", "1.02"])
         if keys:
-            self._sql(f"UPDATE {{partsupp}} SET ps_supplycost = CAST(ps_supplycost * {factor} AS DECIMAL(15,2)) "
-                      f"WHERE ps_partkey IN ({', '.join(map(str, keys))})")
+            self._dml("partsupp", f"ps_partkey IN ({', '.join(map(str, keys))})",
+                      {"ps_supplycost": f"CAST(ps_supplycost * {factor} AS DECIMAL(15,2))"})
         return len(keys)
 
     def update_supplier_nation(self, suppliers: int) -> int:
@@ -122,8 +124,7 @@ class TpchChangeStream:
         keys = self._sample("supplier", "s_suppkey", suppliers)
         delta = self.rng.randint(1, 24)
         if keys:
-            self._sql(f"UPDATE {{supplier}} SET s_nationkey = (s_nationkey + {delta}) % 25 "
-                      f"WHERE s_suppkey IN ({', '.join(map(str, keys))})")
+            self._dml("supplier", f"s_suppkey IN ({', '.join(map(str, keys))})", {"s_nationkey": f"(s_nationkey + {delta}) % 25"})
         return len(keys)
 
     def batch(self, orders: int = 20, parts: int = 5, suppliers: int = 2) -> str:
@@ -133,14 +134,64 @@ class TpchChangeStream:
         return f"RF1 +{inserted} orders, RF2 -{deleted} orders, {costs} parts re-costed, {moved} suppliers moved"
 
     def _sample(self, table: str, column: str, n: int) -> list[int]:
+        """``n`` random distinct values of ``column``."""
+        if self._in_process(table):
+            values = sorted(set(self._column(table, column)))
+            return self.rng.sample(values, min(n, len(values)))
         from pyspark.sql import functions as F
 
         df = self.lake.read(self.lake.table_path(table)).select(column).distinct()
         return [r[0] for r in df.orderBy(F.rand(self.rng.randrange(2**31))).limit(n).collect()]
 
-    def _sql(self, statement: str) -> None:
-        names = {t: f"delta.`{self.lake.table_path(t)}`" for t in TABLES}
-        self.lake.spark.sql(statement.format(**names))
+    def _dml(self, table: str, where: str, updates: dict[str, str] | None = None) -> None:
+        """DELETE the rows of ``table`` matching ``where``, or UPDATE them (``updates``: column -> SQL
+        expression): one commit, by delta-rs on a local lake (its change data feed written alike)."""
+        path = self.lake.table_path(table)
+        if self._in_process(table):
+            from deltalake import DeltaTable
+
+            if updates is None:
+                DeltaTable(path).delete(where)
+            else:
+                DeltaTable(path).update(updates=updates, predicate=where)
+            return
+        target = f"delta.`{path}`"
+        if updates is None:
+            self.lake.spark.sql(f"DELETE FROM {target} WHERE {where}")
+        else:
+            assignments = ", ".join(f"{column} = {expression}" for column, expression in updates.items())
+            self.lake.spark.sql(f"UPDATE {target} SET {assignments} WHERE {where}")
+
+    def _rf1_in_process(self, orders: int) -> int:
+        """``rf1`` read and written by delta-rs: the picked orders and their lineitems filtered out of
+        the files, re-keyed after the largest key in ``o_orderkey`` order, appended."""
+        import pyarrow.compute as pc
+        from deltalake import DeltaTable
+
+        keys = self._column("orders", "o_orderkey")
+        picked = sorted(self.rng.sample(sorted(keys), min(orders, len(keys))))
+        new_key = dict(zip(picked, range(max(keys, default=0) + 1, max(keys, default=0) + 1 + len(picked))))
+        for table, column in (("orders", "o_orderkey"), ("lineitem", "l_orderkey")):
+            path = self.lake.table_path(table)
+            rows = DeltaTable(path).to_pyarrow_dataset().to_table(filter=pc.field(column).isin(picked))
+            renamed = pyarrow.array([new_key[k] for k in rows.column(column).to_pylist()], rows.schema.field(column).type)
+            self.lake.write_small(path, rows.set_column(rows.schema.get_field_index(column), column, renamed), "append")
+        return len(picked)
+
+    def _column(self, table: str, column: str) -> list:
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.lake.table_path(table)).to_pyarrow_dataset().to_table(columns=[column]).column(column).to_pylist()
+
+    def _in_process(self, *tables: str) -> bool:
+        """Whether this process reads and changes ``tables`` itself (delta-rs): on a local lake, with
+        no table feature delta-rs lacks (deletion vectors); else Spark does (an s3a:// lake)."""
+        if urlparse(self.lake.root).scheme:
+            return False
+        from deltalake import DeltaTable
+
+        return all("deletionVectors" not in (DeltaTable(self.lake.table_path(t)).protocol().reader_features or [])
+                   for t in tables)
 
 
 def _tpchgen() -> str:
