@@ -133,14 +133,16 @@ class Lake:
         commit written by delta-rs (``write_small``)."""
         self.write_small(path, rows.cast(schema), "overwrite")
 
-    def write_small(self, path: str, rows: object, mode: str, configuration: dict[str, str] | None = None) -> None:
+    def write_small(self, path: str, rows: object, mode: str, configuration: dict[str, str] | None = None,
+                    new_schema: bool = False) -> None:
         """Write ``rows`` (an Arrow table or record batch stream of this process, in the table's
-        types) in one commit by delta-rs (``mode`` overwrite or append; ``configuration``: table
-        properties of a table it creates), carrying the run's writer tag like its Spark commits."""
+        types unless ``new_schema``: an overwrite that replaces the schema) in one commit by delta-rs
+        (``mode`` overwrite or append; ``configuration``: table properties of a table it creates),
+        carrying the run's writer tag like its Spark commits."""
         from deltalake import CommitProperties, write_deltalake
 
         tag = self.spark.conf.get(WRITER_TAG, None)
-        write_deltalake(path, rows, mode=mode, configuration=configuration,
+        write_deltalake(path, rows, mode=mode, configuration=configuration, schema_mode="overwrite" if new_schema else None,
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": tag} if tag else None))
 
     def ensure_system_tables(self) -> None:

@@ -169,9 +169,8 @@ class AdditiveTable:
         MERGE then marks the rows it changes instead of rewriting every file it touches. A small
         one does not (it is rewritten whole by delta-rs on ``flush``, which cannot read a table
         with them), nor an append-only one (it never MERGEs; delta-rs scans it by keys)."""
-        write_overwrite(consolidate(rows, self.keys, self.payloads, self.alive), self.path)
-        self._small = self._loaded = None
-        if not self.append_only and self.lake.row_count(self.path) > self._local_rows():  # an append is never a MERGE
+        written = self._overwrite(consolidate(rows, self.keys, self.payloads, self.alive))
+        if not self.append_only and written > self._local_rows():  # an append is never a MERGE
             self.lake.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
     def flush(self) -> None:
@@ -179,8 +178,7 @@ class AdditiveTable:
         table rewritten whole, else one MERGE, or for an append-only table one append (and now and
         then a compaction)."""
         if self._replacement is not None:
-            write_overwrite(self._replacement, self.path)
-            self._small = self._loaded = None  # deltas added after the replacement are rewritten onto it, not onto the old read
+            self._overwrite(self._replacement)  # deltas added after the replacement are rewritten onto it, not onto the old read
         rewritten = self._rewrite_if_small() if self._deltas else None
         if self._deltas and rewritten is None:
             if self.append_only:
@@ -188,7 +186,7 @@ class AdditiveTable:
                     summed = consolidate(union_all(self._frames()), self.keys, self.payloads)
                     summed.write.format("delta").mode("append").save(self.path)
                 if _needs_compaction(self.path):
-                    write_overwrite(self.consolidated_stored(), self.path)
+                    self._overwrite(self.consolidated_stored())
             else:
                 merge_add(self.lake, self.path, self._frames(), self.keys, self.payloads, self.alive)
         self._deltas, self._replacement, self._loaded = [], None, None
@@ -196,6 +194,25 @@ class AdditiveTable:
             self._small, self._small_frame = (rewritten,), None  # a later reader in this run reads no file
         else:
             self._small = None
+
+    def _overwrite(self, rows: DataFrame) -> int:
+        """Replace the stored table (schema too) with ``rows``, computed once; returns their number.
+        At most ``local_rows`` of them are written by delta-rs in one commit (a Spark write of a new
+        small Delta table costs ~1 s, collecting and writing it here ~0.3 s), unless the table has a
+        reader feature delta-rs lacks (deletion vectors); more are written by Spark."""
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        computed = rows.localCheckpoint(eager=True)
+        count = computed.count()
+        self._small = self._loaded = None
+        if count <= self._local_rows() and not (DeltaTable.is_deltatable(self.path) and DeltaTable(self.path).protocol().reader_features):
+            arrow = computed.toArrow()
+            arrow = arrow.cast(pa.schema([field.with_nullable(True) for field in arrow.schema]))  # as a Spark write stores it
+            self.lake.write_small(self.path, arrow, "overwrite", new_schema=True)
+        else:
+            write_overwrite(computed, self.path)
+        return count
 
     def _append_locally(self) -> bool:
         """An append-only table's flush in this process when every buffered delta is Arrow and
