@@ -439,6 +439,7 @@ def audit(lake: Lake, spec: ViewSpec, latest: bool = True) -> Audit:
     if row is None:
         raise StateError(f"view {spec.name!r} has no committed run to audit; run `lakeivm refresh {spec.name}`.")
     ctx, maintainer = reader(lake, spec, row)
+    ctx = replace(ctx, spark_reads_result=True)
     if hasattr(maintainer, "audit_sample"):  # a sample: each row a join result, min(k, |join|) rows
         rows, missing, unexpected = maintainer.audit_sample(ctx, recompute(lake, spec, row.watermarks), row.state_versions["result"])
         return Audit(spec.name, row.watermarks, rows, missing, unexpected)

@@ -37,6 +37,7 @@ class Context:
     why_full: str | None = None  # the full kind: why the view is not maintained incrementally (registry.Choice)
     auto: bool = False  # refresh_policy auto: a run may recompute in full instead of maintaining (planning.auto)
     delta_rows: dict[str, int] = field(default_factory=dict)  # netted change rows of each table this run applies
+    spark_reads_result: bool = False  # the audit: the stored result read by Spark's Delta reader, as a Spark user reads it
     _snapshots: set[str] = field(default_factory=set, repr=False)  # the temp views ``snapshot`` registered in this run
 
     @property

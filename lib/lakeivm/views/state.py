@@ -196,23 +196,9 @@ class AdditiveTable:
             self._small = None
 
     def _overwrite(self, rows: DataFrame) -> int:
-        """Replace the stored table (schema too) with ``rows``, computed once; returns their number.
-        At most ``local_rows`` of them are written by delta-rs in one commit (a Spark write of a new
-        small Delta table costs ~1 s, collecting and writing it here ~0.3 s), unless the table has a
-        reader feature delta-rs lacks (deletion vectors); more are written by Spark."""
-        import pyarrow as pa
-        from deltalake import DeltaTable
-
-        computed = rows.localCheckpoint(eager=True)
-        count = computed.count()
+        """Replace the stored table (schema too) with ``rows`` (``overwrite``); returns their number."""
         self._small = self._loaded = None
-        if count <= self._local_rows() and not (DeltaTable.is_deltatable(self.path) and DeltaTable(self.path).protocol().reader_features):
-            arrow = computed.toArrow()
-            arrow = arrow.cast(pa.schema([field.with_nullable(True) for field in arrow.schema]))  # as a Spark write stores it
-            self.lake.write_small(self.path, arrow, "overwrite", new_schema=True)
-        else:
-            write_overwrite(computed, self.path)
-        return count
+        return overwrite(self.lake, rows, self.path, self._local_rows())
 
     def _append_locally(self) -> bool:
         """An append-only table's flush in this process when every buffered delta is Arrow and
@@ -292,8 +278,39 @@ def consolidate(rows: DataFrame, keys: Sequence[str], payloads: Sequence[str], a
     return summed.where(f"`{alive}` != 0" if alive else " OR ".join(f"`{p}` != 0" for p in payloads))
 
 
-def write_overwrite(rows: DataFrame, path: str) -> None:
-    rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+def overwrite(lake: Lake, rows: DataFrame, path: str, max_rows: int | None = None, configuration: dict[str, str] | None = None) -> int:
+    """Replace the Delta table at ``path`` (schema too; ``configuration``: properties of a table it
+    creates, e.g. CDF on a view's result) with ``rows``, computed once; returns their number. At
+    most ``max_rows`` (default REWRITE_ROWS) of them are written by delta-rs in one commit (a Spark
+    write of a new small Delta table costs ~1 s, collecting and writing it here ~0.3 s); more, a
+    table with a reader feature delta-rs lacks (deletion vectors) or a type it does not write are
+    written by Spark."""
+    computed = rows.localCheckpoint(eager=True)
+    count = computed.count()
+    if count > (REWRITE_ROWS if max_rows is None else max_rows) or not _overwrite_locally(lake, computed, path, configuration):
+        writer = computed.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        for key, value in (configuration or {}).items():
+            writer = writer.option(key, value)
+        writer.save(path)
+    return count
+
+
+def _overwrite_locally(lake: Lake, rows: DataFrame, path: str, configuration: dict[str, str] | None) -> bool:
+    """``overwrite`` by delta-rs; False (nothing written) where it cannot."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    if any(set(name) & set(" ,;{}()\n\t=") for name in rows.columns):  # Spark's Delta writer refuses them, naming the fix
+        return False
+    if DeltaTable.is_deltatable(path) and DeltaTable(path).protocol().reader_features:
+        return False
+    arrow = rows.toArrow()
+    arrow = arrow.cast(pa.schema([field.with_nullable(True) for field in arrow.schema]))  # as a Spark write stores it
+    try:
+        lake.write_small(path, arrow, "overwrite", configuration=configuration, new_schema=True)
+    except Exception:  # noqa: BLE001 -- a type delta-rs does not write (an interval, ...), raised before its commit
+        return False
+    return True
 
 
 REWRITE_ROWS = 20_000  # a result this small is rewritten whole: cheaper than a Delta MERGE of its touched rows
@@ -330,6 +347,17 @@ def read_if_small(lake: Lake, path: str, max_rows: int | None = None) -> tuple[D
     and delta-rs reads it, else None: MERGE or write it with Spark (a MERGE costs seconds whatever
     it touches)."""
     return lake.read_small(path, REWRITE_ROWS if max_rows is None else max_rows)
+
+
+def read_result(ctx, version: int | None = None) -> DataFrame:
+    """The view's stored result (at ``version``) for its readers (``lakeivm read``, an upstream's
+    snapshot, validation): local rows read by delta-rs when small (``read_if_small``), else Spark's
+    read. Spark's first read of a table costs ~1 s (its log loaded, a snapshot built), delta-rs's
+    ~30 ms. The audit reads through Spark (``Context.spark_reads_result``): what a Spark user sees
+    of files delta-rs may have written is what it checks."""
+    path = ctx.lake.view_path(ctx.view)
+    small = None if ctx.spark_reads_result else ctx.lake.read_small(path, REWRITE_ROWS, version)
+    return small[0] if small is not None else ctx.lake.read(path, version)
 
 
 def in_stored_types(rows: DataFrame, stored: DataFrame) -> DataFrame:

@@ -37,8 +37,8 @@ from lakeivm.lake import CDF
 from lakeivm.sql import (COUNT, MULTIPLICITY, Aggregate, OuterJoin, Query, multiset_of_sql, multiset_sql, rolled_up_sql,
                          state_sql)
 from lakeivm.views.base import Context
-from lakeivm.views.state import (AdditiveTable, as_frames, as_read, duckdb_query, in_stored_types, keys_in, local_frame,
-                                 quoted, read_if_small, union_all)
+from lakeivm.views.state import (AdditiveTable, as_frames, as_read, duckdb_query, in_stored_types, keys_in, local_frame, overwrite,
+                                 quoted, read_if_small, read_result, union_all)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -70,9 +70,7 @@ class FirstOrderMaintainer:
         if ctx.query.group_keys:
             state = state.where(f"{COUNT} > 0")
         rows = finalize(ctx.query, state)
-        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(CDF, "true").save(
-            ctx.lake.view_path(ctx.view)
-        )
+        overwrite(ctx.lake, rows, ctx.lake.view_path(ctx.view), configuration={CDF: "true"})
         ctx.checkpoint("bootstrap:result")
 
     def apply(self, ctx: Context, table: str, delta: DataFrame) -> None:
@@ -185,7 +183,7 @@ class FirstOrderMaintainer:
         ctx.checkpoint("flush")
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
-        df = ctx.lake.read(ctx.lake.view_path(ctx.view), version)
+        df = read_result(ctx, version)
         visible = [c for c in df.columns if not c.startswith(HIDDEN)]
         if ctx.query.implicit_keys == "projection":  # each distinct row stored once with its multiplicity
             from pyspark.sql import functions as F

@@ -38,7 +38,7 @@ from lakeivm.views.base import Context
 from lakeivm.views.fivm.payload import ALIVE
 from lakeivm.views.fivm.plan import FivmPlan, build_plan, leaf_weights
 from lakeivm.views.fivm.tree import View
-from lakeivm.views.state import AdditiveTable, as_frames, as_read, consolidate, read_if_small
+from lakeivm.views.state import AdditiveTable, as_frames, as_read, consolidate, overwrite, read_if_small, read_result
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -66,8 +66,7 @@ class FivmMaintainer:
         sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
         root = self._evaluate(ctx, plan.tree.root, sources, lambda view, rows: _create(ctx, tables, view, rows))
         rows = _render(plan, root, _output_types(ctx, plan), self._exact_sums(ctx))
-        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(CDF, "true").save(
-            ctx.lake.view_path(ctx.view))
+        overwrite(ctx.lake, rows, ctx.lake.view_path(ctx.view), configuration={CDF: "true"})
         ctx.checkpoint("bootstrap:result")
 
     def apply(self, ctx: Context, table: str, delta: DataFrame) -> None:
@@ -203,7 +202,7 @@ class FivmMaintainer:
         return consolidate(ctx.lake.read(table.path, state_versions[vid]), table.keys, table.payloads, table.alive)
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
-        df = ctx.lake.read(ctx.lake.view_path(ctx.view), version)
+        df = read_result(ctx, version)
         return as_read(df, ctx.query).select(*[c for c in df.columns if not c.startswith(HIDDEN)])
 
     # -- helpers ------------------------------------------------------------------------------

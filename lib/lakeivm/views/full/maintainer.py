@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from lakeivm.lake import CDF
 from lakeivm.sql import as_written
 from lakeivm.views.base import Context
+from lakeivm.views.state import overwrite, read_result
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -28,8 +29,7 @@ class FullMaintainer:
     def bootstrap(self, ctx: Context) -> None:
         sources = {table: ctx.snapshot(table, ctx.pins[table]) for table in ctx.query.tables}
         rows = ctx.spark.sql(as_written(ctx.spec.sql, sources))  # also auto's recompute of an incremental view
-        (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(CDF, "true")
-         .save(ctx.lake.view_path(ctx.view)))
+        overwrite(ctx.lake, rows, ctx.lake.view_path(ctx.view), configuration={CDF: "true"})
         ctx.checkpoint("bootstrap:result")
 
     def apply(self, ctx: Context, table: str, delta: DataFrame) -> None:
@@ -39,4 +39,4 @@ class FullMaintainer:
         pass
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
-        return ctx.lake.read(ctx.lake.view_path(ctx.view), version)
+        return read_result(ctx, version)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from lakeivm.sql import MULTIPLICITY
 from lakeivm.views.base import Context
 from lakeivm.views import state
-from lakeivm.views.state import AdditiveTable, consolidate
+from lakeivm.views.state import AdditiveTable, consolidate, read_result
 from lakeivm.views.triangle.core import HEAVY, LIGHT, add_all
 from lakeivm.views.triangle.shape import NEXT, ROLES, TriangleShape, triangle_shape
 from lakeivm.views.triangle.slices import Requests, Slice, SliceRun, first_requests, run_on_slice, second_requests
@@ -106,7 +106,7 @@ class TriangleMaintainer:
         ctx.checkpoint("flush")
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
-        return ctx.lake.read(ctx.lake.view_path(ctx.view), version).select(_shape(ctx).output)
+        return read_result(ctx, version).select(_shape(ctx).output)
 
     # -- the two ways of a run ------------------------------------------------------------------
     def _run_on_driver(self, ctx: Context, base: int, epsilon: float, size: int) -> SliceRun:
