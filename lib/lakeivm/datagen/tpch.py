@@ -82,8 +82,9 @@ class TpchChangeStream:
 
     def rf1(self, orders: int) -> int:
         """Insert ``orders`` new orders (copies of random ones under fresh keys) with their lineitems."""
-        if self._in_process("orders", "lineitem"):
-            return self._rf1_in_process(orders)
+        local = self._local_table("orders"), self._local_table("lineitem")
+        if None not in local:
+            return self._rf1_in_process(orders, *local)
         from pyspark.sql import functions as F
         from pyspark.sql.window import Window
 
@@ -135,8 +136,9 @@ class TpchChangeStream:
 
     def _sample(self, table: str, column: str, n: int) -> list[int]:
         """``n`` random distinct values of ``column``."""
-        if self._in_process(table):
-            values = sorted(set(self._column(table, column)))
+        local = self._local_table(table)
+        if local is not None:
+            values = sorted(set(_column(local, column)))
             return self.rng.sample(values, min(n, len(values)))
         from pyspark.sql import functions as F
 
@@ -146,52 +148,51 @@ class TpchChangeStream:
     def _dml(self, table: str, where: str, updates: dict[str, str] | None = None) -> None:
         """DELETE the rows of ``table`` matching ``where``, or UPDATE them (``updates``: column -> SQL
         expression): one commit, by delta-rs on a local lake (its change data feed written alike)."""
-        path = self.lake.table_path(table)
-        if self._in_process(table):
-            from deltalake import DeltaTable
-
+        local = self._local_table(table)
+        if local is not None:
             if updates is None:
-                DeltaTable(path).delete(where)
+                local.delete(where)
             else:
-                DeltaTable(path).update(updates=updates, predicate=where)
+                local.update(updates=updates, predicate=where)
             return
-        target = f"delta.`{path}`"
+        target = f"delta.`{self.lake.table_path(table)}`"
         if updates is None:
             self.lake.spark.sql(f"DELETE FROM {target} WHERE {where}")
         else:
             assignments = ", ".join(f"{column} = {expression}" for column, expression in updates.items())
             self.lake.spark.sql(f"UPDATE {target} SET {assignments} WHERE {where}")
 
-    def _rf1_in_process(self, orders: int) -> int:
-        """``rf1`` read and written by delta-rs: the picked orders and their lineitems filtered out of
-        the files, re-keyed after the largest key in ``o_orderkey`` order, appended."""
+    def _rf1_in_process(self, orders: int, stored_orders, stored_lines) -> int:
+        """``rf1`` read and written by delta-rs (the two tables loaded by ``_local_table``): the picked
+        orders and their lineitems filtered out of the files, re-keyed after the largest key in
+        ``o_orderkey`` order, appended."""
         import pyarrow.compute as pc
-        from deltalake import DeltaTable
 
-        keys = self._column("orders", "o_orderkey")
+        keys = _column(stored_orders, "o_orderkey")
         picked = sorted(self.rng.sample(sorted(keys), min(orders, len(keys))))
-        new_key = dict(zip(picked, range(max(keys, default=0) + 1, max(keys, default=0) + 1 + len(picked))))
-        for table, column in (("orders", "o_orderkey"), ("lineitem", "l_orderkey")):
-            path = self.lake.table_path(table)
-            rows = DeltaTable(path).to_pyarrow_dataset().to_table(filter=pc.field(column).isin(picked))
+        top = max(keys, default=0)
+        new_key = dict(zip(picked, range(top + 1, top + 1 + len(picked))))
+        for table, stored, column in (("orders", stored_orders, "o_orderkey"), ("lineitem", stored_lines, "l_orderkey")):
+            rows = stored.to_pyarrow_dataset().to_table(filter=pc.field(column).isin(picked))
             renamed = pyarrow.array([new_key[k] for k in rows.column(column).to_pylist()], rows.schema.field(column).type)
-            self.lake.write_small(path, rows.set_column(rows.schema.get_field_index(column), column, renamed), "append")
+            self.lake.write_small(self.lake.table_path(table), rows.set_column(rows.schema.get_field_index(column), column, renamed), "append")
         return len(picked)
 
-    def _column(self, table: str, column: str) -> list:
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.lake.table_path(table)).to_pyarrow_dataset().to_table(columns=[column]).column(column).to_pylist()
-
-    def _in_process(self, *tables: str) -> bool:
-        """Whether this process reads and changes ``tables`` itself (delta-rs): on a local lake, with
-        no table feature delta-rs lacks (deletion vectors); else Spark does (an s3a:// lake)."""
+    def _local_table(self, table: str):
+        """The table loaded by delta-rs when this process reads and changes it itself: on a local lake,
+        with no reader feature (deletion vectors, column mapping: delta-rs handles them wrong or not at
+        all); else None, and Spark does (an s3a:// lake too)."""
         if urlparse(self.lake.root).scheme:
-            return False
+            return None
         from deltalake import DeltaTable
 
-        return all("deletionVectors" not in (DeltaTable(self.lake.table_path(t)).protocol().reader_features or [])
-                   for t in tables)
+        loaded = DeltaTable(self.lake.table_path(table))
+        return None if loaded.protocol().reader_features else loaded
+
+
+def _column(table, column: str) -> list:
+    """One column of a delta-rs table, as Python values."""
+    return table.to_pyarrow_dataset().to_table(columns=[column]).column(column).to_pylist()
 
 
 def _tpchgen() -> str:

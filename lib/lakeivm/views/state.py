@@ -27,6 +27,8 @@ from lakeivm.lake import Lake
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from lakeivm.views.base import Context
+
 
 class AdditiveTable:
     """One Delta table of ``keys`` + additive ``payloads`` with buffered deltas (see module doc)."""
@@ -299,11 +301,15 @@ def _overwrite_locally(lake: Lake, rows: DataFrame, path: str, configuration: di
     """``overwrite`` by delta-rs; False (nothing written) where it cannot."""
     import pyarrow as pa
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
     if any(set(name) & set(" ,;{}()\n\t=") for name in rows.columns):  # Spark's Delta writer refuses them, naming the fix
         return False
-    if DeltaTable.is_deltatable(path) and DeltaTable(path).protocol().reader_features:
-        return False
+    try:
+        if DeltaTable(path).protocol().reader_features:  # deletion vectors, column mapping: delta-rs does not write them
+            return False
+    except TableNotFoundError:  # a new table
+        pass
     arrow = rows.toArrow()
     arrow = arrow.cast(pa.schema([field.with_nullable(True) for field in arrow.schema]))  # as a Spark write stores it
     try:
@@ -349,10 +355,9 @@ def read_if_small(lake: Lake, path: str, max_rows: int | None = None) -> tuple[D
     return lake.read_small(path, REWRITE_ROWS if max_rows is None else max_rows)
 
 
-def read_result(ctx, version: int | None = None) -> DataFrame:
+def read_result(ctx: Context, version: int | None = None) -> DataFrame:
     """The view's stored result (at ``version``) for its readers (``lakeivm read``, an upstream's
-    snapshot, validation): local rows read by delta-rs when small (``read_if_small``), else Spark's
-    read. Spark's first read of a table costs ~1 s (its log loaded, a snapshot built), delta-rs's
+    snapshot): local rows read by delta-rs when small (``Lake.read_small``), else Spark's read. Spark's first read of a table costs ~1 s (its log loaded, a snapshot built), delta-rs's
     ~30 ms. The audit reads through Spark (``Context.spark_reads_result``): what a Spark user sees
     of files delta-rs may have written is what it checks."""
     path = ctx.lake.view_path(ctx.view)
