@@ -13,8 +13,12 @@ from lakeivm.lake import Lake
 # its JVM's 96 s CPU compiling 30k methods, JFR's CompilerStatistics), but C1 alone (no C2,
 # -XX:TieredStopAtLevel=1), though it cut that test's CPU to 63 s at the same wall time, made the
 # whole suite slower: `.ci/run` 2330 s -> 2930 s (a worker's JVM lives 40 min; C2's code pays back).
+# Adaptive execution off: with one shuffle partition it has nothing to coalesce or skew-split, and its
+# re-planning of each query stage cost ~7 % of a test JVM's CPU (tests/views/first_order/test_semi.py
+# and fivm's chain streams: 289-295 -> 271-276 CPU-s over two runs each). Lakeivm's own sessions keep it.
 TEST_JVM = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
-            "spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.codegen.wholeStage": "false"}
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.adaptive.enabled": "false"}
 
 
 def sql(lake: Lake, statement: str, table: str) -> None:

@@ -1,0 +1,26 @@
+"""The JVM options every Spark JVM of lakeivm gets (no JVM started here)."""
+from __future__ import annotations
+
+from lakeivm import spark as spark_module
+from lakeivm.config import Settings
+
+
+def test_a_dumped_class_archive_is_mapped_before_the_users_own_options(tmp_path, monkeypatch):
+    archive = tmp_path / "spark.jsa"
+    monkeypatch.setattr(spark_module, "class_archive", lambda: archive)
+    monkeypatch.setattr(spark_module, "delta_jars", lambda settings: ["/jars/delta.jar"])
+    settings = Settings(spark_conf={"spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:SharedArchiveFile=/mine.jsa"})
+
+    assert "SharedArchiveFile" not in spark_module.jvm_conf(Settings()).get("spark.driver.extraJavaOptions", "")
+    archive.write_bytes(b"")
+    options = spark_module.jvm_conf(settings)["spark.driver.extraJavaOptions"].split()
+    assert options[0] == f"-XX:SharedArchiveFile={archive}" and "-Xshare:auto" in options and "-Xlog:cds=off" in options
+    assert options[-2:] == ["-XX:+UseSerialGC", "-XX:SharedArchiveFile=/mine.jsa"]  # the JVM takes the last one given: the user's
+    assert spark_module.jvm_conf(Settings())["spark.driver.extraJavaOptions"].startswith("-XX:SharedArchiveFile=")
+
+
+def test_the_archive_is_named_by_this_pyspark_install():
+    import pyspark
+
+    name = spark_module.class_archive().name
+    assert name.startswith(f"spark-{pyspark.__version__}-") and name.endswith(".jsa")
