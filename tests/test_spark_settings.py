@@ -24,3 +24,13 @@ def test_the_archive_is_named_by_this_pyspark_install():
 
     name = spark_module.class_archive().name
     assert name.startswith(f"spark-{pyspark.__version__}-") and name.endswith(".jsa")
+
+
+def test_executors_of_a_cluster_map_the_archive_too(tmp_path, monkeypatch):
+    archive = tmp_path / "spark.jsa"
+    archive.write_bytes(b"")
+    monkeypatch.setattr(spark_module, "class_archive", lambda: archive)
+    monkeypatch.setattr(spark_module, "delta_jars", lambda settings: ["/jars/delta.jar"])
+    conf = spark_module.jvm_conf(Settings(spark_master="spark://127.0.0.1:7077"))
+    assert conf["spark.executor.extraJavaOptions"].startswith(f"-XX:SharedArchiveFile={archive} ")
+    assert "spark.executor.extraJavaOptions" not in spark_module.jvm_conf(Settings(spark_master="local[1]"))

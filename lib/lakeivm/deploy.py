@@ -51,6 +51,7 @@ from lakeivm.airflow_api import AirflowAPI
 from lakeivm.config import Settings, load_settings
 from lakeivm.errors import LakeIVMError
 from lakeivm.processes import Service, alive, run, spawn, wait_for
+from lakeivm.spark import class_archive_options
 
 HOST = "127.0.0.1"
 DAGS_FOLDER = Path(str(files("lakeivm") / "dags"))
@@ -162,7 +163,8 @@ def start_spark_cluster(stack: Stack, progress: Progress) -> None:
     """A standalone master and one worker (``spark-class``), both on loopback."""
     env = {**os.environ, "SPARK_LOCAL_IP": HOST, "SPARK_LOG_DIR": str(stack.root / "spark-logs"),
            "SPARK_LOCAL_DIRS": str(stack.root / "spark-local"),
-           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}  # its REST server has a fixed port (6066)
+           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",  # its REST server has a fixed port (6066)
+           "SPARK_DAEMON_JAVA_OPTS": f"{class_archive_options()} {os.environ.get('SPARK_DAEMON_JAVA_OPTS', '')}".strip()}
     t0 = time.perf_counter()
     port, ui = free_port(), free_port()
     stack.services.append(spawn("spark-master", [_spark_class(), "org.apache.spark.deploy.master.Master", "--host", HOST,

@@ -218,8 +218,12 @@ def jvm_conf(settings: Settings, local: bool | None = None) -> dict[str, str]:
         conf.update(LOCAL_CONF)
     conf.update({k: str(v) for k, v in settings.spark_conf.items()})
     shared = class_archive_options()
-    if shared:  # first, so that a user's own -XX:SharedArchiveFile (the last one given) wins
-        conf["spark.driver.extraJavaOptions"] = f"{shared} {conf.get('spark.driver.extraJavaOptions', '')}".strip()
+    # First, so that a user's own -XX:SharedArchiveFile (the last one given) wins. Executors too: on a
+    # standalone worker of this machine they run the same class path; elsewhere the file is missing
+    # and the JVM goes without it.
+    if shared:
+        for key in ["spark.driver.extraJavaOptions"] + ([] if local else ["spark.executor.extraJavaOptions"]):
+            conf[key] = f"{shared} {conf.get(key, '')}".strip()
     return conf
 
 
