@@ -4,6 +4,7 @@ A spec is validated against ``lakeivm/schemas/view.schema.json`` (package data);
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -77,13 +78,12 @@ def load_spec(path: str | Path) -> ViewSpec:
     """Read and validate one YAML spec file; a SpecError names the file, the line and what is wrong."""
     path = Path(path)
     try:
-        text = path.read_text()
-        data = yaml.safe_load(text)
+        data, lines = _parse_yaml(path.read_text())
     except yaml.YAMLError as err:
         raise SpecError(_yaml_problem(path, err)) from err
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError(f"{path}: cannot read the spec: {err}") from err
-    return spec_from_dict(data, source=str(path), lines=_key_lines(text))
+    return spec_from_dict(data, source=str(path), lines=lines)
 
 
 def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] | None = None) -> ViewSpec:
@@ -94,8 +94,7 @@ def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] |
     """
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a view spec must be a mapping with name, sql, deadline; got {type(data).__name__}")
-    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.path))
+    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.path))
     if errors:
         raise SpecError("\n".join(f"{_where(source, e, lines or {})}: {_field(e)}: {e.message}" for e in errors))
     known = {"name", "sql", "deadline", "tick", "kind", "on_unreadable_changes", "nullable_keys", "max_pending_age", "description",
@@ -113,6 +112,12 @@ def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] |
         source=source,
         refresh_policy=data.get("refresh_policy", "auto"),
     ))
+
+
+@functools.cache
+def _validator() -> jsonschema.Draft202012Validator:
+    """The view spec's JSON schema validator, read once per process."""
+    return jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
 
 
 def with_derived_views(spec: ViewSpec) -> ViewSpec:
@@ -406,9 +411,31 @@ def _yaml_problem(path: Path, err: yaml.YAMLError) -> str:
             "with special characters, and write SQL as a block (`sql: |`, the query indented on the lines below)")
 
 
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser, where PyYAML was built with it
+
+
+def _parse_yaml(text: str) -> tuple[Any, dict[str, int]]:
+    """The document and its top-level keys' lines (``_node_lines``) from one parse, by libyaml where
+    installed (PyYAML's own parser twice took ~7 ms a spec: 75 ms of every command's start). A
+    malformed document is parsed again by PyYAML's loader, whose error names the context."""
+    loader = _FAST_LOADER(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError:
+        yaml.safe_load(text)  # raises PyYAML's own, more telling, error
+        raise
+    finally:
+        loader.dispose()
+    return data, _node_lines(node)
+
+
 def _key_lines(text: str) -> dict[str, int]:
     """Line of each top-level key of a YAML mapping, and "" -> the mapping's first line (1-based)."""
-    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    return _node_lines(yaml.compose(text, Loader=_FAST_LOADER))
+
+
+def _node_lines(node: Any) -> dict[str, int]:
     if not isinstance(node, yaml.MappingNode):
         return {}
     return {"": node.start_mark.line + 1, **{str(key.value): key.start_mark.line + 1 for key, _ in node.value}}
