@@ -103,6 +103,17 @@ def test_crash_during_bootstrap_then_rerun(lake, spark):
     assert_matches_sql(lake, JOIN_VIEW)
 
 
+def test_a_run_with_nothing_to_apply_makes_no_spark_session(lake, spark):
+    make_tables(lake, spark)
+    run_view(lake, JOIN_VIEW)
+    made = []
+    lazy = Lake(lambda: made.append("session") or spark, lake.root)  # as open_lake makes it without a session
+    assert run_view(lazy, JOIN_VIEW) is None and made == []
+    sql(lake, "INSERT INTO {t} VALUES (0, 9)", "r")
+    assert run_view(lazy, JOIN_VIEW).applied == ("r",) and made == ["session"]
+    assert_matches_sql(lake, JOIN_VIEW)
+
+
 def test_second_concurrent_run_is_refused(lake, spark):
     make_tables(lake, spark)
     with commit.lease(lake, "by_g"):

@@ -51,12 +51,13 @@ class Plan:
         return f"apply {', '.join(self.tables) or 'nothing'}: {self.reason}"
 
 
-def open_lake(spark: SparkSession | None = None, settings: Settings | None = None) -> Lake:
-    """The configured lake, with its system tables created if missing."""
+def open_lake(spark: SparkSession | Callable[[], SparkSession] | None = None, settings: Settings | None = None) -> Lake:
+    """The configured lake, with its system tables created if missing. Without ``spark`` the
+    settings' session is made on first use (``Lake.spark``): a run with nothing to apply makes none."""
     from lakeivm.spark import get_spark
 
     settings = settings or load_settings()
-    lake = Lake(spark or get_spark(settings), settings.lake)
+    lake = Lake(spark or (lambda: get_spark(settings)), settings.lake)
     lake.ensure_system_tables()
     return lake
 
@@ -155,6 +156,7 @@ def run_view(
     if mode != "rebuild" and _up_to_date(lake, commit.log_rows(lake, spec.name, status=None), definition):
         progress(f"{spec.name}: nothing to apply")  # a no-op costs a listing per table: no Spark, no write
         return None
+    lake.ensure_spark()  # there is work: the session before the claim, so a server that does not answer claims nothing
     with commit.lease(lake, spec.name, mode) as claim:
         if mode != "rebuild" and _up_to_date(lake, claim.history, definition):  # another run caught it up meanwhile
             progress(f"{spec.name}: nothing to apply")

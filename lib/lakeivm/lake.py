@@ -17,6 +17,8 @@ from urllib.parse import urlparse
 from lakeivm import storage
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import DataFrame, SparkSession
 
 CDF = "delta.enableChangeDataFeed"
@@ -25,9 +27,13 @@ WRITER_TAG = "spark.databricks.delta.commitInfo.userMetadata"  # set per run: ev
 
 @dataclass
 class Lake:
-    """A lake rooted at ``root`` (a local path or any Hadoop/object-store URI)."""
+    """A lake rooted at ``root`` (a local path or any Hadoop/object-store URI).
 
-    spark: SparkSession
+    ``session``: the SparkSession, or a function that makes one on the first use of ``spark`` -- a
+    run with nothing to apply reads the log and lists the tables with delta-rs and never makes one
+    (a `lakeivm refresh` with nothing pending: 1.8 s -> 0.9 s, no Spark Connect session)."""
+
+    session: SparkSession | Callable[[], SparkSession] | None
     root: str
     cache: dict = field(default_factory=dict, repr=False)  # immutable facts, e.g. commit histories
     upstreams: dict = field(default_factory=dict, repr=False)  # views read as sources by other views: name -> ViewSpec (lakeivm.upstream)
@@ -36,6 +42,16 @@ class Lake:
         if not urlparse(self.root).scheme:
             self.root = os.path.abspath(self.root)
         self.root = self.root.rstrip("/")
+
+    @property
+    def spark(self) -> SparkSession:
+        if callable(self.session):
+            self.session = self.session()
+        return self.session  # type: ignore[return-value]
+
+    def ensure_spark(self) -> None:
+        """Make the Spark session now if it is not made yet (a Connect server that does not answer fails here)."""
+        _ = self.spark
 
     def table_path(self, name: str) -> str:
         return f"{self.root}/tables/{name}"

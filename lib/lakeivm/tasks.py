@@ -79,5 +79,7 @@ def _open(settings: Settings, session: str | None):
     from lakeivm.engine import open_lake
     from lakeivm.spark import connect, get_spark
 
-    spark = connect(settings.spark_remote, settings, session) if settings.spark_remote else get_spark(settings)
+    def spark():  # made on first use: a run with nothing to apply needs no session
+        return connect(settings.spark_remote, settings, session) if settings.spark_remote else get_spark(settings)
+
     return open_lake(spark, settings)
