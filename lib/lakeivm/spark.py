@@ -255,42 +255,46 @@ def class_archive_options() -> str:
     return f"-XX:SharedArchiveFile={archive} -Xshare:auto {_CDS_QUIET}" if archive.exists() else ""
 
 
-def dump_class_archive(settings: Settings) -> Path | None:
-    """Dump the class-data archive once (set-up): a throw-away local JVM that writes, merges and reads
-    a Delta table, with ``-XX:ArchiveClassesAtExit``; the archive is written when that JVM exits."""
+def check_delta(spark: SparkSession) -> str:
+    """Write a small Delta table, MERGE into it and read its change data feed: what set-up checks."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        spark.range(100).selectExpr("id", "id % 7 AS g").write.format("delta").option("delta.enableChangeDataFeed", "true").save(folder)
+        spark.sql(f"MERGE INTO delta.`{folder}` t USING (SELECT 3L AS id, 1L AS g) s ON t.id = s.id WHEN MATCHED THEN UPDATE SET g = s.g")
+        changes = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(folder)
+        rows = sum(row["count"] for row in changes.groupBy("g").count().collect())
+    return f"Spark {spark.version} with {DELTA_PACKAGE}: Delta write, MERGE and change data feed read ok ({rows} change rows)"
+
+
+def dump_class_archive(settings: Settings) -> tuple[Path | None, str | None]:
+    """Dump the class-data archive (set-up): a throw-away local JVM runs ``check_delta`` with
+    ``-XX:ArchiveClassesAtExit`` and writes the archive as it exits. (the archive or None, the check's line or None)."""
     import subprocess
 
     archive = class_archive()
-    if archive.exists():
-        return archive
     archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_name(archive.name + ".partial")
     script = (
-        "import tempfile\n"
         "from lakeivm.config import load_settings\n"
-        "from lakeivm.spark import get_spark\n"
+        "from lakeivm.spark import check_delta, get_spark\n"
         f"conf = {{'spark.driver.extraJavaOptions': {f'-XX:ArchiveClassesAtExit={partial} {_CDS_QUIET}'!r}}}\n"
         f"spark = get_spark(load_settings().with_(spark_master='local[1]', spark_remote='', jars={settings.jars!r}, spark_conf=conf))\n"
-        "with tempfile.TemporaryDirectory() as folder:\n"
-        "    spark.range(100).selectExpr('id', 'id % 7 AS g').write.format('delta')"
-        ".option('delta.enableChangeDataFeed', 'true').save(folder)\n"
-        "    spark.sql(f'MERGE INTO delta.`{folder}` t USING (SELECT 3L AS id, 1L AS g) s ON t.id = s.id "
-        "WHEN MATCHED THEN UPDATE SET g = s.g')\n"
-        "    spark.read.format('delta').option('readChangeFeed', 'true').option('startingVersion', 0).load(folder)"
-        ".groupBy('g').count().collect()\n"
+        "print('CHECK=' + check_delta(spark), flush=True)\n"
         "proc = spark.sparkContext._gateway.proc\n"
         "spark.stop()\n"
         "proc.stdin.close()  # the JVM exits on EOF, and writes the archive as it exits\n"
         "proc.wait(timeout=600)\n"
     )
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    check = next((line[6:] for line in run.stdout.splitlines() if line.startswith("CHECK=")), None)
     if run.returncode or not partial.exists():
         partial.unlink(missing_ok=True)
         print("lakeivm: no class-data archive written (JVMs start without it, ~25% slower):\n"
               + "\n".join(run.stderr.strip().splitlines()[-5:]), file=sys.stderr)
-        return None
+        return None, check
     partial.replace(archive)
-    return archive
+    return archive, check
 
 
 def jars_folder(settings: Settings) -> Path:
@@ -355,17 +359,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m lakeivm.spark")
     parser.add_argument("--fetch-jars", action="store_true", help="fetch Delta's JARs if missing, then check a session")
     parser.parse_args(argv)
-    import tempfile
-
     settings = load_settings().with_(spark_master="local[1]", spark_remote="")
     jars = delta_jars(settings)
-    spark = get_spark(settings)
-    with tempfile.TemporaryDirectory() as folder:
-        spark.range(3).write.format("delta").save(folder)
-        rows = spark.read.format("delta").load(folder).count()
-    print(f"Spark {spark.version} with {DELTA_PACKAGE} ({len(jars)} JARs in {jars_folder(settings)}): Delta write/read ok ({rows} rows)")
-    spark.stop()
-    archive = dump_class_archive(settings)
+    print(f"Delta's JARs: {len(jars)} files in {jars_folder(settings)}")
+    archive, check = class_archive(), None
+    if not archive.exists():  # the check runs in the JVM that dumps it: one cold JVM at set-up, not two
+        archive, check = dump_class_archive(settings)
+    if check is None:
+        spark = get_spark(settings)
+        check = check_delta(spark)
+        spark.stop()
+    print(check)
     if archive is not None:
         print(f"class-data archive of a Spark JVM (faster cold starts): {archive}")
 
