@@ -30,9 +30,9 @@ def _run(args: list[str], env: dict[str, str], out: str, err: str) -> None:
     for fd, path in ((1, out), (2, err)):
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
     sys.stdout.reconfigure(line_buffering=True)
-    from lakeivm.cli import main
+    from lakeivm.cli import run
 
-    sys.exit(main(args))
+    run(args)
 
 
 class Forked:

@@ -153,3 +153,17 @@ def test_explain_and_status_say_why_a_view_is_recomputed_in_full(lake, spark, tm
     assert main([*common, "status"]) == 0
     out = capsys.readouterr().out
     assert "left_rows  [full]" in out and "  recomputed in full: line 2: FULL OUTER JOIN is not supported" in out
+
+
+def test_the_command_exits_with_mains_code_and_its_output_flushed(tmp_path):
+    """``lakeivm`` ends with os._exit (``cli.run``): the code and every line still reach the caller."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "lakeivm.cli", "--lake", str(tmp_path), "--views", str(tmp_path)]
+    helped = subprocess.run([*command, "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and "refresh" in helped.stdout
+    failed = subprocess.run([*command, "refresh", "nosuchview"], capture_output=True, text=True)
+    assert failed.returncode == 2 and failed.stderr.startswith("lakeivm: error:"), failed.stderr
+    wrong = subprocess.run([*command, "nosuchcommand"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "invalid choice" in wrong.stderr

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from lakeivm.config import Settings, load_settings
 from lakeivm.errors import LakeIVMError, known_failure
@@ -351,5 +352,36 @@ def _bench(args, settings: Settings) -> int:
     return 0
 
 
+def run(argv: Sequence[str] | None = None) -> NoReturn:
+    """The ``lakeivm`` command: ``main``, then an exit that skips the interpreter's finalization.
+
+    Finalizing, a native library's threads (pyarrow's pools; grpc's, see ``release_connect_session``)
+    sometimes abort a process whose work is done: "terminate called without an active exception",
+    SIGABRT -- 1 in 12-24 no-op refreshes here. A command that succeeded must exit 0, so the output
+    is flushed and the process ends with ``os._exit`` (a local Spark JVM ends on its own: it exits
+    when its parent's pipe closes)."""
+    import logging
+    import traceback
+
+    try:
+        code = main(argv)
+    except SystemExit as done:  # argparse: --help, a usage error (its message already printed)
+        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+        if not isinstance(done.code, int) and done.code is not None:
+            print(done.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # noqa: BLE001 -- printed as the interpreter would
+        traceback.print_exc()
+        code = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
