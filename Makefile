@@ -57,6 +57,7 @@ test-all: $(STAMP)
 # The real deployment on loopback (PostgreSQL, Spark standalone, the Connect server, Airflow 3; lakeivm/deploy.py):
 # a small lake, one on-demand refresh, then the UI's URL; Ctrl-C stops every service.
 cluster-demo: $(STAMP)
+	@$(BYTECODE)
 	$(BIN)/python -m lakeivm.deploy
 
 bench: $(STAMP)

@@ -366,9 +366,10 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
     try:
         code = main(argv)
     except SystemExit as done:  # argparse: --help, a usage error (its message already printed)
-        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
-        if not isinstance(done.code, int) and done.code is not None:
-            print(done.code, file=sys.stderr)
+        code = 0 if done.code is None else done.code
+        if not isinstance(code, int):  # sys.exit("message"), as the interpreter prints it
+            print(code, file=sys.stderr)
+            code = 1
     except KeyboardInterrupt:
         code = 130
     except BaseException:  # noqa: BLE001 -- printed as the interpreter would
