@@ -246,3 +246,31 @@ def test_a_late_write_of_another_run_is_never_committed(lake, spark, monkeypatch
     assert commit.log_rows(lake, "by_g", status=None)[-1].status == "failed"
     assert run_view(lake, JOIN_VIEW).applied == ("r",)
     assert_matches_sql(lake, JOIN_VIEW)
+
+
+def test_restore_rolls_back_by_delta_rs_or_by_spark(lake, spark):
+    """``Lake.restore`` (recovery's rollback): a table delta-rs writes is restored by delta-rs, one
+    with deletion vectors by Spark's RESTORE; either way the commit carries the run's writer tag and
+    Spark then reads the rows of the version restored to."""
+    from lakeivm import storage
+    from lakeivm.lake import WRITER_TAG
+
+    engines = {}
+    for name, vectors in (("plain", "false"), ("vectors", "true")):
+        path = lake.create_table(name, spark.createDataFrame([(1, 10), (2, 20)], "a int, x int"))
+        sql(lake, f"ALTER TABLE {{t}} SET TBLPROPERTIES ('delta.enableDeletionVectors' = '{vectors}')", name)
+        logged = lake.head_version(path)
+        sql(lake, "INSERT INTO {t} VALUES (3, 30)", name)
+        sql(lake, "DELETE FROM {t} WHERE a = 1", name)
+        spark.conf.set(WRITER_TAG, "run-7")
+        try:
+            lake.restore(path, logged)
+        finally:
+            spark.conf.unset(WRITER_TAG)
+        head = lake.head_version(path)
+        assert head == logged + 3
+        info = next(a["commitInfo"] for a in storage.commit_actions(path, head) if "commitInfo" in a)
+        assert info["operation"] == "RESTORE" and info["userMetadata"] == "run-7", info
+        engines[name] = "spark" if "Apache-Spark" in info.get("engineInfo", "") else "delta-rs"
+        assert sorted(map(tuple, lake.read(path).collect())) == [(1, 10), (2, 20)], name
+    assert engines == {"plain": "delta-rs", "vectors": "spark"}, engines

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.install, pytest.mark.spark,  # spark: the refresh runs
 
 REPO = Path(__file__).resolve().parents[1]
 UV = Path(sys.executable).parent / "uv"  # installed into .venv by `make setup`
-_DROPPED = ("LAKEIVM_", "AIRFLOW", "SPARK_", "PYSPARK_", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
+_DROPPED = ("LAKEIVM_", "AIRFLOW", "SPARK_", "PYSPARK_", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")
 
 
 @pytest.fixture(scope="module")

@@ -200,7 +200,7 @@ def recover(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str],
                 f"outside lakeivm. Rebuild the view (lakeivm refresh {last.view} --rebuild)."
             )
         if head > logged:
-            lake.spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF {logged}")
+            lake.restore(path, logged)
             done.append(f"{name}: restored {head} -> {logged}")
     return done, last
 
