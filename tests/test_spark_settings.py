@@ -34,3 +34,17 @@ def test_executors_of_a_cluster_map_the_archive_too(tmp_path, monkeypatch):
     conf = spark_module.jvm_conf(Settings(spark_master="spark://127.0.0.1:7077"))
     assert conf["spark.executor.extraJavaOptions"].startswith(f"-XX:SharedArchiveFile={archive} ")
     assert "spark.executor.extraJavaOptions" not in spark_module.jvm_conf(Settings(spark_master="local[1]"))
+
+
+def test_archives_of_pyspark_installs_that_are_gone_are_pruned(tmp_path):
+    live, gone, unnamed = (tmp_path / f"spark-4.2.0-{key}.jsa" for key in ("live", "gone", "old"))
+    for archive in (live, gone, unnamed):
+        archive.write_bytes(b"archive")
+    (tmp_path / "spark-4.2.0-live.jars").write_text(str(tmp_path))  # a folder that exists
+    (tmp_path / "spark-4.2.0-gone.jars").write_text(str(tmp_path / "removed-venv" / "jars"))
+    keep = tmp_path / "spark-4.2.0-new.jsa"
+    keep.write_bytes(b"archive")
+
+    assert spark_module.prune_class_archives(keep) == [gone]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spark-4.2.0-live.jars", "spark-4.2.0-live.jsa", "spark-4.2.0-new.jsa",
+                                                         "spark-4.2.0-old.jsa"]  # one dumped before the .jars files: kept

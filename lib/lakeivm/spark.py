@@ -241,8 +241,7 @@ def class_archive() -> Path:
 
     import pyspark
 
-    jars = Path(pyspark.__file__).parent / "jars"
-    key = hashlib.sha1(str(jars).encode()).hexdigest()[:12]
+    key = hashlib.sha1(str(pyspark_jars()).encode()).hexdigest()[:12]
     return Path.home() / ".cache" / "lakeivm" / "cds" / f"spark-{pyspark.__version__}-{key}.jsa"
 
 
@@ -294,7 +293,29 @@ def dump_class_archive(settings: Settings) -> tuple[Path | None, str | None]:
               + "\n".join(run.stderr.strip().splitlines()[-5:]), file=sys.stderr)
         return None, check
     partial.replace(archive)
+    archive.with_suffix(".jars").write_text(str(Path(pyspark_jars())))
+    prune_class_archives(archive)
     return archive, check
+
+
+def pyspark_jars() -> Path:
+    """pyspark's ``jars`` folder: the class path a class-data archive records."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def prune_class_archives(keep: Path) -> list[Path]:
+    """Delete the class-data archives (194 MB each) of pyspark installs that are gone -- a removed
+    venv or checkout -- named by the ``.jars`` file set-up writes beside each; returns them."""
+    pruned = []
+    for named in keep.parent.glob("spark-*.jars"):
+        archive = named.with_suffix(".jsa")
+        if archive != keep and not Path(named.read_text().strip()).is_dir():
+            archive.unlink(missing_ok=True)
+            named.unlink()
+            pruned.append(archive)
+    return pruned
 
 
 def jars_folder(settings: Settings) -> Path:
