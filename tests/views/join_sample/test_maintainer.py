@@ -150,3 +150,37 @@ def test_crash_at_any_write_then_rerun_draws_the_crash_free_sample(lake, spark):
             json.loads(lake.read(lake.view_path("ref", "aux/sampler")).first()["state"])
     assert event(lake, "twin") == event(lake, "ref")
     assert_valid(lake, twin)
+
+
+def test_audit_names_a_row_that_is_no_join_result_and_a_missing_row(lake, spark):
+    """The audit's bag comparison (``audit_sample`` on versions of the sample table): a sample row
+    changed into a row the join does not produce is unexpected; a join row sampled more often than
+    the join holds it is unexpected too; a sample short of min(k, |join|) rows names the missing."""
+    from dataclasses import replace
+
+    from lakeivm.engine import reader, recompute
+
+    make_tables(lake, spark, random.Random(3), n=8)
+    spec = spec_from_dict({"name": "line", "sql": LINE, "deadline": 60, "sample_size": 3, "seed": 1})
+    run_view(lake, spec)
+    row = commit.last_committed(lake, "line")
+    ctx, maintainer = reader(lake, spec, row)
+    ctx = replace(ctx, spark_reads_result=True)
+    path = lake.view_path("line", "sample")
+
+    def audited(version: int):
+        return maintainer.audit_sample(ctx, recompute(lake, spec, row.watermarks), version)
+
+    rows, missing, unexpected = audited(row.state_versions["result"])
+    assert rows == 3 and missing == () and unexpected == ()
+    join = Counter(tuple(r) for r in recompute(lake, spec, row.watermarks).collect())
+    first, second = [tuple(r) for r in lake.read(path).orderBy("_lakeivm_slot").select("a", "x", "d").collect()[:2]]
+    lake.spark.sql(f"UPDATE delta.`{path}` SET d = 99 WHERE _lakeivm_slot = 0")  # no row of t has d = 99
+    assert audited(lake.head_version(path)) == (3, (), ((first[0], first[1], 99),))
+    a, x, d = second
+    lake.spark.sql(f"UPDATE delta.`{path}` SET a = {a}, x = {x}, d = {d} WHERE _lakeivm_slot = 0")  # the second row twice
+    rows, missing, unexpected = audited(lake.head_version(path))
+    assert rows == 3 and (unexpected == (second,)) == (join[second] < 2), (unexpected, join)
+    lake.spark.sql(f"DELETE FROM delta.`{path}` WHERE _lakeivm_slot = 0")
+    rows, missing, unexpected = audited(lake.head_version(path))
+    assert rows == 2 and unexpected == () and len(missing) == 1 and join[missing[0]] > 0, (missing, join)

@@ -89,23 +89,17 @@ class JoinSampleMaintainer:
         return sample.orderBy(SLOT).select(*[f"`{o.name}`" for o in plan.outputs], *plan.row_id_columns)
 
     def audit_sample(self, ctx: Context, expected: DataFrame, version: int) -> tuple[int, tuple, tuple]:
-        """A sample is no SQL result: check, in Spark, that each row is a join result (as bags) and that there
-        are min(k, |join|) rows; ``expected`` is the SQL at the watermarks. Returns (rows, missing, unexpected)."""
-        from functools import reduce
-
-        from pyspark.sql import functions as F
+        """A sample is no SQL result: check that each row is a join result (as bags) and that there are
+        min(k, |join|) rows; ``expected`` is the SQL at the watermarks. Both are collected once and
+        compared as bags here, like ``audit`` compares a view with its SQL. Returns (rows, missing, unexpected)."""
 
         plan = _plan(ctx)
         names = [o.name for o in plan.outputs]
-        sample = self.result(ctx, version).select(*[f"`{n}`" for n in names])
-        expected = expected.toDF(*names)
-        have = sample.groupBy(*[f"`{n}`" for n in names]).agg(F.count(F.lit(1)).alias("_have")).alias("h")
-        on = reduce(lambda a, b: a & b, [F.col(f"h.`{n}`").eqNullSafe(F.col(f"e.`{n}`")) for n in names])
-        matched = (have.join(expected.withColumn("_one", F.lit(1)).alias("e"), on, "left")
-                   .groupBy(*[F.col(f"h.`{n}`") for n in names], F.col("h._have")).agg(F.count("e._one").alias("_in_join")))
-        unexpected = [tuple(r[:len(names)]) for r in matched.collect() for _ in range(r["_have"] - r["_in_join"]) if r["_have"] > r["_in_join"]]
-        rows, size = sample.count(), min(plan.k, expected.count())
-        missing = [tuple(r) for r in expected.exceptAll(sample).limit(max(0, size - rows)).collect()] if rows < size else []
+        sample = Counter(_bag_key(r) for r in self.result(ctx, version).select(*[f"`{n}`" for n in names]).collect())
+        join = Counter(_bag_key(r) for r in expected.collect())
+        rows, size = sum(sample.values()), min(plan.k, sum(join.values()))
+        unexpected = list((sample - join).elements())
+        missing = list((join - sample).elements())[:max(0, size - rows)] if rows < size else []
         if rows > size:
             unexpected.append(("<surplus sample rows>", rows - size))
         return rows, tuple(missing), tuple(unexpected)
@@ -176,3 +170,8 @@ def _sample_schema(ctx: Context, plan: SamplePlan):
     fields += [StructField(o.name, types[tables[o.alias]][plan.columns[tables[o.alias]][o.position]]) for o in plan.outputs]
     fields += [StructField(c, StringType(), False) for c in plan.row_id_columns]
     return StructType(fields)
+
+
+def _bag_key(row) -> tuple:
+    """A row as a bag element: values as they are, NaN equal to NaN (as Spark compares them)."""
+    return tuple("NaN" if isinstance(v, float) and v != v else v for v in row)
