@@ -68,3 +68,19 @@ def test_schema_change_of_a_used_column_is_named(lake, spark):
     with pytest.raises(ChangeRangeError, match=r"column 'x' changed between versions 0 and 1 \(int -> string\)"):
         changes.check_readable(lake, "r", 0, 1, ["a", "x"])
     changes.check_readable(lake, "r", 0, 1, ["a"])  # a column the view does not use may change
+
+
+def test_pending_rows_of_commits_delta_rs_wrote_equal_their_change_feed(lake, spark):
+    """delta-rs names its operation metrics in snake case: an append, a delete and an update by
+    delta-rs count as many pending rows as Spark's change data feed then holds (an update twice)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    path = lake.table_path("rs")
+    write_deltalake(path, pa.table({"a": pa.array([1, 2], pa.int32())}), configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(path, pa.table({"a": pa.array([3, 4, 5], pa.int32())}), mode="append")
+    DeltaTable(path).delete("a = 1 OR a = 4")
+    DeltaTable(path).update(updates={"a": "a + 10"}, predicate="a = 5")
+    head = lake.head_version(path)
+    feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 1).load(path).count()
+    assert changes.pending_rows(lake, "rs", 0, head) == feed == 3 + 2 + 2

@@ -21,7 +21,11 @@ if TYPE_CHECKING:
 
 SIGN = {"insert": 1, "update_postimage": 1, "delete": -1, "update_preimage": -1}
 _CDF_ROWS_PER_METRIC = {"numOutputRows": 1, "numDeletedRows": 1, "numUpdatedRows": 2,
-                        "numTargetRowsInserted": 1, "numTargetRowsDeleted": 1, "numTargetRowsUpdated": 2}
+                        "numTargetRowsInserted": 1, "numTargetRowsDeleted": 1, "numTargetRowsUpdated": 2,
+                        # delta-rs (and writers built on it: polars, lakeivm's own datagen) names them in snake case;
+                        # its MERGE's num_output_rows includes copied rows, so only these count
+                        "num_added_rows": 1, "num_deleted_rows": 1, "num_updated_rows": 2,
+                        "num_target_rows_inserted": 1, "num_target_rows_deleted": 1, "num_target_rows_updated": 2}
 
 
 def pin(lake: Lake, tables: Iterable[str]) -> dict[str, int]:
