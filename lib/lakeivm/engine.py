@@ -18,7 +18,7 @@ from lakeivm.lake import WRITER_TAG, Lake
 from lakeivm.registry import FULL, ViewSpec, choose, find_spec, load_specs
 from lakeivm.spark import deployment
 from lakeivm.sql import as_written
-from lakeivm.views.base import Context, Maintainer
+from lakeivm.views.base import Context, Maintainer, bag
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -442,29 +442,14 @@ def audit(lake: Lake, spec: ViewSpec, latest: bool = True) -> Audit:
         raise StateError(f"view {spec.name!r} has no committed run to audit; run `lakeivm refresh {spec.name}`.")
     ctx, maintainer = reader(lake, spec, row)
     ctx = replace(ctx, spark_reads_result=True)
+    expected = bag(recompute(lake, spec, row.watermarks))
     if hasattr(maintainer, "audit_sample"):  # a sample: each row a join result, min(k, |join|) rows
-        rows, missing, unexpected = maintainer.audit_sample(ctx, recompute(lake, spec, row.watermarks), row.state_versions["result"])
+        rows, missing, unexpected = maintainer.audit_sample(ctx, expected, row.state_versions["result"])
         return Audit(spec.name, row.watermarks, rows, missing, unexpected)
-    expected = _bag(recompute(lake, spec, row.watermarks))
-    actual = _bag(maintainer.result(ctx, row.state_versions["result"]))
+    actual = bag(maintainer.result(ctx, row.state_versions["result"]))
     missing = tuple(r for r in expected - actual)
     unexpected = tuple(r for r in actual - expected)
     return Audit(spec.name, row.watermarks, sum(actual.values()), missing, unexpected)
-
-
-def _bag(df: DataFrame):
-    from collections import Counter
-
-    return Counter(tuple(normalize(v) for v in row) for row in df.collect())
-
-
-def normalize(value: object) -> object:
-    """Numbers compared to 12 significant digits (SUM/AVG of the state may differ in the last digit)."""
-    from decimal import Decimal
-
-    if isinstance(value, (float, Decimal)) and not isinstance(value, bool):
-        return float(f"{float(value):.12g}")
-    return value
 
 
 def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]:

@@ -155,26 +155,32 @@ class Lake:
         types unless ``new_schema``: an overwrite that replaces the schema) in one commit by delta-rs
         (``mode`` overwrite or append; ``configuration``: table properties of a table it creates),
         carrying the run's writer tag like its Spark commits."""
-        from deltalake import CommitProperties, write_deltalake
+        from deltalake import write_deltalake
 
-        tag = self.spark.conf.get(WRITER_TAG, None)
         write_deltalake(path, rows, mode=mode, configuration=configuration, schema_mode="overwrite" if new_schema else None,
-                        commit_properties=CommitProperties(custom_metadata={"userMetadata": tag} if tag else None))
+                        commit_properties=self._tagged())
+
+    def _tagged(self):
+        """delta-rs commit properties carrying the run's writer tag, as its Spark commits do (none
+        before a session is made: the tag is a session setting)."""
+        from deltalake import CommitProperties
+
+        tag = None if callable(self.session) else self.spark.conf.get(WRITER_TAG, None)
+        return CommitProperties(custom_metadata={"userMetadata": tag} if tag else None)
 
     def restore(self, path: str, version: int) -> None:
         """Roll the Delta table at ``path`` back to ``version``: one RESTORE commit, carrying the run's
         writer tag like its other commits. delta-rs compares the two file lists in this process (tens
         of ms); a table with a reader feature it lacks (deletion vectors), or one it fails on, is
         restored by Spark's RESTORE instead, which reconstructs both snapshots in Spark jobs (seconds:
-        17 % of the Connect server's CPU in the fault suite, whose reruns recover killed runs)."""
-        from deltalake import CommitProperties, DeltaTable
+        in the fault suite, whose reruns recover killed runs, over half the Connect server's SQL time)."""
+        from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError
 
-        tag = None if callable(self.session) else self.spark.conf.get(WRITER_TAG, None)  # no session yet: no run tag set
         try:
             table = DeltaTable(path)
             if not table.protocol().reader_features:
-                table.restore(version, commit_properties=CommitProperties(custom_metadata={"userMetadata": tag} if tag else None))
+                table.restore(version, commit_properties=self._tagged())
                 return
         except DeltaError:  # a writer feature delta-rs lacks, a file gone, a concurrent commit: Spark restores it or says why not
             pass

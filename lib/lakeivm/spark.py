@@ -293,7 +293,7 @@ def dump_class_archive(settings: Settings) -> tuple[Path | None, str | None]:
               + "\n".join(run.stderr.strip().splitlines()[-5:]), file=sys.stderr)
         return None, check
     partial.replace(archive)
-    archive.with_suffix(".jars").write_text(str(Path(pyspark_jars())))
+    archive.with_suffix(".jars").write_text(str(pyspark_jars()))
     prune_class_archives(archive)
     return archive, check
 

@@ -101,7 +101,8 @@ def _tpch_workload(sql: str) -> Callable:
 
 def _compare(spark, settings: Settings, root: str, workload: str, size: float,
              setup: Callable, batch: int, batches: int) -> dict:
-    from lakeivm.engine import _bag, open_lake, run_view, view_snapshot
+    from lakeivm.engine import open_lake, run_view, view_snapshot
+    from lakeivm.views.base import bag
     from lakeivm.lake import Lake
     from lakeivm.registry import spec_from_dict
 
@@ -127,8 +128,8 @@ def _compare(spark, settings: Settings, root: str, workload: str, size: float,
             entry["seconds"][policy].append(time.perf_counter() - t0)
         chose = rows["auto"].kind
         entry["auto"].append({"kind": chose, "mode": rows["auto"].mode, "plan": rows["auto"].plan})
-        expected = _bag(view_snapshot(lake, specs["full"]))
-        if any(_bag(view_snapshot(lake, specs[p])) != expected for p in ("incremental", "auto")):
+        expected = bag(view_snapshot(lake, specs["full"]))
+        if any(bag(view_snapshot(lake, specs[p])) != expected for p in ("incremental", "auto")):
             raise SystemExit(f"{workload} {size:g} batch {number}: a maintained result differs from the recomputation")
         print(f"  batch {number}: " + ", ".join(f"{p} {entry['seconds'][p][-1]:.2f}s" for p in POLICIES)
               + f"; auto ran {chose} ({rows['auto'].mode}): {rows['auto'].plan}", flush=True)

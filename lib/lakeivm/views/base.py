@@ -1,6 +1,7 @@
 """The maintainer protocol (ARCHITECTURE §5) and the context every maintainer is handed."""
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -90,3 +91,19 @@ class Maintainer(Protocol):
 
     def state_tables(self, ctx: Context) -> Mapping[str, str]:
         """{state name: Delta path} of every table the commit must version."""
+
+
+def bag(df) -> Counter:
+    """The rows of ``df`` as a bag (collected), values ``normalize``d: how an audit compares a view with its SQL."""
+    return Counter(tuple(normalize(v) for v in row) for row in df.collect())
+
+
+def normalize(value: object) -> object:
+    """Numbers compared to 12 significant digits (SUM/AVG of the state may differ in the last digit);
+    NaN equal to NaN, as Spark compares them."""
+    from decimal import Decimal
+
+    if isinstance(value, (float, Decimal)) and not isinstance(value, bool):
+        value = float(value)
+        return "NaN" if value != value else float(f"{value:.12g}")
+    return value

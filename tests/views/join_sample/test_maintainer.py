@@ -159,6 +159,7 @@ def test_audit_names_a_row_that_is_no_join_result_and_a_missing_row(lake, spark)
     from dataclasses import replace
 
     from lakeivm.engine import reader, recompute
+    from lakeivm.views.base import bag
 
     make_tables(lake, spark, random.Random(3), n=8)
     spec = spec_from_dict({"name": "line", "sql": LINE, "deadline": 60, "sample_size": 3, "seed": 1})
@@ -169,7 +170,7 @@ def test_audit_names_a_row_that_is_no_join_result_and_a_missing_row(lake, spark)
     path = lake.view_path("line", "sample")
 
     def audited(version: int):
-        return maintainer.audit_sample(ctx, recompute(lake, spec, row.watermarks), version)
+        return maintainer.audit_sample(ctx, bag(recompute(lake, spec, row.watermarks)), version)
 
     rows, missing, unexpected = audited(row.state_versions["result"])
     assert rows == 3 and missing == () and unexpected == ()

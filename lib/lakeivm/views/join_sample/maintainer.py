@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakeivm.errors import StateError
 from lakeivm.sql import MULTIPLICITY
-from lakeivm.views.base import Context
+from lakeivm.views.base import Context, bag
 
 from .plan import SamplePlan, plan_sample
 from .view import SampleView
@@ -88,18 +88,15 @@ class JoinSampleMaintainer:
         sample = ctx.lake.read(ctx.lake.view_path(ctx.view, "sample"), version)
         return sample.orderBy(SLOT).select(*[f"`{o.name}`" for o in plan.outputs], *plan.row_id_columns)
 
-    def audit_sample(self, ctx: Context, expected: DataFrame, version: int) -> tuple[int, tuple, tuple]:
+    def audit_sample(self, ctx: Context, expected: Counter, version: int) -> tuple[int, tuple, tuple]:
         """A sample is no SQL result: check that each row is a join result (as bags) and that there are
-        min(k, |join|) rows; ``expected`` is the SQL at the watermarks. Both are collected once and
-        compared as bags here, like ``audit`` compares a view with its SQL. Returns (rows, missing, unexpected)."""
-
+        min(k, |join|) rows; ``expected``: the SQL's rows at the watermarks as a bag (``bag``).
+        Returns (rows, missing, unexpected)."""
         plan = _plan(ctx)
-        names = [o.name for o in plan.outputs]
-        sample = Counter(_bag_key(r) for r in self.result(ctx, version).select(*[f"`{n}`" for n in names]).collect())
-        join = Counter(_bag_key(r) for r in expected.collect())
-        rows, size = sum(sample.values()), min(plan.k, sum(join.values()))
-        unexpected = list((sample - join).elements())
-        missing = list((join - sample).elements())[:max(0, size - rows)] if rows < size else []
+        sample = bag(self.result(ctx, version).select(*[f"`{o.name}`" for o in plan.outputs]))
+        rows, size = sum(sample.values()), min(plan.k, sum(expected.values()))
+        unexpected = list((sample - expected).elements())
+        missing = list((expected - sample).elements())[:max(0, size - rows)] if rows < size else []
         if rows > size:
             unexpected.append(("<surplus sample rows>", rows - size))
         return rows, tuple(missing), tuple(unexpected)
@@ -171,7 +168,3 @@ def _sample_schema(ctx: Context, plan: SamplePlan):
     fields += [StructField(c, StringType(), False) for c in plan.row_id_columns]
     return StructType(fields)
 
-
-def _bag_key(row) -> tuple:
-    """A row as a bag element: values as they are, NaN equal to NaN (as Spark compares them)."""
-    return tuple("NaN" if isinstance(v, float) and v != v else v for v in row)
