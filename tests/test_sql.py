@@ -254,3 +254,19 @@ def test_aggregating_ctes_and_derived_tables_split_off_as_views():
     assert derived_views("SELECT n FROM (SELECT a, COUNT(*) AS n FROM t GROUP BY a) AS d", lambda alias: None)[1] == {}
     nested = "SELECT n FROM (SELECT a, COUNT(*) AS n FROM (SELECT b AS a, SUM(x) AS s FROM t GROUP BY b) AS i GROUP BY a) AS d"
     assert list(derived_views(nested, name)[1]) == ["v__d"]  # i is v__d's own, split when v__d is (registry)
+
+
+def test_state_types_from_empty_relations_of_the_tables_types_equal_those_from_the_data(spark):
+    """F-IVM's exact-sum types (``FivmMaintainer._exact_sums``) come from ``typed_empty_sql``: no table read."""
+    from lakeivm.sql import typed_empty_sql
+
+    schemas = {"r": {"a": "int", "x": "decimal(15,2)", "d": "decimal(15,2)", "n": "bigint"},
+               "s": {"a": "int", "y": "double", "k": "string", "day": "date"}}
+    q = parse_query("SELECT k, SUM(x * (1 - d)) AS v, AVG(x) AS m, SUM(n) AS t, SUM(y) AS w, COUNT(*) AS c, MAX(day) AS last "
+                    "FROM r JOIN s ON r.a = s.a GROUP BY k", schemas)
+    spark.sql("SELECT 1 AS a, CAST(2.50 AS DECIMAL(15,2)) AS x, CAST(0.05 AS DECIMAL(15,2)) AS d, CAST(3 AS BIGINT) AS n"
+              ).createOrReplaceTempView("typed_r")
+    spark.sql("SELECT 1 AS a, 1.5D AS y, 'k' AS k, DATE'2026-01-01' AS day").createOrReplaceTempView("typed_s")
+    from_data = spark.sql(state_sql(q, {"r": "typed_r", "s": "typed_s"})).schema
+    typed = spark.sql(typed_empty_sql(q, {alias: tuple(schemas[alias].items()) for alias in ("r", "s")}))
+    assert typed.schema.simpleString() == from_data.simpleString() and typed.count() == 0

@@ -591,6 +591,17 @@ def state_sql(query: Query, sources: Mapping[str, str], delta_alias: str | None 
     return tree.sql(dialect=DIALECT)
 
 
+def typed_empty_sql(query: Query, schemas: Mapping[str, tuple[tuple[str, str], ...]]) -> str:
+    """``state_sql`` over empty relations of the given column types (``{alias: ((column, Spark SQL
+    type), ...)}``, one CTE each): its analysis gives the state's result types without reading a table."""
+    names = {alias: f"lakeivm_typed_{i}" for i, alias in enumerate(schemas)}
+    tree = sqlglot.parse_one(state_sql(query, names), dialect=DIALECT)
+    for alias, columns in schemas.items():
+        items = ", ".join(f"CAST(NULL AS {kind}) AS `{column}`" for column, kind in columns)
+        tree = tree.with_(names[alias], as_=f"SELECT {items} LIMIT 0", dialect=DIALECT)
+    return tree.sql(dialect=DIALECT)
+
+
 def rolled_up_sql(query: Query, rows: str, quote: Callable[[str], str] = lambda c: f"`{c}`") -> str:
     """A delta ``state_sql``'s rows (``rows``: a table name) summed per group over the MIN/MAX
     arguments they are also grouped by: the view state's delta. ``quote`` writes an identifier

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from lakeivm.changes import SMALL_DELTA_ROWS
 from lakeivm.lake import CDF
-from lakeivm.sql import COUNT, MULTIPLICITY, recompute_sql, state_sql
+from lakeivm.sql import COUNT, MULTIPLICITY, recompute_sql, state_sql, typed_empty_sql
 from lakeivm.views.base import Context
 from lakeivm.views.fivm.payload import ALIVE
 from lakeivm.views.fivm.plan import FivmPlan, build_plan, leaf_weights
@@ -185,8 +185,11 @@ class FivmMaintainer:
                 tuple(lake.schema_at(lake.table_path(r.table), ctx.pins[r.table]).items()) for r in plan.query.relations))
             self._exact = lake.cache.get(key) if key is not None else None
             if self._exact is None:
-                sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
-                schema = ctx.spark.sql(state_sql(plan.query, sources)).schema
+                if key is None:  # a view over views: its upstreams' result types
+                    sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
+                    schema = ctx.spark.sql(state_sql(plan.query, sources)).schema
+                else:  # analysed over empty relations of the tables' types: no Delta snapshot read (~1.3 s in a fresh process)
+                    schema = ctx.spark.sql(typed_empty_sql(plan.query, dict(zip((r.alias for r in plan.query.relations), key[2])))).schema
                 self._exact = {f.name: f.dataType.simpleString() for f in schema.fields
                                if f.name.startswith("_lakeivm_s") and isinstance(f.dataType, (DecimalType, IntegralType))}
                 if key is not None:
