@@ -161,3 +161,17 @@ def test_an_aggregate_over_an_aggregate_is_a_view_over_its_own_derived_view(tmp_
     assert {b.names for b in specs.broken} == {("dist__per_a",), ("dist__per_a", "dist")}
     with pytest.raises(SpecError, match=r"(?s)view 'dist' cannot run.*view 'dist__per_a' \(split off the SQL of view 'dist'\) is also declared in"):
         find_spec(specs, "dist")
+
+
+def test_an_aggregating_in_subquery_that_names_an_outer_column_unqualified_is_refused_with_the_fix(tmp_path):
+    from lakeivm.registry import choose
+
+    sql = "SELECT a, COUNT(*) AS n FROM t WHERE a IN (SELECT k FROM u GROUP BY k HAVING SUM(x) > b) GROUP BY a"
+    write(tmp_path, f"name: v\nsql: {sql}\ndeadline: 30s\n")
+    specs = load_specs(tmp_path)
+    assert specs["v"].sql.endswith("IN (SELECT k FROM v__in1) GROUP BY a") and specs["v__in1"].derived_from == "v"
+    schemas = {"t": {"a": "int", "b": "int"}, "u": {"k": "int", "x": "int"}}
+    with pytest.raises(UnsupportedQuery, match=r"Column 'b' could not be resolved.*split off the SQL of view v: .*qualify it"):
+        choose(specs["v__in1"], schemas)
+    qualified = load_spec(write(tmp_path, f"name: w\nsql: {sql.replace('> b', '> t.b')}\ndeadline: 30s\n", "w.yaml"))
+    assert not qualified.upstreams and choose(qualified, schemas).kind == "full"  # correlated: kept whole, recomputed

@@ -244,8 +244,8 @@ def test_aggregating_ctes_and_derived_tables_split_off_as_views():
     sql, views = derived_views("SELECT n, COUNT(*) AS k FROM (SELECT a, COUNT(*) AS n FROM t GROUP BY a) AS d GROUP BY n", name)
     assert sql == "SELECT n, COUNT(*) AS k FROM v__d AS d GROUP BY n" and views == {"v__d": "SELECT a, COUNT(*) AS n FROM t GROUP BY a"}
     sql, views = derived_views("WITH r AS (SELECT a, SUM(x) AS s FROM t GROUP BY a) "
-                               "SELECT u.b, r.s FROM u JOIN r ON u.a = r.a WHERE r.s = (SELECT MAX(s) FROM r)", name)
-    assert sql == "SELECT u.b, r.s FROM u JOIN v__r AS r ON u.a = r.a WHERE r.s = (SELECT MAX(s) FROM v__r AS r)"
+                               "SELECT u.b, r.s FROM u JOIN r ON u.a = r.a WHERE r.s > (SELECT MAX(s) FROM r) OR r.s < 0", name)
+    assert sql == "SELECT u.b, r.s FROM u JOIN v__r AS r ON u.a = r.a WHERE r.s > (SELECT MAX(s) FROM v__r AS r) OR r.s < 0"
     assert views == {"v__r": "SELECT a, SUM(x) AS s FROM t GROUP BY a"}
     sql, views = derived_views("SELECT COUNT(*) AS n FROM (SELECT a FROM t WHERE x > 0) AS d", name)  # plain: merged later
     assert views == {}
@@ -254,6 +254,32 @@ def test_aggregating_ctes_and_derived_tables_split_off_as_views():
     assert derived_views("SELECT n FROM (SELECT a, COUNT(*) AS n FROM t GROUP BY a) AS d", lambda alias: None)[1] == {}
     nested = "SELECT n FROM (SELECT a, COUNT(*) AS n FROM (SELECT b AS a, SUM(x) AS s FROM t GROUP BY b) AS i GROUP BY a) AS d"
     assert list(derived_views(nested, name)[1]) == ["v__d"]  # i is v__d's own, split when v__d is (registry)
+
+
+def test_uncorrelated_aggregating_subqueries_split_off_as_views():
+    from lakeivm.sql import derived_views
+
+    name = lambda alias: f"v__{alias}"  # noqa: E731
+    sql, views = derived_views("SELECT o, COUNT(*) AS n FROM t WHERE o IN (SELECT k FROM u GROUP BY k HAVING SUM(x) > 3) "
+                               "AND NOT b IN (SELECT SUM(z) FROM u GROUP BY k) GROUP BY o", name)  # Q18's IN, a NOT IN
+    assert sql == ("SELECT o, COUNT(*) AS n FROM t WHERE o IN (SELECT k FROM v__in1) AND NOT b IN (SELECT value FROM v__in2) "
+                   "GROUP BY o")
+    assert views == {"v__in1": "SELECT k FROM u GROUP BY k HAVING SUM(x) > 3", "v__in2": "SELECT SUM(z) AS value FROM u GROUP BY k"}
+    sql, views = derived_views("WITH r AS (SELECT a, SUM(x) AS s FROM t GROUP BY a) "  # Q15: a global aggregate of a split view
+                               "SELECT u.b, r.s FROM u JOIN r ON u.a = r.a WHERE r.s = (SELECT MAX(s) FROM r)", name)
+    assert sql == "SELECT u.b, r.s FROM u JOIN v__r AS r ON u.a = r.a CROSS JOIN v__sq1 WHERE r.s = v__sq1.value"
+    assert views == {"v__r": "SELECT a, SUM(x) AS s FROM t GROUP BY a", "v__sq1": "SELECT MAX(s) AS value FROM v__r AS r"}
+    kept = [
+        "SELECT a FROM t WHERE x IN (SELECT k FROM u WHERE u.k = t.a GROUP BY k)",  # correlated (a qualified outer column)
+        "SELECT a FROM t WHERE x < (SELECT AVG(y) FROM u WHERE k = a)",  # unqualified columns of a lake table: maybe outer (Q17)
+        "SELECT a FROM t WHERE x < (SELECT AVG(u.y) FROM u GROUP BY u.k)",  # not one row
+        "SELECT a FROM t WHERE x < 1 OR x > (SELECT AVG(u.y) FROM u)",  # not a top-level AND term
+        "SELECT a FROM t WHERE x IN (SELECT k FROM u)",  # no aggregate: a semi-join already
+    ]
+    for sql in kept:
+        assert derived_views(sql, name) == (sql, {}), sql
+    sql, views = derived_views("SELECT a FROM t WHERE x < (SELECT AVG(u.y) AS m FROM u)", name)  # qualified by its own table
+    assert sql == "SELECT a FROM t CROSS JOIN v__sq1 WHERE x < v__sq1.m" and views == {"v__sq1": "SELECT AVG(u.y) AS m FROM u"}
 
 
 def test_state_types_from_empty_relations_of_the_tables_types_equal_those_from_the_data(spark):

@@ -270,11 +270,12 @@ def _explain(args, settings: Settings) -> int:
     choice = choose(spec, schemas_for(_lake(settings), spec))
     print(f"{spec.name}: refresh policy {spec.refresh_policy}: {choice.mode}, kind {choice.kind}")
     if spec.derived_from:
-        print(f"an aggregating CTE or derived table of view {spec.derived_from}, maintained as a view of its own that "
+        print(f"an aggregating CTE, derived table or uncorrelated subquery of view {spec.derived_from}, maintained as a view of its own that "
               f"{spec.derived_from} reads")
     derived = [name for name, up in spec.upstreams.items() if up.derived_from == spec.name]
     if derived:
-        print(f"its aggregating CTEs or derived tables are views of their own: {', '.join(derived)} (`lakeivm explain` each)")
+        print(f"its aggregating CTEs, derived tables or uncorrelated subqueries are views of their own: {', '.join(derived)} "
+              "(`lakeivm explain` each)")
     if spec.upstreams:
         print(f"reads views {', '.join(spec.upstreams)}: their committed results, a change being the difference between two "
               "of their runs; `lakeivm refresh` refreshes them first, the DAG also runs when they publish")

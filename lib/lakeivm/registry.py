@@ -49,7 +49,7 @@ class ViewSpec:
     source: str = "<spec>"
     refresh_policy: str = "auto"
     upstreams: Mapping[str, ViewSpec] = field(default_factory=dict, compare=False, repr=False)  # views its FROM names (link_upstreams)
-    derived_from: str | None = None  # the view whose aggregating CTE or derived table this view is (with_derived_views)
+    derived_from: str | None = None  # the view whose aggregating CTE, derived table or subquery this view is (with_derived_views)
 
     def __post_init__(self) -> None:
         # The name is spliced into SQL (log filters, state paths); a spec built in Python skips the schema.
@@ -121,9 +121,9 @@ def _validator() -> jsonschema.Draft202012Validator:
 
 
 def with_derived_views(spec: ViewSpec) -> ViewSpec:
-    """``spec`` with each aggregating CTE or derived table of its SQL split off as a view of its own,
-    ``<view>__<alias>``, that it reads (``lakeivm.sql.derived_views``): an aggregate over an aggregate
-    is then maintained as a view over a view. The split views share the spec's file, deadline, tick
+    """``spec`` with each aggregating CTE, derived table or uncorrelated subquery of its SQL split off as
+    a view of its own, ``<view>__<alias>`` (``__in<i>``/``__sq<i>`` for a subquery), that it reads
+    (``lakeivm.sql.derived_views``): an aggregate over an aggregate is then maintained as a view over a view. The split views share the spec's file, deadline, tick
     and policy. Left whole: a spec recomputed in full, one with a ``kind:`` or kind options."""
     from lakeivm.fingerprint import SCHEDULING_OPTIONS
 
@@ -281,6 +281,18 @@ def choose(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> Choice:
     - ``auto`` (default): incremental where the SQL allows it, else full, with the construct as the reason.
       A spec that names a ``kind`` or a kind's options asked for that kind: it is never recomputed instead.
     """
+    choice = _choose(spec, schemas)
+    if spec.derived_from and choice.why_full and _UNRESOLVED in choice.why_full:  # a split view naming an outer column
+        raise UnsupportedQuery(f"{spec.source}: {choice.why_full} (view {spec.name} is split off the SQL of view "
+                               f"{spec.derived_from}: if the column is the outer query's, qualify it with its table, "
+                               "`t.col`, and the subquery stays in place)")
+    return choice
+
+
+_UNRESOLVED = "could not be resolved"  # sqlglot's words for a column no table in scope has
+
+
+def _choose(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> Choice:
     asked = _asked_kind(spec)
     if spec.refresh_policy == FULL:
         if asked:

@@ -481,7 +481,80 @@ def derived_views(sql: str, name_of: Callable[[str], str | None]) -> tuple[str, 
         if name is not None:
             views[name] = derived.this.sql(dialect=DIALECT)
             _read_as(derived, name)
+    _split_subqueries(tree, views, kept_ctes, name_of)
     return (tree.sql(dialect=DIALECT), views) if views else (sql, {})
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def _split_subqueries(tree: exp.Select, views: dict[str, str], kept_ctes: set[str], name_of: Callable[[str], str | None]) -> None:
+    """Uncorrelated aggregating subqueries of ``tree`` as views of their own (``derived_views``):
+
+    - ``x [NOT] IN (SELECT e FROM ... GROUP BY ... [HAVING ...])`` (TPC-H Q18) reads ``SELECT e FROM
+      <view>__in<i>``, a filter of one table that first_order keeps as a semi- or anti-join;
+    - ``x θ (SELECT agg FROM ...)``, a top-level ``AND`` term of ``WHERE`` with a global aggregate
+      (one row, so a cross join with it keeps every row's multiplicity; a NULL or no row fails the
+      comparison either way) reads ``<view>__sq<i>.value``, the view joined into ``FROM`` (TPC-H Q15).
+
+    A subquery that refers to the outer query cannot be split. A qualified column (``o.x``) says so;
+    an unqualified one is read as the subquery's own (SQL looks there first): for a scalar subquery
+    only where its tables are views split off here, whose columns are known (an unqualified outer
+    column in a scalar subquery over lake tables is the rule in TPC-H, Q17, and is left in place); in
+    an aggregating ``IN`` subquery a name its tables lack fails the split view's registration, naming
+    the column (qualify an outer column to keep the subquery with its query).
+    """
+    known = {name: _output_names(body) for name, body in views.items()}
+    top = set(map(id, conjuncts(tree.args["where"].this))) if tree.args.get("where") else set()
+    count = 0
+    for node in list(tree.find_all(exp.In, *_COMPARISONS)):
+        scalar = not isinstance(node, exp.In)
+        sub = node.expression if scalar else node.args.get("query")
+        select = sub.this if isinstance(sub, exp.Subquery) else None
+        if not isinstance(select, exp.Select) or len(select.expressions) != 1 or not _aggregates_alone(select):
+            continue
+        tables = list(select.find_all(exp.Table))
+        if (select.find(exp.Subquery) or select.args.get("with_") or any(t.name in kept_ctes and not t.db for t in tables)
+                or _refers_outside(select)):
+            continue
+        if scalar and (id(node) not in top or select.args.get("group")
+                       or not _own_columns(select, tables, known)):
+            continue
+        name = name_of(f"{'sq' if scalar else 'in'}{count + 1}")
+        if name is None:
+            continue
+        count += 1
+        item = select.expressions[0]
+        column = item.alias_or_name if isinstance(item, (exp.Alias, exp.Column)) else "value"
+        if column == "value" and not isinstance(item, (exp.Alias, exp.Column)):
+            select.set("expressions", [exp.alias_(item.copy(), "value")])
+        views[name] = select.sql(dialect=DIALECT)
+        if scalar:
+            sub.replace(exp.column(column, table=name))
+            tree.set("joins", [*(tree.args.get("joins") or []), exp.Join(this=exp.to_table(name), kind="CROSS")])
+        else:
+            sub.replace(exp.Subquery(this=exp.select(exp.column(column)).from_(name)))
+
+
+def _output_names(select_sql: str) -> set[str] | None:
+    """The result columns of a split view's SELECT (None if one has no name of its own)."""
+    select = sqlglot.parse_one(select_sql, dialect=DIALECT)
+    names = [e.alias_or_name for e in select.expressions] if isinstance(select, exp.Select) else []
+    return set(names) if names and all(names) and "*" not in names else None
+
+
+def _refers_outside(select: exp.Select) -> bool:
+    """Whether a column of ``select`` is qualified by a table that is not its own (a correlation)."""
+    inner = {t.alias_or_name for t in select.find_all(exp.Table)}
+    return any(c.table and c.table not in inner for c in select.find_all(exp.Column))
+
+
+def _own_columns(select: exp.Select, tables: list[exp.Table], known: Mapping[str, set[str] | None]) -> bool:
+    """Whether every unqualified column of ``select`` is provably its own: its tables are split views
+    whose columns are known, and one of them has it."""
+    columns = set().union(*(known.get(t.name) or set() for t in tables)) if tables else set()
+    unqualified = [c.name for c in select.find_all(exp.Column) if not c.table]
+    return not unqualified or (all(t.name in known and known[t.name] for t in tables) and set(unqualified) <= columns)
 
 
 def _aggregates_alone(select: exp.Expression) -> bool:
