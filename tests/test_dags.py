@@ -164,3 +164,19 @@ def test_dag_test_bootstraps_ticks_and_refreshes(lake, spark, tmp_path, airflow_
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     assert str(run.state) == "success" and states == {"apply": "success", "validate": "skipped"}, states
     assert len(commit.log_rows(lake, "by_g")) == 2
+
+
+def test_a_dags_runs_of_one_hour_share_one_connect_session():
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from lakeivm.scheduling import _session
+
+    def run(run_id, hour, minute):
+        return SimpleNamespace(dag_id="lakeivm__v", run_id=run_id, run_after=datetime(2026, 11, 29, hour, minute, tzinfo=timezone.utc))
+
+    assert _session(run("scheduled__a", 5, 1)) == _session(run("manual__b", 5, 59)) != _session(run("scheduled__c", 6, 0))
+    assert _session(SimpleNamespace(dag_id="lakeivm__w", run_id="manual__a", run_after=datetime(2026, 11, 29, 5, 1))) \
+        != _session(run("scheduled__a", 5, 1))  # one per view
+    assert _session(SimpleNamespace(dag_id="lakeivm__v", run_id="r1")) != _session(SimpleNamespace(dag_id="lakeivm__v", run_id="r2"))
+    assert _session(None) is None

@@ -3,7 +3,7 @@
 Each returns a small JSON-able dict (an Airflow XCom). Spark is the long-lived Spark Connect
 server when one is configured -- the Airflow connection ``spark_connect_default`` (Airflow's Spark
 provider, connection type ``spark_connect``) or the ``spark_remote`` setting -- and then every task
-of one DAG run attaches to the same server-side session (``session``): no task starts a JVM.
+of one DAG run (and the runs of the same hour) attach to one server-side session (``session``): no task starts a JVM.
 Without a server, Spark runs in the task's process (local mode) or is the driver spark-submit started.
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ from lakeivm.config import Settings, load_settings
 CONNECTION_ID = "spark_connect_default"
 
 
-def session_for(dag_id: str, run_id: str) -> str:
-    """The Spark Connect session id the tasks of one DAG run share (a UUID derived from the run)."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"lakeivm/{dag_id}/{run_id}"))
+def session_for(dag_id: str, key: str) -> str:
+    """The Spark Connect session id (a UUID) for ``key`` of a DAG: its runs of one hour (``scheduling._session``)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"lakeivm/{dag_id}/{key}"))
 
 
 def apply(view: str, mode: str = "tick", session: str | None = None) -> dict[str, Any]:
