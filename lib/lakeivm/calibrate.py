@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from lakeivm import commit
 from lakeivm.errors import StateError
@@ -20,9 +20,10 @@ from lakeivm.planning.tick import DEFAULT_PRIOR, RUN_COST, run_seconds
 from lakeivm.registry import ViewSpec
 
 
-def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int = 10, tables: Sequence[str] | None = None,
+def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int | Mapping[str, int] = 10, tables: Sequence[str] | None = None,
               progress: Callable[[str], None] = print) -> dict[str, tuple[float, float, int]]:
-    """Time batches of 1, 2, 4, ..., 2^max_exponent changes per table; store and return {table: (a, b, n)}."""
+    """Time batches of 1, 2, 4, ..., 2^max_exponent changes per table (an int, or one per table);
+    store and return {table: (a, b, n)}."""
     from lakeivm.engine import open_lake, prepare, run_view
 
     last = commit.last_committed(lake, spec.name)
@@ -44,7 +45,7 @@ def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int = 10, tables: Sequen
             points = []
             source = lake.read(lake.table_path(table), last.watermarks[table])
             size = max(1, source.count())
-            for j in range(max_exponent + 1):
+            for j in range((max_exponent if isinstance(max_exponent, int) else max_exponent.get(table, 10)) + 1):
                 fraction = 1.2 * max(1.0, 2 ** j / size)  # with replacement: enough rows even for small tables
                 batch = source.sample(withReplacement=True, fraction=fraction, seed=j).limit(2 ** j)
                 batch.write.format("delta").mode("append").save(scratch.table_path(table))

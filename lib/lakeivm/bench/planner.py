@@ -9,9 +9,11 @@
     costs from that, and the comparison measured the order), fed the *same* seeded change
     stream (re-costed parts, moved suppliers) tick by tick, with an on-demand refresh every few
     ticks (``--view supply_value``: an F-IVM view with ``updatable: [partsupp]`` instead, where a
-    supplier change rebuilds the view tree). Cost models are calibrated first (``lakeivm calibrate``), then refitted from the runs. The
-    deadline defaults to what ~3 ticks (``--deadline-ticks``) of arrivals cost, so ticks must act. Reported: total maintenance seconds
-    per policy, and the share of refreshes that met the deadline. JSON + PNG under ``--out``.
+    supplier change rebuilds the view tree). Cost models are calibrated first (``lakeivm calibrate``: appended
+    batches up to 2^N changes, ``--calibrate-max-exp``, N per table if so given), then refitted from the runs.
+    The deadline defaults to 1.2× (``--deadline-margin``) what ~3 ticks (``--deadline-ticks``) of arrivals
+    cost, so ticks must act. Reported: total maintenance seconds per policy, and the share of refreshes that
+    met the deadline. JSON + PNG under ``--out``.
 """
 from __future__ import annotations
 
@@ -36,8 +38,11 @@ def main(argv: list[str], settings: Settings) -> int:
     parser.add_argument("--deadline", type=float, default=None,
                         help="the views' deadline in seconds (default: what --deadline-ticks ticks of arrivals cost, from the calibration)")
     parser.add_argument("--deadline-ticks", type=float, default=3.0,
-                        help="without --deadline: the deadline is 1.2× the calibrated cost of this many ticks of arrivals (default 3)")
-    parser.add_argument("--calibrate-max-exp", type=int, default=9, help="calibrate with batches up to 2^N changes")
+                        help="without --deadline: the deadline is --deadline-margin × the calibrated cost of this many ticks of "
+                             "arrivals (default 3)")
+    parser.add_argument("--deadline-margin", type=float, default=1.2, help="see --deadline-ticks (default 1.2)")
+    parser.add_argument("--calibrate-max-exp", type=_exponents, default=9,
+                        help="calibrate with batches up to 2^N changes: N, or one per table (partsupp=16,supplier=10)")
     parser.add_argument("--parts", type=int, default=50, help="parts re-costed per tick (default 50)")
     parser.add_argument("--suppliers", type=int, default=2, help="suppliers moved per tick (default 2)")
     parser.add_argument("--view", choices=("cheapest", "supply_value"), default="cheapest",
@@ -53,6 +58,13 @@ def main(argv: list[str], settings: Settings) -> int:
     save(out, "planner", results, _plot)
     print(f"wrote {out / 'planner.json'} and {out / 'planner.png'}")
     return 0
+
+
+def _exponents(text: str) -> int | dict[str, int]:
+    """``N`` or ``table=N,table=N``."""
+    if "=" not in text:
+        return int(text)
+    return {table.strip(): int(n) for table, n in (part.split("=", 1) for part in text.split(","))}
 
 
 def simulate(horizon: int) -> dict:
@@ -118,7 +130,7 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     deadline = args.deadline
     if deadline is None:  # the backlog of a few ticks of arrivals fills it: ticks must act between refreshes
         arrivals = {"partsupp": 8 * args.parts, "supplier": 2 * args.suppliers}  # CDF rows: pre+post images
-        deadline = round(sum(a * args.deadline_ticks * arrivals.get(t, 0) + b for t, (a, b, _) in models.items()) * 1.2, 1)
+        deadline = round(sum(a * args.deadline_ticks * arrivals.get(t, 0) + b for t, (a, b, _) in models.items()) * args.deadline_margin, 1)
         specs = {p: spec_from_dict({"name": s.name, "sql": s.sql, "deadline": deadline, "planner": p, **extra})
                  for p, s in specs.items()}
     print(f"deadline {deadline}s; models " + ", ".join(f"{t}: {a * 1000:.3f} ms/row + {b:.2f} s" for t, (a, b, _) in models.items()),
