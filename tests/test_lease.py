@@ -208,3 +208,26 @@ def test_on_s3_racing_threads_exactly_one_wins_every_time(s3_lake_root):
     root, views, racers = f"{s3_lake_root}/race", [f"v{i}" for i in range(6)], 5
     _lake(root)
     assert _race_threads(root, views, racers) == [["refused"] * (racers - 1) + ["won"]] * len(views)
+
+
+def test_a_claim_just_appended_is_held_before_its_acquire_returns(tmp_path, monkeypatch):
+    """The claim is this process's from the moment it is in the log: a racing thread that reads it while the
+    append is still returning (e.g. compacting the log after it) must not take it for a dead run's."""
+    lake, seen = _lake(tmp_path), []
+    append_row = commit._append_row
+
+    def append_then_race(lake_, row, after=None):
+        appended = append_row(lake_, row, after)
+        if appended and row.status == "running" and not seen:
+            seen.append(row.run_id)
+            try:
+                with commit.lease(_lake(tmp_path), row.view):
+                    seen.append("taken over")
+            except LeaseHeld:
+                seen.append("held")
+        return appended
+
+    monkeypatch.setattr(commit, "_append_row", append_then_race)
+    with commit.lease(lake, "v"):
+        pass
+    assert seen[1:] == ["held"]

@@ -271,8 +271,12 @@ class Lease:
             self.seq = next_seq(rows)
             return self._row(RUNNING)
 
-        rows, claim = self._append(free)
-        _HELD.add(self.run_id)
+        _HELD.add(self.run_id)  # before the claim is in the log: a thread of this process must not take it for a dead one
+        try:
+            rows, claim = self._append(free)
+        except BaseException:
+            _HELD.discard(self.run_id)
+            raise
         self.history = [*rows, _as_read(claim)]
         self._beat = threading.Thread(target=self._heartbeat, name=f"lakeivm-lease-{self.view}", daemon=True)
         self._beat.start()
