@@ -270,8 +270,8 @@ def _explain(args, settings: Settings) -> int:
     choice = choose(spec, schemas_for(_lake(settings), spec))
     print(f"{spec.name}: refresh policy {spec.refresh_policy}: {choice.mode}, kind {choice.kind}")
     if spec.derived_from:
-        print(f"an aggregating CTE, derived table or uncorrelated subquery of view {spec.derived_from}, maintained as a view of its own that "
-              f"{spec.derived_from} reads")
+        print(f"an aggregating CTE, derived table or uncorrelated subquery of view {spec.derived_from}, maintained as a "
+              f"view of its own that {spec.derived_from} reads")
     derived = [name for name, up in spec.upstreams.items() if up.derived_from == spec.name]
     if derived:
         print(f"its aggregating CTEs, derived tables or uncorrelated subqueries are views of their own: {', '.join(derived)} "

@@ -123,8 +123,9 @@ def _validator() -> jsonschema.Draft202012Validator:
 def with_derived_views(spec: ViewSpec) -> ViewSpec:
     """``spec`` with each aggregating CTE, derived table or uncorrelated subquery of its SQL split off as
     a view of its own, ``<view>__<alias>`` (``__in<i>``/``__sq<i>`` for a subquery), that it reads
-    (``lakeivm.sql.derived_views``): an aggregate over an aggregate is then maintained as a view over a view. The split views share the spec's file, deadline, tick
-    and policy. Left whole: a spec recomputed in full, one with a ``kind:`` or kind options."""
+    (``lakeivm.sql.derived_views``): an aggregate over an aggregate is then maintained as a view over a
+    view. The split views share the spec's file, deadline, tick and policy. Left whole: a spec
+    recomputed in full, one with a ``kind:`` or kind options."""
     from lakeivm.fingerprint import SCHEDULING_OPTIONS
 
     if spec.refresh_policy == FULL or spec.kind is not None or set(spec.options) - SCHEDULING_OPTIONS:

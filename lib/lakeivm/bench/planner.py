@@ -130,7 +130,8 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     deadline = args.deadline
     if deadline is None:  # the backlog of a few ticks of arrivals fills it: ticks must act between refreshes
         arrivals = {"partsupp": 8 * args.parts, "supplier": 2 * args.suppliers}  # CDF rows: pre+post images
-        deadline = round(sum(a * args.deadline_ticks * arrivals.get(t, 0) + b for t, (a, b, _) in models.items()) * args.deadline_margin, 1)
+        backlog = sum(a * args.deadline_ticks * arrivals.get(t, 0) + b for t, (a, b, _) in models.items())
+        deadline = round(backlog * args.deadline_margin, 1)
         specs = {p: spec_from_dict({"name": s.name, "sql": s.sql, "deadline": deadline, "planner": p, **extra})
                  for p, s in specs.items()}
     print(f"deadline {deadline}s; models " + ", ".join(f"{t}: {a * 1000:.3f} ms/row + {b:.2f} s" for t, (a, b, _) in models.items()),

@@ -189,7 +189,8 @@ class FivmMaintainer:
                     sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
                     schema = ctx.spark.sql(state_sql(plan.query, sources)).schema
                 else:  # analysed over empty relations of the tables' types: no Delta snapshot read (~1.3 s in a fresh process)
-                    schema = ctx.spark.sql(typed_empty_sql(plan.query, dict(zip((r.alias for r in plan.query.relations), key[2])))).schema
+                    types = dict(zip((r.alias for r in plan.query.relations), key[2]))
+                    schema = ctx.spark.sql(typed_empty_sql(plan.query, types)).schema
                 self._exact = {f.name: f.dataType.simpleString() for f in schema.fields
                                if f.name.startswith("_lakeivm_s") and isinstance(f.dataType, (DecimalType, IntegralType))}
                 if key is not None:
