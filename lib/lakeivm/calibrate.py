@@ -45,7 +45,8 @@ def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int | Mapping[str, int] 
             points = []
             source = lake.read(lake.table_path(table), last.watermarks[table])
             size = max(1, source.count())
-            for j in range((max_exponent if isinstance(max_exponent, int) else max_exponent.get(table, 10)) + 1):
+            top = max_exponent.get(table, 10) if isinstance(max_exponent, Mapping) else max_exponent
+            for j in range(top + 1):
                 fraction = 1.2 * max(1.0, 2 ** j / size)  # with replacement: enough rows even for small tables
                 batch = source.sample(withReplacement=True, fraction=fraction, seed=j).limit(2 ** j)
                 batch.write.format("delta").mode("append").save(scratch.table_path(table))

@@ -282,12 +282,14 @@ def choose(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> Choice:
     - ``auto`` (default): incremental where the SQL allows it, else full, with the construct as the reason.
       A spec that names a ``kind`` or a kind's options asked for that kind: it is never recomputed instead.
     """
-    choice = _choose(spec, schemas)
-    if spec.derived_from and choice.why_full and _UNRESOLVED in choice.why_full:  # a split view naming an outer column
-        raise UnsupportedQuery(f"{spec.source}: {choice.why_full} (view {spec.name} is split off the SQL of view "
-                               f"{spec.derived_from}: if the column is the outer query's, qualify it with its table, "
-                               "`t.col`, and the subquery stays in place)")
-    return choice
+    try:
+        return _choose(spec, schemas)
+    except UnsupportedQuery as err:
+        if spec.derived_from and _UNRESOLVED in str(err):  # a split-off subquery naming the outer query's column
+            raise UnsupportedQuery(f"{err} (view {spec.name} is split off the SQL of view {spec.derived_from}: if the "
+                                   "column is the outer query's, qualify it with its table, `t.col`, and the subquery "
+                                   "stays in place)") from err
+        raise
 
 
 _UNRESOLVED = "could not be resolved"  # sqlglot's words for a column no table in scope has
@@ -304,7 +306,7 @@ def _choose(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> Choice:
         kind, query = _classify_incremental(spec, schemas)
         return Choice(kind, query, auto=spec.refresh_policy == "auto" and not asked)
     except UnsupportedQuery as err:
-        if spec.refresh_policy == "incremental" or asked:
+        if spec.refresh_policy == "incremental" or asked or _UNRESOLVED in str(err):  # a column no table has: no view at all
             raise
         query = parse_full(spec.sql, schemas, spec.source)  # what no view may hold is refused by this too
         return Choice(FULL, query, str(err).removeprefix(f"{spec.source}: "))

@@ -455,7 +455,7 @@ def derived_views(sql: str, name_of: Callable[[str], str | None]) -> tuple[str, 
         return sql, {}
     if not isinstance(tree, exp.Select):
         return sql, {}
-    views: dict[str, str] = {}
+    views: dict[str, exp.Select] = {}  # each split view's SELECT, detached from the query
     with_ = tree.args.get("with_") or tree.args.get("with")
     kept_ctes = set()
     for cte in list(with_.expressions if with_ is not None and not with_.args.get("recursive") else ()):
@@ -463,7 +463,7 @@ def derived_views(sql: str, name_of: Callable[[str], str | None]) -> tuple[str, 
         if name is None:
             kept_ctes.add(cte.alias_or_name)
             continue
-        views[name] = cte.this.sql(dialect=DIALECT)
+        views[name] = cte.this.copy()  # as written: the renames below must not reach a table the CTE shadows
         for table in list(tree.find_all(exp.Table)):
             if table.name == cte.alias_or_name and not table.db:
                 _read_as(table, name)
@@ -479,16 +479,17 @@ def derived_views(sql: str, name_of: Callable[[str], str | None]) -> tuple[str, 
             continue
         name = name_of(derived.alias)
         if name is not None:
-            views[name] = derived.this.sql(dialect=DIALECT)
+            views[name] = derived.this
             _read_as(derived, name)
     _split_subqueries(tree, views, kept_ctes, name_of)
-    return (tree.sql(dialect=DIALECT), views) if views else (sql, {})
+    return (tree.sql(dialect=DIALECT), {name: body.sql(dialect=DIALECT) for name, body in views.items()}) if views else (sql, {})
 
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 
-def _split_subqueries(tree: exp.Select, views: dict[str, str], kept_ctes: set[str], name_of: Callable[[str], str | None]) -> None:
+def _split_subqueries(tree: exp.Select, views: dict[str, exp.Select], kept_ctes: set[str],
+                      name_of: Callable[[str], str | None]) -> None:
     """Uncorrelated aggregating subqueries of ``tree`` as views of their own (``derived_views``):
 
     - ``x [NOT] IN (SELECT e FROM ... GROUP BY ... [HAVING ...])`` (TPC-H Q18) reads ``SELECT e FROM
@@ -504,7 +505,7 @@ def _split_subqueries(tree: exp.Select, views: dict[str, str], kept_ctes: set[st
     an aggregating ``IN`` subquery a name its tables lack fails the split view's registration, naming
     the column (qualify an outer column to keep the subquery with its query).
     """
-    known = {name: _output_names(body) for name, body in views.items()}
+    known = {name: _output_names(body) for name, body in views.items()}  # the columns of the views split off so far
     top = set(map(id, conjuncts(tree.args["where"].this))) if tree.args.get("where") else set()
     count = 0
     for node in list(tree.find_all(exp.In, *_COMPARISONS)):
@@ -525,10 +526,11 @@ def _split_subqueries(tree: exp.Select, views: dict[str, str], kept_ctes: set[st
             continue
         count += 1
         item = select.expressions[0]
-        column = item.alias_or_name if isinstance(item, (exp.Alias, exp.Column)) else "value"
-        if column == "value" and not isinstance(item, (exp.Alias, exp.Column)):
-            select.set("expressions", [exp.alias_(item.copy(), "value")])
-        views[name] = select.sql(dialect=DIALECT)
+        if not isinstance(item, (exp.Alias, exp.Column)):  # a Delta column needs a name
+            item = exp.alias_(item.copy(), "value")
+            select.set("expressions", [item])
+        column = item.alias_or_name
+        views[name] = select
         if scalar:
             sub.replace(exp.column(column, table=name))
             tree.set("joins", [*(tree.args.get("joins") or []), exp.Join(this=exp.to_table(name), kind="CROSS")])
@@ -536,10 +538,9 @@ def _split_subqueries(tree: exp.Select, views: dict[str, str], kept_ctes: set[st
             sub.replace(exp.Subquery(this=exp.select(exp.column(column)).from_(name)))
 
 
-def _output_names(select_sql: str) -> set[str] | None:
+def _output_names(select: exp.Select) -> set[str] | None:
     """The result columns of a split view's SELECT (None if one has no name of its own)."""
-    select = sqlglot.parse_one(select_sql, dialect=DIALECT)
-    names = [e.alias_or_name for e in select.expressions] if isinstance(select, exp.Select) else []
+    names = [e.alias_or_name for e in select.expressions]
     return set(names) if names and all(names) and "*" not in names else None
 
 
@@ -552,9 +553,9 @@ def _refers_outside(select: exp.Select) -> bool:
 def _own_columns(select: exp.Select, tables: list[exp.Table], known: Mapping[str, set[str] | None]) -> bool:
     """Whether every unqualified column of ``select`` is provably its own: its tables are split views
     whose columns are known, and one of them has it."""
-    columns = set().union(*(known.get(t.name) or set() for t in tables)) if tables else set()
-    unqualified = [c.name for c in select.find_all(exp.Column) if not c.table]
-    return not unqualified or (all(t.name in known and known[t.name] for t in tables) and set(unqualified) <= columns)
+    unqualified = {c.name for c in select.find_all(exp.Column) if not c.table}
+    columns = [known.get(t.name) for t in tables]
+    return not unqualified or (bool(columns) and all(columns) and unqualified <= set().union(*columns))
 
 
 def _aggregates_alone(select: exp.Expression) -> bool:
