@@ -68,12 +68,21 @@ def test_calibrate_times_a_scratch_copy_and_stores_the_model(lake, spark):
     run_view(lake, VIEW)
     heads = {t: lake.head_version(lake.table_path(t)) for t in ("r", "s")}
     models = calibrate(lake, VIEW, max_exponent=2, tables=["s"], progress=lambda m: None)
-    assert set(models) == {"s", RUN_COST} and models["s"][2] == 3 and models["s"][0] >= 0 and models["s"][1] >= 0
-    assert models[RUN_COST][0] == 0 and models[RUN_COST][1] > 0  # a run's shared seconds, besides the table's
+    assert set(models) == {"s", RUN_COST} and models["s"].samples == 3 and models["s"].a >= 0 and models["s"].b >= 0
+    assert models["s"].above is None  # no batch reached Spark's read path: one line
+    assert models[RUN_COST].a == 0 and models[RUN_COST].b > 0  # a run's shared seconds, besides the table's
     stored = commit.calibrated_costs(lake, "planned")
-    assert stored["s"].b == pytest.approx(models["s"][1]) and stored[RUN_COST].b == pytest.approx(models[RUN_COST][1])
+    assert stored["s"].b == pytest.approx(models["s"].b) and stored[RUN_COST].b == pytest.approx(models[RUN_COST].b)
     assert {t: lake.head_version(lake.table_path(t)) for t in ("r", "s")} == heads  # the view's data untouched
     assert audit(lake, VIEW).ok
+
+
+def test_a_calibration_per_read_path_is_stored_and_read_back(lake):
+    from lakeivm.planning.costs import Calibration, LinearCost, TwoPathCost
+
+    commit.record_costs(lake, "paths", {"r": Calibration(1e-6, 0.3, 15, 20_000, 5e-6, 1.3, 2), "s": Calibration(0.0, 2.3, 4)})
+    stored = commit.calibrated_costs(lake, "paths")
+    assert stored["r"] == TwoPathCost(LinearCost(1e-6, 0.3), LinearCost(5e-6, 1.3), 20_000) and stored["s"] == LinearCost(0.0, 2.3)
 
 
 def test_max_pending_age_forces_a_batching_table_in(lake, spark):

@@ -1,7 +1,8 @@
 """``lakeivm calibrate VIEW``: seed a view's cost models by timing batches of 2^j changes per table.
 
 Digest §5 "Cost functions": time the real delta-propagation job per source table over a geometric
-grid of batch sizes, fit f(k) = a·k + b (robust, clamped monotone and subadditive), store it in
+grid of batch sizes, fit f(k) = a·k + b (robust, clamped monotone and subadditive; a line per read
+path once batches pass ``changes.SMALL_DELTA_ROWS``, so 2^15 changes measure Spark's), store it in
 ``_system/costs``, with the shared seconds of a run (row ``(run)``). The view's own data is never touched: its tables are copied as of the view's
 watermarks into a scratch lake, the view is built there, and each batch re-inserts 2^j rows sampled
 from the table itself (so they join like real rows) and is applied alone, as a tick would.
@@ -13,17 +14,18 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 
 from lakeivm import commit
+from lakeivm.changes import SMALL_DELTA_ROWS
 from lakeivm.errors import StateError
 from lakeivm.lake import Lake
-from lakeivm.planning.costs import fit_cost_model
+from lakeivm.planning.costs import Calibration, fit_cost_model
 from lakeivm.planning.tick import DEFAULT_PRIOR, RUN_COST, run_seconds
 from lakeivm.registry import ViewSpec
 
 
 def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int | Mapping[str, int] = 10, tables: Sequence[str] | None = None,
-              progress: Callable[[str], None] = print) -> dict[str, tuple[float, float, int]]:
+              progress: Callable[[str], None] = print) -> dict[str, Calibration]:
     """Time batches of 1, 2, 4, ..., 2^max_exponent changes per table (an int, or one per table);
-    store and return {table: (a, b, n)}."""
+    store and return {table: Calibration}."""
     from lakeivm.engine import open_lake, prepare, run_view
 
     last = commit.last_committed(lake, spec.name)
@@ -55,16 +57,25 @@ def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int | Mapping[str, int] 
                     points.append((row.delta_rows[table], row.table_seconds[table]))
                     runs.append(row)
                     progress(f"calibrate {spec.name}: {table} {row.delta_rows[table]:>6} changes {row.table_seconds[table]:.3f}s")
-            model = fit_cost_model(points, DEFAULT_PRIOR, min_observations=2)
-            models[table] = (model.a, model.b, len(points))
-            progress(f"calibrate {spec.name}: {table}: f(k) = {model.a * 1000:.4f} ms·k + {model.b:.3f} s ({len(points)} batches)")
+            model = fit_cost_model(points, DEFAULT_PRIOR, min_observations=2, threshold=SMALL_DELTA_ROWS)
+            models[table] = Calibration.of(model)
+            progress(f"calibrate {spec.name}: {table}: {describe(models[table])}")
         if runs:  # what every applying run pays once besides its tables (see planning.tick)
-            models[RUN_COST] = (0.0, run_seconds(runs), len(runs))
-            progress(f"calibrate {spec.name}: a run's shared seconds (writing state and result): {models[RUN_COST][1]:.3f} s")
+            models[RUN_COST] = Calibration(0.0, run_seconds(runs), len(runs))
+            progress(f"calibrate {spec.name}: a run's shared seconds (writing state and result): {models[RUN_COST].b:.3f} s")
         commit.record_costs(lake, spec.name, models)
         return models
     finally:
         shutil.rmtree(scratch_root, ignore_errors=True)
+
+
+def describe(model: Calibration) -> str:
+    """``f(k) = ... ms·k + ... s (n batches)``, per read path when both were measured."""
+    line = f"f(k) = {model.a * 1000:.4f} ms·k + {model.b:.3f} s ({model.samples} batches)"
+    if model.above is None:
+        return line
+    return (f"{line} up to {model.above} changes; above: {model.a_large * 1000:.4f} ms·k + {model.b_large:.3f} s "
+            f"({model.samples_large} batches; Spark reads them)")
 
 
 def _settings(root: str):

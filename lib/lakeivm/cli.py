@@ -225,13 +225,13 @@ def _spark(args, settings: Settings) -> int:
 
 
 def _calibrate(args, settings: Settings) -> int:
-    from lakeivm.calibrate import calibrate
+    from lakeivm.calibrate import calibrate, describe
     from lakeivm.registry import find_spec
 
     spec = find_spec(_specs(settings), args.view)
     models = calibrate(_lake(settings), spec, args.max_exp, args.tables.split(",") if args.tables else None)
-    for table, (a, b, n) in models.items():
-        print(f"{args.view} {table}: f(k) = {a * 1000:.4f} ms per change + {b:.3f} s ({n} batches), stored in _system/costs")
+    for table, model in models.items():
+        print(f"{args.view} {table}: {describe(model)}, stored in _system/costs")
     return 0
 
 

@@ -133,22 +133,23 @@ def _as_read(row: LogRow) -> LogRow:
     return _to_row({**row.__dict__, **naive})
 
 
-def record_costs(lake: Lake, view: str, models: Mapping[str, tuple[float, float, int]]) -> None:
-    """Append calibrated cost models {table: (a, b, samples)} to ``_system/costs``."""
+def record_costs(lake: Lake, view: str, models: Mapping[str, Any]) -> None:
+    """Append calibrated cost models {table: ``planning.costs.Calibration``} to ``_system/costs``."""
     now = datetime.now(timezone.utc)
     system_tables.append(lake.costs_path, "costs.json", [
-        {"view": view, "table": table, "a": float(a), "b": float(b), "samples": int(n), "updated_at": now}
-        for table, (a, b, n) in models.items()])
+        {"view": view, "table": table, **model._asdict(), "updated_at": now} for table, model in models.items()])
 
 
 def calibrated_costs(lake: Lake, view: str) -> dict[str, Any]:
-    """{table: LinearCost} of the newest calibration of ``view`` in ``_system/costs``."""
-    from lakeivm.planning.costs import LinearCost
+    """{table: cost function} of the newest calibration of ``view`` in ``_system/costs`` (a line, or
+    a line per read path: ``planning.costs.Calibration.cost``)."""
+    from lakeivm.planning.costs import Calibration
 
     key = ("costs", view, lake.head_version(lake.costs_path))
     if key not in lake.cache:
         rows = sorted(system_tables.read(lake.costs_path, [("view", "=", view)]), key=lambda r: r["updated_at"])
-        lake.cache[key] = {r["table"]: LinearCost(r["a"], r["b"]) for r in rows}
+        lake.cache[key] = {r["table"]: Calibration(**{f: r[f] for f in Calibration._fields if r.get(f) is not None}).cost()
+                           for r in rows}
     return lake.cache[key]
 
 

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from lakeivm.errors import InvalidInput
-from lakeivm.planning.costs import CostModel, LinearCost, fit_cost_model, is_linear
+from lakeivm.planning.costs import Calibration, CostModel, LinearCost, TwoPathCost, fit_cost_model, is_linear
 
 PRIOR = LinearCost(0.001, 5.0)
 
@@ -113,3 +113,33 @@ def test_theil_sen_equals_scipy() -> None:
         y = rng.random(n) * 10
         slope, intercept, _, _ = stats.theilslopes(y, x)
         assert np.allclose(_theil_sen(x, y), (slope, intercept))
+
+
+# The engine's two read paths (changes.SMALL_DELTA_ROWS): F-IVM at TPC-H SF 1, partsupp batches timed
+# by `lakeivm calibrate` (2026-11-29): flat ~0.3 s up to 16k change rows, 1.4-1.6 s from 32k.
+STEP = 20_000
+MEASURED = [(2 ** j, 0.30 + 0.01 * (j % 3)) for j in range(15)] + [(32_768, 1.43), (65_536, 1.60), (40_000, 1.50)]
+
+
+def test_a_line_per_read_path_once_the_large_path_is_measured() -> None:
+    one_line = fit_cost_model(MEASURED, PRIOR)
+    two = fit_cost_model(MEASURED, PRIOR, threshold=STEP)
+    assert isinstance(two, TwoPathCost) and not is_linear(two)
+    assert one_line(30_000) < 0.6  # one line misses the step by ~1 s
+    assert two(16_384) == pytest.approx(0.31, abs=0.02) and two(30_000) == pytest.approx(1.45, abs=0.1)
+    assert two(STEP) <= two(STEP + 1) and two(0) == 0.0  # monotone across the step
+    assert fit_cost_model(MEASURED[:-2], PRIOR, threshold=STEP) == fit_cost_model(MEASURED[:-2], PRIOR)  # one run above: one line
+
+
+def test_a_calibrated_two_path_prior_holds_until_runs_replace_each_path() -> None:
+    calibrated = Calibration(1e-6, 0.3, 15, STEP, 5e-6, 1.3, 2)
+    prior = calibrated.cost()
+    fitted = fit_cost_model(MEASURED, PRIOR, min_observations=2, threshold=STEP)
+    stored = Calibration.of(fitted)  # as _system/costs keeps it
+    assert stored.above == STEP and stored.samples == 15 and stored.samples_large == 3
+    assert all(stored.cost()(k) == pytest.approx(fitted(k)) for k in (1, 5000, STEP, STEP + 1, 50_000))
+    unfitted = fit_cost_model([], prior, threshold=STEP)
+    assert unfitted(10_000) == pytest.approx(0.31) and unfitted(30_000) == pytest.approx(1.3 + 0.15)
+    small_runs = fit_cost_model([(1000, 0.5), (2000, 0.5), (4000, 0.5)], prior, threshold=STEP)
+    assert small_runs(4000) == pytest.approx(0.5) and small_runs(30_000) == pytest.approx(1.45)  # the large path still the prior's
+    assert Calibration(2e-6, 0.4, 5).cost() == LinearCost(2e-6, 0.4)

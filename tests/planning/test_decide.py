@@ -161,3 +161,20 @@ def test_bad_inputs_name_the_problem(kwargs: dict, message: str) -> None:
     } | kwargs
     with pytest.raises(InvalidInput, match=message):
         decide(**args)
+
+
+def test_a_step_between_read_paths_lets_a_tick_apply_the_stepping_table_alone() -> None:
+    """The measured shape of issue 17's LGM stream (F-IVM, TPC-H SF 1, `updatable: [partsupp]`):
+    partsupp ~0.55 s up to the in-process read path's 20k change rows and ~1.9 s above; a supplier
+    change rebuilds the view tree (2.3 s whatever its size); a run's shared seconds 0.6 s; 10k
+    partsupp and 4 supplier change rows a tick. With 10k partsupp rows pending, one more tick would
+    cross the step and the refresh miss its 4.2 s: LGM applies partsupp alone, not the rebuild."""
+    from lakeivm.planning.costs import TwoPathCost
+
+    costs = {"partsupp": TwoPathCost(LinearCost(0.0, 0.55), LinearCost(0.0, 1.9), 20_000), "supplier": LinearCost(0.0, 2.3)}
+    pending, coming = {"partsupp": 10_000, "supplier": 4}, {"partsupp": 10_000, "supplier": 4}
+    assert decide(pending, costs, 4.2, coming, 0.6, run_seconds=0.6).apply == frozenset()  # 20k after the next tick: fits
+    pending["partsupp"] = 20_000
+    decision = decide(pending, costs, 4.2, coming, 0.6, run_seconds=0.6)
+    assert decision.apply == {"partsupp"}, decision
+    assert decision.predicted_refresh_seconds_after == pytest.approx(0.6 + 0.55 + 2.3)

@@ -10,7 +10,8 @@
     stream (re-costed parts, moved suppliers) tick by tick, with an on-demand refresh every few
     ticks (``--view supply_value``: an F-IVM view with ``updatable: [partsupp]`` instead, where a
     supplier change rebuilds the view tree). Cost models are calibrated first (``lakeivm calibrate``: appended
-    batches up to 2^N changes, ``--calibrate-max-exp``, N per table if so given), then refitted from the runs.
+    batches up to 2^N changes, ``--calibrate-max-exp``, N per table if so given; with N >= 16 two batches
+    pass the in-process read path's 20k rows and the model is a line per path), then refitted from the runs.
     The deadline defaults to 1.2× (``--deadline-margin``) what ~3 ticks (``--deadline-ticks``) of arrivals
     cost, so ticks must act. Reported: total maintenance seconds per policy, and the share of refreshes that
     met the deadline. JSON + PNG under ``--out``.
@@ -41,6 +42,8 @@ def main(argv: list[str], settings: Settings) -> int:
                         help="without --deadline: the deadline is --deadline-margin × the calibrated cost of this many ticks of "
                              "arrivals (default 3)")
     parser.add_argument("--deadline-margin", type=float, default=1.2, help="see --deadline-ticks (default 1.2)")
+    parser.add_argument("--headroom", type=float, default=0.0,
+                        help="both views' spec option headroom: seconds kept free below the deadline (default 0)")
     parser.add_argument("--calibrate-max-exp", type=_exponents, default=9,
                         help="calibrate with batches up to 2^N changes: N, or one per table (partsupp=16,supplier=10)")
     parser.add_argument("--parts", type=int, default=50, help="parts re-costed per tick (default 50)")
@@ -103,7 +106,7 @@ SPARK_VIEWS = {
 def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     """Part (b): LGM and NAIVE copies of one view, same stream, measured side by side."""
     from lakeivm import commit
-    from lakeivm.calibrate import calibrate
+    from lakeivm.calibrate import calibrate, describe
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
     from lakeivm.engine import audit, open_lake, run_view
     from lakeivm.lake import Lake
@@ -119,6 +122,7 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     lakes = {"lgm": first, "naive": open_lake(spark, settings.with_(lake=str(root / "naive")))}
     file, extra = SPARK_VIEWS[args.view]
     base = load_spec(SHIPPED_VIEWS / file)
+    extra = {**extra, "headroom": args.headroom}
     specs = {policy: spec_from_dict({"name": f"{args.view}_{policy}", "sql": base.sql, "deadline": args.deadline or 3600,
                                      "planner": policy, **extra}) for policy in lakes}
     for policy, spec in specs.items():
@@ -130,12 +134,11 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     deadline = args.deadline
     if deadline is None:  # the backlog of a few ticks of arrivals fills it: ticks must act between refreshes
         arrivals = {"partsupp": 8 * args.parts, "supplier": 2 * args.suppliers}  # CDF rows: pre+post images
-        backlog = sum(a * args.deadline_ticks * arrivals.get(t, 0) + b for t, (a, b, _) in models.items())
+        backlog = sum(m.cost()(args.deadline_ticks * arrivals[t]) if t in arrivals else m.b for t, m in models.items())
         deadline = round(backlog * args.deadline_margin, 1)
         specs = {p: spec_from_dict({"name": s.name, "sql": s.sql, "deadline": deadline, "planner": p, **extra})
                  for p, s in specs.items()}
-    print(f"deadline {deadline}s; models " + ", ".join(f"{t}: {a * 1000:.3f} ms/row + {b:.2f} s" for t, (a, b, _) in models.items()),
-          flush=True)
+    print(f"deadline {deadline}s; models " + ", ".join(f"{t}: {describe(m)}" for t, m in models.items()), flush=True)
     streams = {policy: TpchChangeStream(lake, seed=5) for policy, lake in lakes.items()}
     for tick in range(1, args.ticks + 1):
         for stream in streams.values():
@@ -148,9 +151,10 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
             row = run_view(lakes[policy], spec, mode="refresh" if refresh else "tick")
             print(f"tick {tick:>3} {spec.name:<16} {'refresh' if refresh else 'tick   '} applied {list(row.applied) if row else []} "
                   f"{row.seconds if row else 0:.1f}s" + (f" deadline met: {row.deadline_met}" if refresh else ""), flush=True)
-    report = {"view": args.view, "scale": args.scale, "deadline_s": deadline, "ticks": args.ticks, "refresh_every": args.refresh_every,
+    report = {"view": args.view, "scale": args.scale, "deadline_s": deadline, "headroom_s": args.headroom,
+              "ticks": args.ticks, "refresh_every": args.refresh_every,
               "parts_per_tick": args.parts, "suppliers_per_tick": args.suppliers,
-              "cost_models": {t: {"per_row_s": a, "fixed_s": b, "batches": n} for t, (a, b, n) in models.items()}}
+              "cost_models": {t: m._asdict() for t, m in models.items()}}
     for policy, spec in specs.items():
         lake = lakes[policy]
         rows = [r for r in commit.log_rows(lake, spec.name) if r.mode in ("tick", "refresh")]

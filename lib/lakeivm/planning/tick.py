@@ -6,6 +6,7 @@ input of the LGM decision is derived from them, so nothing is a guess in code:
 - cost model per source table: f(k) = a·k + b fitted (``fit_cost_model``) to the (rows, seconds)
   of the last runs that applied the table, with the calibrated (``lakeivm calibrate``) or declared
   (``cost_prior``) model as the prior until enough runs exist (``fit_costs: false`` keeps the prior);
+  a line per read path (``TwoPathCost``) once batches above ``changes.SMALL_DELTA_ROWS`` were measured;
 - expected arrivals per table before the next tick: a high quantile of the arrivals observed
   between consecutive runs (digest §5 "C": d̂);
 - run seconds: a high quantile of what a run that applies something pays besides its tables'
@@ -23,9 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lakeivm.changes import SMALL_DELTA_ROWS
 from lakeivm.commit import LogRow
 from lakeivm.errors import SpecError
-from lakeivm.planning.costs import CostModel, LinearCost, fit_cost_model
+from lakeivm.planning.costs import CostFunction, LinearCost, fit_cost_model
 from lakeivm.planning.decide import Decision, decide, refresh_decision
 
 POLICIES = ("lgm", "naive", "eager")
@@ -39,7 +41,7 @@ RUN_COST = "(run)"  # the calibrated shared seconds of a run, stored in _system/
 class PlannerInputs:
     """Everything the decision used, kept so the log and ``lakeivm status`` can show it."""
 
-    costs: Mapping[str, CostModel]
+    costs: Mapping[str, CostFunction]
     expected_arrivals: Mapping[str, float]
     headroom_seconds: float
     run_seconds: float
@@ -51,12 +53,12 @@ def planner_inputs(
     history: Sequence[LogRow],
     pending: Mapping[str, int],
     options: Mapping[str, object],
-    calibrated: Mapping[str, LinearCost] | None = None,
+    calibrated: Mapping[str, CostFunction] | None = None,
 ) -> PlannerInputs:
     """Derive the planner's inputs from the committed log rows (oldest first); see module doc."""
     priors = {t: _prior(t, options, calibrated or {}) for t in pending}
     fit = bool(options.get("fit_costs", True))
-    costs = {t: fit_cost_model(_observations(history, t) if fit else [], priors[t]) for t in pending}
+    costs = {t: fit_cost_model(_observations(history, t) if fit else [], priors[t], threshold=SMALL_DELTA_ROWS) for t in pending}
     epoch, shared = _epoch(history), run_seconds(history, (calibrated or {}).get(RUN_COST))
     return PlannerInputs(
         costs=costs,
@@ -74,7 +76,7 @@ def plan_tick(
     deadline_seconds: float,
     options: Mapping[str, object],
     max_age_exceeded: frozenset[str] = frozenset(),
-    calibrated: Mapping[str, LinearCost] | None = None,
+    calibrated: Mapping[str, CostFunction] | None = None,
 ) -> Decision:
     """The tables a scheduled tick applies under the view's ``planner`` policy (default ``lgm``)."""
     policy = str(options.get("planner", "lgm"))
@@ -95,13 +97,13 @@ def plan_tick(
 
 
 def plan_refresh(history: Sequence[LogRow], pending: Mapping[str, int], deadline_seconds: float,
-                 options: Mapping[str, object], calibrated: Mapping[str, LinearCost] | None = None) -> Decision:
+                 options: Mapping[str, object], calibrated: Mapping[str, CostFunction] | None = None) -> Decision:
     """An on-demand refresh applies everything; the prediction says whether it should meet the deadline."""
     inputs = planner_inputs(history, pending, options, calibrated)
     return refresh_decision(pending, inputs.costs, deadline_seconds, inputs.headroom_seconds)
 
 
-def _prior(table: str, options: Mapping[str, object], calibrated: Mapping[str, LinearCost]) -> LinearCost:
+def _prior(table: str, options: Mapping[str, object], calibrated: Mapping[str, CostFunction]) -> CostFunction:
     declared = options.get("cost_prior", {}) or {}
     if table in declared:
         entry = declared[table]  # type: ignore[index]
