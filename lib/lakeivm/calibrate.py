@@ -2,7 +2,7 @@
 
 Digest §5 "Cost functions": time the real delta-propagation job per source table over a geometric
 grid of batch sizes, fit f(k) = a·k + b (robust, clamped monotone and subadditive; a line per read
-path once batches pass ``changes.SMALL_DELTA_ROWS``, so 2^15 changes measure Spark's), store it in
+path once two batches pass ``changes.SMALL_DELTA_ROWS``: 2^15 and 2^16 changes time Spark's), store it in
 ``_system/costs``, with the shared seconds of a run (row ``(run)``). The view's own data is never touched: its tables are copied as of the view's
 watermarks into a scratch lake, the view is built there, and each batch re-inserts 2^j rows sampled
 from the table itself (so they join like real rows) and is applied alone, as a tick would.
