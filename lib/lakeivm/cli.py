@@ -153,7 +153,7 @@ def _specs(settings: Settings):
     """The views folder's specs; each file that does not load is named on stderr and skipped."""
     from lakeivm.registry import load_specs
 
-    specs = load_specs(settings.views)
+    specs = load_specs(settings.views, settings.lake)
     for broken in specs.broken:
         print(f"lakeivm: warning: skipped a view spec that does not load: {broken.summary}", file=sys.stderr)
     return specs

@@ -91,7 +91,7 @@ def _run_demo(settings: Settings, scale: float, batches: int) -> int:
     from lakeivm.scheduling import build_dags
 
     dags = build_dags(settings, deadline_alerts=False)  # dag.test() cannot run DAGs with deadline alerts
-    specs = load_specs(settings.views)
+    specs = load_specs(settings.views, settings.lake)
     print(f"== DAGs: {', '.join(dags)}")
     _run_all(dags, refresh=False, label="bootstrap")
     _print_fits(lake, specs, latest=True)

@@ -385,7 +385,7 @@ def read_view(spark: SparkSession, view: str, latest: bool = False, settings: Se
     """The view as of its last consistent run (or, ``latest``, its newest, possibly asymmetric, run)."""
     settings = settings or load_settings()
     lake = open_lake(spark, settings)
-    spec = find_spec(load_specs(settings.views), view)
+    spec = find_spec(load_specs(settings.views, settings.lake), view)
     return view_snapshot(lake, spec, latest)
 
 

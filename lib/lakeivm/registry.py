@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -15,9 +15,10 @@ from typing import Any
 import jsonschema
 import yaml
 
+from lakeivm import storage
 from lakeivm.config import SCHEMAS
-from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
-from lakeivm.sql import Query, derived_views, grouped, parse_full, parse_query
+from lakeivm.errors import LakeIVMError, SpecError, UnknownView, UnsupportedQuery
+from lakeivm.sql import Query, compares_with_subquery, derived_views, grouped, parse_full, parse_query
 from lakeivm.views.join_sample.plan import plan_sample
 from lakeivm.views.nested.shape import diagnose, nested_shape
 from lakeivm.views.fivm.plan import build_plan, fit_query
@@ -74,8 +75,9 @@ def parse_duration(value: float | int | str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def load_spec(path: str | Path) -> ViewSpec:
-    """Read and validate one YAML spec file; a SpecError names the file, the line and what is wrong."""
+def load_spec(path: str | Path, schemas: Callable[[], Mapping[str, Mapping[str, str]]] | None = None) -> ViewSpec:
+    """Read and validate one YAML spec file; a SpecError names the file, the line and what is wrong.
+    ``schemas`` gives the lake tables' columns, for decorrelating subqueries (``with_derived_views``)."""
     path = Path(path)
     try:
         data, lines = _parse_yaml(path.read_text())
@@ -83,10 +85,11 @@ def load_spec(path: str | Path) -> ViewSpec:
         raise SpecError(_yaml_problem(path, err)) from err
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError(f"{path}: cannot read the spec: {err}") from err
-    return spec_from_dict(data, source=str(path), lines=lines)
+    return spec_from_dict(data, source=str(path), lines=lines, schemas=schemas)
 
 
-def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] | None = None) -> ViewSpec:
+def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] | None = None,
+                   schemas: Callable[[], Mapping[str, Mapping[str, str]]] | None = None) -> ViewSpec:
     """Validate a parsed spec against the JSON schema and build a ViewSpec.
 
     ``lines`` maps top-level keys to their line in the file ("" to the mapping's first line), so a
@@ -111,7 +114,7 @@ def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] |
         options={k: v for k, v in data.items() if k not in known},
         source=source,
         refresh_policy=data.get("refresh_policy", "auto"),
-    ))
+    ), schemas)
 
 
 @functools.cache
@@ -120,12 +123,16 @@ def _validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
 
 
-def with_derived_views(spec: ViewSpec) -> ViewSpec:
+def with_derived_views(spec: ViewSpec, schemas: Callable[[], Mapping[str, Mapping[str, str]]] | None = None) -> ViewSpec:
     """``spec`` with each aggregating CTE, derived table or uncorrelated subquery of its SQL split off as
     a view of its own, ``<view>__<alias>`` (``__in<i>``/``__sq<i>`` for a subquery), that it reads
     (``lakeivm.sql.derived_views``): an aggregate over an aggregate is then maintained as a view over a
     view. The split views share the spec's file, deadline, tick and policy. Left whole: a spec
-    recomputed in full, one with a ``kind:`` or kind options."""
+    recomputed in full, one with a ``kind:`` or kind options.
+
+    With the lake tables' ``schemas`` (called once needed), a correlated scalar subquery is split off
+    too, decorrelated, where the SQL as written has no incremental kind (TPC-H Q2, Q20; Q17 stays
+    the nested kind's)."""
     from lakeivm.fingerprint import SCHEDULING_OPTIONS
 
     if spec.refresh_policy == FULL or spec.kind is not None or set(spec.options) - SCHEDULING_OPTIONS:
@@ -136,9 +143,21 @@ def with_derived_views(spec: ViewSpec) -> ViewSpec:
         return name if NAME_PATTERN.fullmatch(name) else None
 
     sql, bodies = derived_views(spec.sql, name_of)
-    derived = {name: with_derived_views(replace(spec, name=name, sql=body, nullable_keys=(), upstreams={}, derived_from=spec.name))
+    if schemas is not None and compares_with_subquery(sql) and not _incremental(replace(spec, sql=sql), tables := schemas()):
+        sql, bodies = derived_views(spec.sql, name_of, tables)
+    derived = {name: with_derived_views(replace(spec, name=name, sql=body, nullable_keys=(), upstreams={}, derived_from=spec.name),
+                                        schemas)
                for name, body in bodies.items()}
     return replace(spec, sql=sql, upstreams={**spec.upstreams, **derived}) if derived else spec
+
+
+def _incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> bool:
+    """Whether ``spec``'s SQL as it stands has an incremental kind over the lake tables ``schemas``."""
+    try:
+        _classify_incremental(spec, schemas)
+        return True
+    except LakeIVMError:
+        return False
 
 
 def derived_specs(spec: ViewSpec) -> list[ViewSpec]:
@@ -174,17 +193,20 @@ class Specs(dict[str, ViewSpec]):
         self.broken = tuple(broken)
 
 
-def load_specs(folder: str | Path) -> Specs:
-    """All specs in a folder (``*.yaml``/``*.yml``) by name, each loaded on its own.
+def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
+    """All specs in a folder (``*.yaml``/``*.yml``) by name, each loaded on its own; with the
+    ``lake``'s root, its tables' columns (read once, if a spec needs them) let a correlated
+    subquery split off as a view of its own (``with_derived_views``).
 
     A file that does not load goes to ``broken`` and the others still load (one malformed spec must
     not stop every view); so does every file of a name declared twice, since neither is the view.
     """
+    schemas = functools.cache(lambda: storage.lake_table_schemas(str(lake))) if lake is not None else None
     loaded: dict[str, list[ViewSpec]] = {}
     broken: list[BrokenSpec] = []
     for path in sorted([*Path(folder).glob("*.yaml"), *Path(folder).glob("*.yml")]):
         try:
-            spec = load_spec(path)
+            spec = load_spec(path, schemas)
         except SpecError as err:
             broken.append(BrokenSpec(str(path), str(err), _declared_names(path)))
             continue

@@ -41,7 +41,7 @@ def build_dags(settings: Settings | None = None, deadline_alerts: bool = True) -
     here and raised by ``check_specs`` from a DAG file of its own, so the other views keep their DAGs.
     In a task's process (Airflow's parsing context names the DAG) only that DAG is built."""
     settings = settings or load_settings()
-    specs = load_specs(settings.views)
+    specs = load_specs(settings.views, settings.lake)
     for broken in specs.broken:
         logging.getLogger("lakeivm").error("lakeivm: no DAG for a view spec that does not load: %s", broken.summary)
     from airflow.sdk import get_parsing_context  # after logging: importing Airflow reconfigures it

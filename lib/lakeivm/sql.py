@@ -438,7 +438,8 @@ def _read_as(source: exp.Expression, name: str) -> None:
     source.replace(exp.alias_(exp.to_table(name), source.alias_or_name, table=True))
 
 
-def derived_views(sql: str, name_of: Callable[[str], str | None]) -> tuple[str, dict[str, str]]:
+def derived_views(sql: str, name_of: Callable[[str], str | None],
+                  schemas: Mapping[str, Mapping[str, str]] | None = None) -> tuple[str, dict[str, str]]:
     """The aggregating CTEs and derived tables of ``sql`` (``WITH d AS (SELECT ... GROUP BY ...)``,
     ``FROM (SELECT ... GROUP BY ...) AS d``) as views of their own, and ``sql`` reading those views.
 
@@ -448,7 +449,36 @@ def derived_views(sql: str, name_of: Callable[[str], str | None]) -> tuple[str, 
     cannot see the query around it), so the split is exact. ``name_of(alias)`` names the view of
     derived table ``alias`` (None: keep it in place); one whose SELECT reads a CTE kept in place
     stays too. Returns ``(sql, {view name: its SELECT})``; ``({sql}, {})`` when nothing splits off.
+
+    With the tables' ``schemas`` ({table: {column: type}}), a scalar subquery left in a comparison is
+    also decorrelated (``_split_subqueries``): the query is qualified first when one of its columns
+    is not, so that SQL's scoping says which columns are the outer query's.
     """
+    split = _derived_views(sql, name_of, decorrelate=False)
+    if schemas is None or not compares_with_subquery(split[0]):
+        return split
+    tree = sqlglot.parse_one(sql, dialect=DIALECT)
+    if any(not c.table for c in tree.find_all(exp.Column)):
+        try:
+            tree = qualify(tree, schema={t: dict(c) for t, c in schemas.items()}, dialect=DIALECT, quote_identifiers=False)
+        except (OptimizeError, ValueError, KeyError):
+            return split
+    decorrelated = _derived_views(tree.sql(dialect=DIALECT), name_of, decorrelate=True)
+    return decorrelated if len(decorrelated[1]) > len(split[1]) else split
+
+
+def compares_with_subquery(sql: str) -> bool:
+    """Whether a comparison of ``sql`` still has a subquery operand (``x θ (SELECT ...)``, ``x IN (SELECT ...)``)."""
+    try:
+        tree = sqlglot.parse_one(sql, dialect=DIALECT)
+    except ParseError:
+        return False
+    return (any(isinstance(side, exp.Subquery) for node in tree.find_all(*_COMPARISONS) for side in (node.this, node.expression))
+            or any(node.args.get("query") for node in tree.find_all(exp.In)))
+
+
+def _derived_views(sql: str, name_of: Callable[[str], str | None], decorrelate: bool) -> tuple[str, dict[str, str]]:
+    """``derived_views``, correlated scalar subqueries decorrelated or left in place."""
     try:
         tree = sqlglot.parse_one(sql, dialect=DIALECT)
     except ParseError:
@@ -481,7 +511,7 @@ def derived_views(sql: str, name_of: Callable[[str], str | None]) -> tuple[str, 
         if name is not None:
             views[name] = derived.this
             _read_as(derived, name)
-    _split_subqueries(tree, views, kept_ctes, name_of)
+    _split_subqueries(tree, views, kept_ctes, name_of, decorrelate)
     return (tree.sql(dialect=DIALECT), {name: body.sql(dialect=DIALECT) for name, body in views.items()}) if views else (sql, {})
 
 
@@ -489,53 +519,122 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 
 def _split_subqueries(tree: exp.Select, views: dict[str, exp.Select], kept_ctes: set[str],
-                      name_of: Callable[[str], str | None]) -> None:
-    """Uncorrelated aggregating subqueries of ``tree`` as views of their own (``derived_views``):
+                      name_of: Callable[[str], str | None], decorrelate: bool = False) -> None:
+    """Aggregating subqueries of ``tree`` as views of their own (``derived_views``):
 
-    - ``x [NOT] IN (SELECT e FROM ... GROUP BY ... [HAVING ...])`` (TPC-H Q18) reads ``SELECT e FROM
-      <view>__in<i>``, a filter of one table that first_order keeps as a semi- or anti-join;
-    - ``x θ (SELECT agg FROM ...)``, a top-level ``AND`` term of ``WHERE`` with a global aggregate
-      (one row, so a cross join with it keeps every row's multiplicity; a NULL or no row fails the
-      comparison either way) reads ``<view>__sq<i>.value``, the view joined into ``FROM`` (TPC-H Q15).
+    - ``x [NOT] IN (SELECT e FROM ... GROUP BY ... [HAVING ...])`` (TPC-H Q18), uncorrelated, reads
+      ``SELECT e FROM <view>__in<i>``, a filter of one table that first_order keeps as a semi- or anti-join;
+    - ``x θ (SELECT agg FROM ...)``, an uncorrelated global aggregate in a top-level ``AND`` term of
+      a ``WHERE`` (one row, so a cross join with it keeps every row's multiplicity; a NULL or no row
+      fails the comparison either way), reads ``<view>__sq<i>.value``, the view joined into the
+      ``FROM`` of that ``WHERE``'s SELECT (TPC-H Q15, Q22);
+    - with ``decorrelate``, the same comparison correlated by equalities ``inner.k = outer.k``
+      (top-level ``AND`` terms of its ``WHERE``, outer columns of that SELECT's own tables) with an
+      aggregate that is NULL over no rows (SUM, AVG, MIN, MAX and arithmetic on them: not COUNT)
+      becomes ``SELECT k, agg ... GROUP BY k``, joined on ``k`` (TPC-H Q2, Q20): the classic
+      decorrelation of a scalar subquery (Kim's type JA, without its COUNT bug).
 
-    A subquery that refers to the outer query cannot be split. A qualified column (``o.x``) says so;
-    an unqualified one is read as the subquery's own (SQL looks there first): for a scalar subquery
-    only where its tables are views split off here, whose columns are known (an unqualified outer
-    column in a scalar subquery over lake tables is the rule in TPC-H, Q17, and is left in place); in
-    an aggregating ``IN`` subquery a name its tables lack fails the split view's registration, naming
-    the column (qualify an outer column to keep the subquery with its query).
+    A subquery that refers to the outer query otherwise cannot be split. A qualified column
+    (``o.x``) says so; an unqualified one is read as the subquery's own (SQL looks there first): for
+    a scalar subquery only where its tables are views split off here, whose columns are known (an
+    unqualified outer column in a scalar subquery over lake tables is the rule in TPC-H, Q17, and is
+    left in place unless ``derived_views`` qualified the query); in an aggregating ``IN`` subquery a
+    name its tables lack fails the split view's registration, naming the column (qualify an outer
+    column to keep the subquery with its query).
     """
     known = {name: _output_names(body) for name, body in views.items()}  # the columns of the views split off so far
-    top = set(map(id, conjuncts(tree.args["where"].this))) if tree.args.get("where") else set()
+    owners = {id(term): select for select in tree.find_all(exp.Select) if select.args.get("where")
+              for term in conjuncts(select.args["where"].this)}  # a top-level WHERE term -> its SELECT
     count = 0
     for node in list(tree.find_all(exp.In, *_COMPARISONS)):
         scalar = not isinstance(node, exp.In)
         sub = node.expression if scalar else node.args.get("query")
         select = sub.this if isinstance(sub, exp.Subquery) else None
-        if not isinstance(select, exp.Select) or len(select.expressions) != 1 or not _aggregates_alone(select):
-            continue
+        if node.root() is not tree or not isinstance(select, exp.Select) or len(select.expressions) != 1:
+            continue  # inside a subquery split off already: that view splits it in turn
         tables = list(select.find_all(exp.Table))
-        if (select.find(exp.Subquery) or select.args.get("with_") or any(t.name in kept_ctes and not t.db for t in tables)
-                or _refers_outside(select)):
+        if select.args.get("with_") or any(t.name in kept_ctes and not t.db for t in tables):
             continue
-        if scalar and (id(node) not in top or select.args.get("group")
-                       or not _own_columns(select, tables, known)):
+        if not _aggregates_alone(select):  # a semi-join, unless first_order cannot join it as one: its own view then
+            if scalar or not decorrelate or not (select.args.get("joins") or select.find(exp.Subquery)) or _refers_outside(select):
+                continue
+        elif select.find(exp.Subquery):
+            continue
+        keys: list[tuple[exp.Column, exp.Column]] = []
+        if scalar:
+            owner = owners.get(id(node))
+            if owner is None or select.args.get("group"):
+                continue
+            if _refers_outside(select):
+                keys = _correlation(select, owner) if decorrelate else None
+                if keys is None:
+                    continue
+            elif not _own_columns(select, tables, known):
+                continue
+        elif _refers_outside(select):
             continue
         name = name_of(f"{'sq' if scalar else 'in'}{count + 1}")
         if name is None:
             continue
         count += 1
         item = select.expressions[0]
-        if not isinstance(item, (exp.Alias, exp.Column)):  # a Delta column needs a name
-            item = exp.alias_(item.copy(), "value")
-            select.set("expressions", [item])
+        if not isinstance(item, (exp.Alias, exp.Column)) or item.alias_or_name.startswith("_col_"):  # a Delta column needs a name
+            item = exp.alias_(item.unalias().copy(), "value")
         column = item.alias_or_name
+        names = [inner.name if [k.name for k, _ in keys].count(inner.name) == 1 and inner.name != column else f"key_{i + 1}"
+                 for i, (inner, _) in enumerate(keys)]
+        select.set("expressions", [*(exp.alias_(inner.copy(), n) for (inner, _), n in zip(keys, names)), item])
+        if keys:
+            select.set("group", exp.Group(expressions=[inner.copy() for inner, _ in keys]))
         views[name] = select
         if scalar:
             sub.replace(exp.column(column, table=name))
-            tree.set("joins", [*(tree.args.get("joins") or []), exp.Join(this=exp.to_table(name), kind="CROSS")])
+            if keys:
+                node.replace(exp.and_(node.copy(), *(exp.EQ(this=outer.copy(), expression=exp.column(n, table=name))
+                                                     for (_, outer), n in zip(keys, names))))
+            owner.set("joins", [*(owner.args.get("joins") or []), exp.Join(this=exp.to_table(name), kind="CROSS")])
         else:
             sub.replace(exp.Subquery(this=exp.select(exp.column(column)).from_(name)))
+
+
+def _correlation(select: exp.Select, owner: exp.Select) -> list[tuple[exp.Column, exp.Column]] | None:
+    """The ``(inner, outer)`` columns of a scalar subquery correlated by equalities only, their terms
+    taken out of its ``WHERE`` (``_split_subqueries``); None, leaving it alone, if it refers outside
+    in any other way, to a table not of ``owner``'s own FROM, or its aggregate is not NULL over no rows."""
+    inner = {t.alias_or_name for t in select.find_all(exp.Table)}
+    own = {item.alias_or_name for item in (owner.args["from_"].this, *(j.this for j in owner.args.get("joins") or []))}
+    outside = lambda column: bool(column.table) and column.table not in inner  # noqa: E731
+    if not _null_over_no_rows(select.expressions[0]) or any(outside(c) for c in select.expressions[0].find_all(exp.Column)):
+        return None
+    pairs, rest = [], []
+    for term in conjuncts(select.args.get("where")):
+        if not any(outside(c) for c in term.find_all(exp.Column)):
+            rest.append(term)
+            continue
+        sides = (term.this, term.expression) if isinstance(term, exp.EQ) else ()
+        if not (len(sides) == 2 and all(isinstance(side, exp.Column) for side in sides) and outside(sides[0]) != outside(sides[1])):
+            return None
+        inner_column, outer_column = sorted(sides, key=outside)
+        if outer_column.table not in own:
+            return None
+        pairs.append((inner_column, outer_column))
+    select.set("where", exp.Where(this=exp.and_(*rest)) if rest else None)
+    return pairs
+
+
+def _null_over_no_rows(item: exp.Expression) -> bool:
+    """Whether ``item`` is arithmetic on literals and SUM, AVG, MIN or MAX aggregates: NULL over no
+    rows, so that a decorrelated inner join drops exactly the rows its comparison would fail."""
+    node = item.unalias()
+    if isinstance(node, (exp.Sum, exp.Avg, exp.Min, exp.Max)):
+        return not node.find(exp.Window)
+    if isinstance(node, exp.Literal):
+        return True
+    if isinstance(node, (exp.Paren, exp.Neg)):
+        return _null_over_no_rows(node.this)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        return _null_over_no_rows(node.this) and _null_over_no_rows(node.expression) and bool(node.find(exp.AggFunc))
+    return False
 
 
 def _output_names(select: exp.Select) -> set[str] | None:

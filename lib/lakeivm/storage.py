@@ -192,6 +192,19 @@ def schema_at(table: str, version: int | None = None) -> dict[str, str]:
     return spark_columns(DeltaTable(table, version=version))
 
 
+def lake_table_schemas(root: str) -> dict[str, dict[str, str]]:
+    """{table: {column: Spark SQL type}} of a lake's base tables (``<root>/tables/<name>``) at their
+    newest versions, by delta-rs; one it cannot read (not a Delta table yet, a table feature it
+    lacks) is left out, and a lake that does not exist has none."""
+    schemas = {}
+    for name in list_names(f"{root}/tables", directories=True):
+        try:
+            schemas[name] = schema_at(f"{root}/tables/{name}")
+        except Exception:  # noqa: BLE001 -- whatever delta-rs cannot read is simply not known here
+            continue
+    return schemas
+
+
 def spark_columns(table) -> dict[str, str]:
     """{column: Spark SQL type} of a loaded delta-rs ``DeltaTable``."""
     return {f["name"]: _spark_type(f["type"]) for f in json.loads(table.schema().to_json())["fields"]}

@@ -28,7 +28,7 @@ def apply(view: str, mode: str = "tick", session: str | None = None) -> dict[str
     from lakeivm.registry import find_spec, load_specs
 
     settings = resolve(load_settings())
-    spec = find_spec(load_specs(settings.views), view)
+    spec = find_spec(load_specs(settings.views, settings.lake), view)
     row = run_view(_open(settings, session), spec, mode=mode, progress=print)
     if row is None:
         return {}
@@ -50,7 +50,7 @@ def validate(view: str, summary: dict[str, Any], session: str | None = None) -> 
         return {"view": view, "applied": [], "expectations": 0}
     settings = resolve(load_settings())
     lake = _open(settings, session)
-    spec = find_spec(load_specs(settings.views), view)
+    spec = find_spec(load_specs(settings.views, settings.lake), view)
     row = commit.last_committed(lake, view)
     ctx, maintainer = reader(lake, spec, row)
     path = maintainer.state_tables(ctx)["result"]
