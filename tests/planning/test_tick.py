@@ -1,6 +1,7 @@
 """The engine's planner inputs come from the maintenance log: fitted costs, arrivals, headroom, epoch."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from lakeivm.commit import LogRow
@@ -40,6 +41,24 @@ def test_arrivals_headroom_and_epoch_come_from_consecutive_runs():
     assert inputs.run_seconds == pytest.approx(2.75)  # their 90% quantile
     assert inputs.headroom_seconds == pytest.approx(2.75 + 1.5)  # + the declared margin
     assert inputs.spent_seconds == pytest.approx(6.5) and inputs.ticks_since_refresh == 2
+
+
+def test_what_joint_runs_took_beyond_the_models_is_headroom_for_a_refresh():
+    """s's model says 2 s (calibrated alone); beside r's changes it took 2.8-3.2 s (TPC-H SF 1: a
+    supplier rebuild beside partsupp's changes). A refresh applies both: its prediction charges that."""
+    declared = {"cost_prior": {"r": {"per_row": 0.01, "fixed": 0.5}, "s": {"per_row": 0.0, "fixed": 2.0}}, "fit_costs": False}
+    alone = [run(i, rows={"r": 100}, seconds={"r": 1.5}, total=2.0) for i in range(1, 4)]  # shared 0.5, r as modelled
+    assert planner_inputs(alone, {"r": 1, "s": 1}, declared).joint_excess_seconds == 0.0
+    joint = [run(i, "refresh", rows={"r": 100, "s": 3}, seconds={"r": 1.5, "s": s}, total=1.5 + s + 0.5)
+             for i, s in ((4, 2.8), (5, 3.2), (6, 3.0))]
+    inputs = planner_inputs([*alone, *joint], {"r": 100, "s": 3}, declared)
+    assert inputs.run_seconds == pytest.approx(0.5)
+    assert inputs.joint_excess_seconds == pytest.approx(np.quantile([0.8, 1.2, 1.0], 0.9))  # 1.16
+    assert inputs.headroom_seconds == pytest.approx(0.5 + 1.16)
+    refresh = plan_refresh([*alone, *joint], {"r": 100, "s": 3}, 10.0, declared)
+    assert refresh.predicted_seconds == pytest.approx(1.5 + 2.0 + 0.5 + 1.16)  # within what the joint runs took (5.0-5.2 s)
+    faster = [run(i, "refresh", rows={"r": 100, "s": 3}, seconds={"r": 1.0, "s": 1.0}, total=2.5) for i in (7, 8, 9)]
+    assert planner_inputs(faster, {"r": 1, "s": 1}, declared).joint_excess_seconds == 0.0  # never below the models
 
 
 def test_policies_lgm_batches_the_fixed_cost_table_naive_flushes_everything():
