@@ -150,7 +150,9 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
             spec = specs[policy]
             row = run_view(lakes[policy], spec, mode="refresh" if refresh else "tick")
             print(f"tick {tick:>3} {spec.name:<16} {'refresh' if refresh else 'tick   '} applied {list(row.applied) if row else []} "
-                  f"{row.seconds if row else 0:.1f}s" + (f" deadline met: {row.deadline_met}" if refresh else ""), flush=True)
+                  f"{row.seconds if row else 0:.1f}s" + (f" (predicted {row.predicted_seconds:.1f}s)" if row and row.predicted_seconds
+                                                          is not None else "")
+                  + (f" deadline met: {row.deadline_met}" if refresh else ""), flush=True)
     report = {"view": args.view, "scale": args.scale, "deadline_s": deadline, "headroom_s": args.headroom,
               "ticks": args.ticks, "refresh_every": args.refresh_every,
               "parts_per_tick": args.parts, "suppliers_per_tick": args.suppliers,
@@ -163,6 +165,7 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
             "total_seconds": round(sum(r.seconds for r in rows), 2),
             "tick_seconds": round(sum(r.seconds for r in rows if r.mode == "tick"), 2),
             "refresh_seconds": [round(r.seconds, 2) for r in refreshes],
+            "refresh_predicted_seconds": [None if r.predicted_seconds is None else round(r.predicted_seconds, 2) for r in refreshes],
             "refreshes_met": sum(bool(r.deadline_met) for r in refreshes), "refreshes": len(refreshes),
             "actions": [list(r.applied) for r in rows],
             "run_seconds": [round(r.seconds, 3) for r in rows],
