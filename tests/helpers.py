@@ -1,8 +1,13 @@
 """Helpers for Spark tests: small tables, random change batches committed as Delta writes."""
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 from lakeivm.lake import Lake
 
@@ -75,3 +80,43 @@ def audited_rounds(lake: Lake, rng: random.Random, specs: list, steps: tuple[str
             random_batch(lake, rng, "s", "a", "g")
         refresh_and_audit(lake, specs, tables)
         yield
+
+
+@contextmanager
+def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
+    """An S3 bucket on loopback: moto's S3 server (a real HTTP S3 API, with conditional PUTs) started
+    as a process of its own and stopped by its pid. Yields the AWS_* variables through which
+    delta-rs, pyarrow and obstore reach it, as a deployment's would reach S3.
+
+    The server answers one request at a time. moto checks ``If-None-Match: *`` and then stores the
+    object as two steps. Under ``python -m moto.server``'s threaded server, two racing PUTs can both
+    pass the check; that happened in CI, with 2 of 6 creators winning. S3 itself makes a conditional
+    PUT atomic. Serving requests in turn is what gives moto that atomicity too."""
+    import boto3
+
+    from lakeivm.deploy import free_port
+
+    port = free_port()
+    serve = ("import sys; from werkzeug.serving import run_simple; "
+             "from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app; "
+             "run_simple('127.0.0.1', int(sys.argv[1]), DomainDispatcherApplication(create_backend_app), threaded=False)")
+    server = subprocess.Popen([sys.executable, "-c", serve, str(port)], env={**os.environ, "MOTO_PORT": str(port)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "lakeivm", "AWS_SECRET_ACCESS_KEY": "lakeivm",
+           "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+    try:
+        client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="lakeivm",
+                              aws_secret_access_key="lakeivm", region_name="us-east-1")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.create_bucket(Bucket=bucket)
+                break
+            except Exception:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.3)
+        yield env
+    finally:
+        server.terminate()
+        server.wait(30)

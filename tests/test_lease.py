@@ -17,9 +17,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from lakeivm import commit, system_tables
-from lakeivm.deploy import free_port
 from lakeivm.errors import LeaseHeld, LeaseLost
 from lakeivm.lake import Lake
+from tests.helpers import moto_s3
 
 
 def _lake(root) -> Lake:
@@ -140,41 +140,11 @@ def test_an_error_releases_the_claim_as_failed(tmp_path):
 
 @pytest.fixture(scope="module")
 def s3_lake_root():
-    """An S3 bucket on loopback: moto's S3 server (a real HTTP S3 API, with conditional PUTs) started
-    as a process of its own and stopped by its pid; delta-rs, pyarrow and obstore reach it through
-    the usual AWS_* variables, as a deployment's would reach S3.
-
-    The server answers one request at a time. moto checks ``If-None-Match: *`` and then stores the
-    object as two steps. Under ``python -m moto.server``'s threaded server, two racing PUTs can both
-    pass the check; that happened in CI, with 2 of 6 creators winning. S3 itself makes a conditional
-    PUT atomic. Serving requests in turn is what gives moto that atomicity too."""
-    port = free_port()
-    serve = ("import sys; from werkzeug.serving import run_simple; "
-             "from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app; "
-             "run_simple('127.0.0.1', int(sys.argv[1]), DomainDispatcherApplication(create_backend_app), threaded=False)")
-    server = subprocess.Popen([sys.executable, "-c", serve, str(port)], env={**os.environ, "MOTO_PORT": str(port)},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "lakeivm", "AWS_SECRET_ACCESS_KEY": "lakeivm",
-           "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            for key, value in env.items():
-                patch.setenv(key, value)
-            import boto3
-
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    boto3.client("s3").create_bucket(Bucket="lakeivm-lease")
-                    break
-                except Exception:
-                    if time.monotonic() > deadline or server.poll() is not None:
-                        raise
-                    time.sleep(0.3)
-            yield "s3://lakeivm-lease"
-    finally:
-        server.terminate()
-        server.wait(30)
+    """A bucket of moto's S3 server (``helpers.moto_s3``), reached through the AWS_* variables."""
+    with moto_s3("lakeivm-lease") as env, pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        yield "s3://lakeivm-lease"
 
 
 @pytest.mark.xdist_group("s3")  # one moto server (make test: --dist loadgroup)

@@ -25,7 +25,7 @@ from pathlib import Path
 SCHEMAS = Path(str(files("lakeivm.schemas")))  # package data: view.schema.json, system/*.json, example views
 SHIPPED_VIEWS = SCHEMAS / "views"
 _ENV = {"lake": "LAKEIVM_LAKE", "spark_master": "LAKEIVM_SPARK_MASTER", "views": "LAKEIVM_VIEWS",
-        "spark_remote": "LAKEIVM_SPARK_REMOTE", "jars": "LAKEIVM_JARS"}
+        "spark_remote": "LAKEIVM_SPARK_REMOTE", "jars": "LAKEIVM_JARS", "packages": "LAKEIVM_PACKAGES"}
 DEFAULT_REMOTE = "sc://127.0.0.1:15002"  # where ``lakeivm spark start`` listens by default
 
 
@@ -39,6 +39,7 @@ class Settings:
     shuffle_partitions: int = 4
     spark_remote: str = ""  # sc://host:port of a Spark Connect server (``lakeivm spark start``); empty: no server
     jars: str = ""  # folder of Delta's JARs (default: ~/.cache/lakeivm/jars/<delta version>)
+    packages: str = ""  # more Maven packages for every JVM, comma-separated (hadoop-aws for s3a://): fetched once beside Delta's
     spark_conf: dict = field(default_factory=dict, hash=False)  # extra Spark settings ([spark_conf] in lakeivm.toml)
 
     @property
@@ -67,6 +68,8 @@ def load_settings(config_file: str | os.PathLike[str] = "lakeivm.toml") -> Setti
     for field, var in _ENV.items():
         if os.environ.get(var):
             values[field] = os.environ[var]
+    if isinstance(values.get("packages"), list):  # packages = ["group:artifact:version", ...] in lakeivm.toml
+        values["packages"] = ",".join(map(str, values["packages"]))
     unknown = set(values) - set(Settings.__dataclass_fields__)
     if unknown:
         raise ValueError(f"{path}: unknown setting(s) {sorted(unknown)}; known: {sorted(Settings.__dataclass_fields__)}")

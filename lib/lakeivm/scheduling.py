@@ -24,7 +24,6 @@ from lakeivm.config import Settings, load_settings
 from lakeivm.errors import SpecError
 from lakeivm.registry import ViewSpec, load_specs
 
-DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"  # = lakeivm.spark.DELTA_PACKAGE (not imported: no Spark at parse time)
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 REFRESH_JOB = Path(str(files("lakeivm") / "jobs" / "refresh.py"))  # spark-submit runs the shipped file
@@ -75,12 +74,12 @@ async def deadline_missed(view: str, deadline_s: float, **context: Any) -> None:
 def _delta_jars_or_package(settings: Settings) -> dict[str, str]:
     """spark-submit's arguments for Delta: the fetched JAR files (offline, no Ivy) when set-up fetched
     them, else the Maven package. Reads a manifest only: parsing never fetches."""
-    from lakeivm.spark import MANIFEST, jars_folder
+    from lakeivm.spark import MANIFEST, jars_folder, packages
 
     manifest = jars_folder(settings) / MANIFEST
     if manifest.exists():
         return {"jars": ",".join(str(manifest.parent / name) for name in manifest.read_text().split())}
-    return {"packages": DELTA_PACKAGE}
+    return {"packages": ",".join(packages(settings))}
 
 
 def _schedule(spec: ViewSpec, settings: Settings) -> Any:

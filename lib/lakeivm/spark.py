@@ -14,6 +14,7 @@ Set-up also dumps a class-data archive (AppCDS) of a Spark JVM that every JVM la
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import shutil
@@ -237,8 +238,6 @@ def class_archive() -> Path:
 
     The archive records the absolute class path (pyspark's ``jars`` folder), so the folder is in its
     name; a JVM whose JDK or JAR files differ from the dump's ignores it."""
-    import hashlib
-
     import pyspark
 
     key = hashlib.sha1(str(pyspark_jars()).encode()).hexdigest()[:12]
@@ -318,33 +317,45 @@ def prune_class_archives(keep: Path) -> list[Path]:
     return pruned
 
 
+def packages(settings: Settings) -> list[str]:
+    """The Maven packages every JVM of lakeivm's loads: Delta's, then the ``packages`` setting's."""
+    return [DELTA_PACKAGE, *dict.fromkeys(p.strip() for p in settings.packages.split(",") if p.strip())]
+
+
 def jars_folder(settings: Settings) -> Path:
-    """Where Delta's JARs are kept (the ``jars`` setting, or a per-version folder under ~/.cache)."""
+    """Where the JARs are kept (the ``jars`` setting, or a folder per Delta version, and per set of
+    further ``packages``, under ~/.cache)."""
     if settings.jars:
         return Path(settings.jars).expanduser()
-    return Path.home() / ".cache" / "lakeivm" / "jars" / DELTA_PACKAGE.replace(":", "_")
+    name, extra = DELTA_PACKAGE.replace(":", "_"), packages(settings)[1:]
+    if extra:
+        name += "+" + hashlib.sha1(",".join(sorted(extra)).encode()).hexdigest()[:10]
+    return Path.home() / ".cache" / "lakeivm" / "jars" / name
 
 
 def delta_jars(settings: Settings) -> list[str]:
-    """The JAR files of ``DELTA_PACKAGE`` and its dependencies, fetched once if not there yet."""
+    """The JAR files of Delta and the ``packages`` setting with their dependencies, fetched once if
+    not there yet."""
     folder = jars_folder(settings)
     manifest = folder / MANIFEST
     if manifest.exists():
         names = manifest.read_text().split()
         if names and all((folder / n).exists() for n in names):
             return [str(folder / n) for n in names]
-    print(f"lakeivm: fetching Delta's JARs ({DELTA_PACKAGE}) into {folder} (once)", file=sys.stderr, flush=True)
-    return fetch_jars(folder)
+    wanted = packages(settings)
+    print(f"lakeivm: fetching the JARs of {', '.join(wanted)} into {folder} (once)", file=sys.stderr, flush=True)
+    return fetch_jars(folder, wanted)
 
 
-def fetch_jars(folder: Path) -> list[str]:
-    """Resolve ``DELTA_PACKAGE`` with Ivy (Maven Central only, shipped ivysettings.xml) in a
-    throw-away JVM and copy the resolved files into ``folder`` with a manifest."""
+def fetch_jars(folder: Path, wanted: list[str] | None = None) -> list[str]:
+    """Resolve ``wanted`` Maven packages (default Delta's) with Ivy (Maven Central only, shipped
+    ivysettings.xml) in a throw-away JVM and copy the resolved files into ``folder`` with a manifest."""
     import subprocess
 
+    coordinates = ",".join(wanted or [DELTA_PACKAGE])
     script = (
         "from pyspark.sql import SparkSession\n"
-        f"s = SparkSession.builder.master('local[1]').config('spark.jars.packages', {DELTA_PACKAGE!r})"
+        f"s = SparkSession.builder.master('local[1]').config('spark.jars.packages', {coordinates!r})"
         f".config('spark.jars.ivySettings', {str(files('lakeivm') / 'ivysettings.xml')!r})"
         ".config('spark.ui.enabled', 'false').getOrCreate()\n"
         "print('JARS=' + s.sparkContext.getConf().get('spark.jars'))\n"
@@ -353,7 +364,8 @@ def fetch_jars(folder: Path) -> list[str]:
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     found = [line[5:] for line in run.stdout.splitlines() if line.startswith("JARS=")]
     if run.returncode or not found:
-        raise LakeIVMError(f"could not resolve {DELTA_PACKAGE} from Maven Central (is the network up?):\n"
+        raise LakeIVMError(f"could not resolve {coordinates} from Maven Central (is the network up? is each "
+                           "package's group:artifact:version right?):\n"
                            + "\n".join(run.stderr.strip().splitlines()[-15:]))
     folder.mkdir(parents=True, exist_ok=True)
     names = []
