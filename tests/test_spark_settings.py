@@ -48,3 +48,19 @@ def test_archives_of_pyspark_installs_that_are_gone_are_pruned(tmp_path):
     assert spark_module.prune_class_archives(keep) == [gone]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spark-4.2.0-live.jars", "spark-4.2.0-live.jsa", "spark-4.2.0-new.jsa",
                                                          "spark-4.2.0-old.jsa"]  # one dumped before the .jars files: kept
+
+
+def test_more_packages_are_fetched_into_a_jar_folder_of_their_own(tmp_path, monkeypatch):
+    from lakeivm.config import load_settings
+    from lakeivm.scheduling import _delta_jars_or_package
+    from lakeivm.spark import DELTA_PACKAGE, jars_folder, packages
+
+    monkeypatch.delenv("LAKEIVM_PACKAGES", raising=False)
+    (tmp_path / "lakeivm.toml").write_text('packages = ["org.apache.hadoop:hadoop-aws:3.5.0"]\n')
+    settings = load_settings(tmp_path / "lakeivm.toml")
+    assert packages(settings) == [DELTA_PACKAGE, "org.apache.hadoop:hadoop-aws:3.5.0"]
+    assert jars_folder(settings).name.startswith(jars_folder(Settings()).name + "+")  # Delta's alone stays where it was
+    monkeypatch.setenv("LAKEIVM_PACKAGES", "a:b:1, c:d:2,a:b:1")
+    assert packages(load_settings(tmp_path / "absent.toml"))[1:] == ["a:b:1", "c:d:2"]
+    unfetched = Settings(jars=str(tmp_path / "nothing-fetched"), packages="a:b:1")  # spark-submit resolves them then
+    assert _delta_jars_or_package(unfetched) == {"packages": f"{DELTA_PACKAGE},a:b:1"}
