@@ -58,7 +58,7 @@ class OuterJoin:
     preserved side that matches no row of ``padded`` is kept, NULL-padded. The equality is the one
     a change of ``padded`` is traced back through (first_order's ``apply``).
 
-    ``how`` is ``left``; ``full`` (FULL JOIN, the query's only join: both sides are padded); or a join
+    ``how`` is ``left``; ``full`` (FULL JOIN, the query's first join: both sides are padded); or a join
     that keeps the preserved rows without ``padded``'s columns: ``semi`` (EXISTS, IN: those with a
     match), ``anti`` (NOT EXISTS: those without) or ``not_in`` (NOT IN: those without, where a NULL on
     either side of the equality counts as a match)."""
@@ -909,14 +909,16 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
     for node, construct, fix in checks:
         if node:
             raise UnsupportedQuery(f"{source}: line {_line(node, sql)}: {construct} is not supported; {fix}.")
-    for join in tree.args.get("joins") or []:
-        if _is_left_outer(join) or _semi_or_anti(join) or (_is_full_outer(join) and len(tree.args["joins"]) == 1):
+    joins = tree.args.get("joins") or []
+    for join in joins:
+        if _is_left_outer(join) or _semi_or_anti(join) or (_is_full_outer(join) and _full_join_first(joins)):
             continue  # checked by _outer_joins
         if join.side or (join.kind and join.kind.upper() not in ("INNER", "CROSS")):
             what = " ".join(part.upper() for part in (join.side, join.kind) if part)
             raise UnsupportedQuery(
                 f"{source}: line {_line(join, sql)}: {what} JOIN is not supported; inner equi-joins, LEFT JOIN, "
-                "and a RIGHT or FULL JOIN that is the query's only join are maintained incrementally."
+                "a RIGHT JOIN that is the query's only join, and a FULL JOIN that is its first, followed by inner "
+                "joins only, are maintained incrementally."
             )
     for agg in tree.find_all(exp.AggFunc):
         if type(agg) not in _AGGREGATES:
@@ -936,6 +938,15 @@ def _is_left_outer(join: exp.Join) -> bool:
 
 def _is_full_outer(join: exp.Join) -> bool:
     return (join.side or "").upper() == "FULL" and (join.kind or "OUTER").upper() == "OUTER"
+
+
+def _full_join_first(joins: list[exp.Join]) -> bool:
+    """A FULL JOIN of the FROM table is the first join and every later one is inner: the rest of the
+    query is then linear in the FULL JOIN's result, so only a change of its two tables needs the
+    recompute on the keys it touches (first_order), and another table's change the delta rule. A
+    table joined before it would change which rows it pads."""
+    return bool(joins) and _is_full_outer(joins[0]) and all(
+        not j.side and (j.kind or "INNER").upper() in ("INNER", "CROSS") for j in joins[1:])
 
 
 def _semi_or_anti(join: exp.Join) -> str | None:

@@ -16,6 +16,8 @@ VIEWS = {
     "rows_3way": "SELECT u.c, r.a, s.g FROM r JOIN u ON r.x = u.x LEFT JOIN s ON r.a = s.a AND s.g > 2",
     "full": "SELECT COALESCE(r.a, s.a) AS k, COUNT(*) AS n, COUNT(r.x) AS nx, SUM(s.g) AS sg, MAX(s.g) AS mg "
             "FROM r FULL JOIN s ON r.a = s.a GROUP BY COALESCE(r.a, s.a)",
+    "full_then_inner": "SELECT u.c, COUNT(*) AS n, COUNT(r.x) AS nx, SUM(s.g) AS sg FROM r FULL JOIN s ON r.a = s.a "
+                       "JOIN u ON u.x = COALESCE(s.g, r.x) GROUP BY u.c",  # u's changes by the delta rule
 }
 # A row of s with a NULL key matches nothing: a FULL JOIN outputs it padded, as its own group.
 NULL_KEY_STEPS = ("INSERT INTO {t} VALUES (NULL, 6)", "UPDATE {t} SET g = 8 WHERE a IS NULL", "DELETE FROM {t} WHERE a IS NULL")

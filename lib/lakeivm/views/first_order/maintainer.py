@@ -17,8 +17,9 @@ the touched groups, and delta-rs rewrites the tables whole.
 A LEFT JOIN is linear in every relation but its NULL-padded one, S: a change of S can turn a
 preserved row from padded to matched and back. Such a row's key is one ΔS touches, so
 ΔV = V(R|K, S') − V(R|K, S), the query on the preserved relation R restricted to those keys K.
-A FULL JOIN (the query's only join) is that from either side, the changed side restricted to the
-keys its change touches too (its unmatched rows are output as well). EXISTS / NOT EXISTS / IN /
+A FULL JOIN (the query's first join, inner joins only after it) is that from either side, the
+changed side restricted to the keys its change touches too (its unmatched rows are output as well);
+the joins after it are linear in its result, so their tables' changes take the delta rule. EXISTS / NOT EXISTS / IN /
 NOT IN over one table are semi- and anti-joins (``lakeivm.sql``), linear in R and not in S in just
 this way; NOT IN's NULL rule also ties R's rows with a NULL key to every change of S, and all of R
 to a change of S with a NULL key.
