@@ -311,6 +311,9 @@ def test_correlated_scalar_subqueries_decorrelate_with_the_tables_columns():
     ]
     for sql in kept:
         assert derived_views(sql, name, CORRELATED) == (sql, {}), sql
+    both = "SELECT a FROM t WHERE a IN (SELECT u.k FROM u, t AS w WHERE u.j = w.a) AND x > (SELECT SUM(y) FROM u WHERE k = a)"
+    sql, views = derived_views(both, lambda alias: f"v__{alias}" if alias.startswith("in") else None, CORRELATED)
+    assert list(views) == ["v__in1"] and "FROM u AS u WHERE u.k = t.a)" in sql  # a subquery not split keeps its correlation
 
 
 def _rows(con, sql: str) -> list[tuple]:

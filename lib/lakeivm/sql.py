@@ -561,14 +561,17 @@ def _split_subqueries(tree: exp.Select, views: dict[str, exp.Select], kept_ctes:
         elif select.find(exp.Subquery):
             continue
         keys: list[tuple[exp.Column, exp.Column]] = []
+        where = select.args.get("where")  # what is left of it once its correlation is taken out
         if scalar:
             owner = owners.get(id(node))
             if owner is None or select.args.get("group"):
                 continue
             if _refers_outside(select):
-                keys = _correlation(select, owner) if decorrelate else None
-                if keys is None:
+                correlation = _correlation(select, owner) if decorrelate else None
+                if correlation is None:
                     continue
+                keys, rest = correlation
+                where = exp.Where(this=exp.and_(*rest)) if rest else None
             elif not _own_columns(select, tables, known):
                 continue
         elif _refers_outside(select):
@@ -585,6 +588,7 @@ def _split_subqueries(tree: exp.Select, views: dict[str, exp.Select], kept_ctes:
                  for i, (inner, _) in enumerate(keys)]
         select.set("expressions", [*(exp.alias_(inner.copy(), n) for (inner, _), n in zip(keys, names)), item])
         if keys:
+            select.set("where", where)
             select.set("group", exp.Group(expressions=[inner.copy() for inner, _ in keys]))
         views[name] = select
         if scalar:
@@ -597,10 +601,10 @@ def _split_subqueries(tree: exp.Select, views: dict[str, exp.Select], kept_ctes:
             sub.replace(exp.Subquery(this=exp.select(exp.column(column)).from_(name)))
 
 
-def _correlation(select: exp.Select, owner: exp.Select) -> list[tuple[exp.Column, exp.Column]] | None:
-    """The ``(inner, outer)`` columns of a scalar subquery correlated by equalities only, their terms
-    taken out of its ``WHERE`` (``_split_subqueries``); None, leaving it alone, if it refers outside
-    in any other way, to a table not of ``owner``'s own FROM, or its aggregate is not NULL over no rows."""
+def _correlation(select: exp.Select, owner: exp.Select) -> tuple[list[tuple[exp.Column, exp.Column]], list[exp.Expression]] | None:
+    """The ``(inner, outer)`` columns of a scalar subquery correlated by equalities only, and the other
+    terms of its ``WHERE`` (``_split_subqueries``); None, leaving it alone, if it refers outside in
+    any other way, to a table not of ``owner``'s own FROM, or its aggregate is not NULL over no rows."""
     inner = {t.alias_or_name for t in select.find_all(exp.Table)}
     own = {item.alias_or_name for item in (owner.args["from_"].this, *(j.this for j in owner.args.get("joins") or []))}
     outside = lambda column: bool(column.table) and column.table not in inner  # noqa: E731
@@ -618,8 +622,7 @@ def _correlation(select: exp.Select, owner: exp.Select) -> list[tuple[exp.Column
         if outer_column.table not in own:
             return None
         pairs.append((inner_column, outer_column))
-    select.set("where", exp.Where(this=exp.and_(*rest)) if rest else None)
-    return pairs
+    return pairs, rest
 
 
 def _null_over_no_rows(item: exp.Expression) -> bool:
