@@ -143,21 +143,27 @@ def with_derived_views(spec: ViewSpec, schemas: Callable[[], Mapping[str, Mappin
         return name if NAME_PATTERN.fullmatch(name) else None
 
     sql, bodies = derived_views(spec.sql, name_of)
-    if schemas is not None and compares_with_subquery(sql) and not _incremental(replace(spec, sql=sql), tables := schemas()):
-        sql, bodies = derived_views(spec.sql, name_of, tables)
+    if schemas is not None and compares_with_subquery(sql):
+        sql, bodies = _decorrelated(spec, sql, bodies, name_of, schemas)
     derived = {name: with_derived_views(replace(spec, name=name, sql=body, nullable_keys=(), upstreams={}, derived_from=spec.name),
                                         schemas)
                for name, body in bodies.items()}
     return replace(spec, sql=sql, upstreams={**spec.upstreams, **derived}) if derived else spec
 
 
-def _incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> bool:
-    """Whether ``spec``'s SQL as it stands has an incremental kind over the lake tables ``schemas``."""
+def _decorrelated(spec: ViewSpec, sql: str, bodies: dict[str, str], name_of: Callable[[str], str | None],
+                  schemas: Callable[[], Mapping[str, Mapping[str, str]]]) -> tuple[str, dict[str, str]]:
+    """``derived_views`` of ``spec`` with the lake tables' columns, where its SQL split so far (``sql``,
+    ``bodies``) has no incremental kind; else, or if the lake cannot say, that split unchanged."""
     try:
-        _classify_incremental(spec, schemas)
-        return True
-    except LakeIVMError:
-        return False
+        tables = schemas()
+        try:
+            _classify_incremental(replace(spec, sql=sql), tables)
+            return sql, bodies
+        except LakeIVMError:
+            return derived_views(spec.sql, name_of, tables)
+    except Exception:  # noqa: BLE001 -- a lake or a query this cannot read: the spec loads as without it
+        return sql, bodies
 
 
 def derived_specs(spec: ViewSpec) -> list[ViewSpec]:
