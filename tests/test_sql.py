@@ -59,6 +59,7 @@ def test_hidden_group_key_when_not_selected():
     [
         ("SELECT g FROM s JOIN t ON t.b = s.b FULL JOIN r ON r.a = s.a GROUP BY g", "FULL JOIN is not supported"),  # pads a join
         ("SELECT g FROM s FULL JOIN r ON r.a = s.a LEFT JOIN t ON t.b = s.b GROUP BY g", "FULL JOIN is not supported"),
+        ("SELECT s.g FROM s FULL JOIN r ON r.a = s.a JOIN s AS s2 ON s2.b = s.b GROUP BY s.g", "FULL JOIN r: its other side, s, occurs twice"),
         ("SELECT g FROM s LEFT ANTI JOIN r ON r.a < s.a GROUP BY g", r"LEFT ANTI JOIN \(from \[NOT\] EXISTS or \[NOT\] IN\) r: its ON has no"),
         ("SELECT g FROM s RIGHT JOIN r ON r.a = s.a JOIN t ON t.b = s.b GROUP BY g", "RIGHT JOIN is not supported"),
         ("SELECT g FROM s LEFT JOIN r ON r.a < s.a GROUP BY g", "LEFT JOIN r: its ON has no equality"),

@@ -18,7 +18,7 @@ import yaml
 from lakeivm import storage
 from lakeivm.config import SCHEMAS
 from lakeivm.errors import LakeIVMError, SpecError, UnknownView, UnsupportedQuery
-from lakeivm.sql import Query, compares_with_subquery, derived_views, grouped, parse_full, parse_query
+from lakeivm.sql import Query, compares_with_subquery, derived_views, grouped, parse_full, parse_query, referenced_tables
 from lakeivm.views.join_sample.plan import plan_sample
 from lakeivm.views.nested.shape import diagnose, nested_shape
 from lakeivm.views.fivm.plan import build_plan, fit_query
@@ -154,9 +154,12 @@ def with_derived_views(spec: ViewSpec, schemas: Callable[[], Mapping[str, Mappin
 def _decorrelated(spec: ViewSpec, sql: str, bodies: dict[str, str], name_of: Callable[[str], str | None],
                   schemas: Callable[[], Mapping[str, Mapping[str, str]]]) -> tuple[str, dict[str, str]]:
     """``derived_views`` of ``spec`` with the lake tables' columns, where its SQL split so far (``sql``,
-    ``bodies``) has no incremental kind; else, or if the lake cannot say, that split unchanged."""
+    ``bodies``) has no incremental kind; else, or if the lake cannot say (a table it reads is not
+    there yet), that split unchanged."""
     try:
         tables = schemas()
+        if not set(referenced_tables(spec.sql)) <= set(tables):
+            return sql, bodies
         try:
             _classify_incremental(replace(spec, sql=sql), tables)
             return sql, bodies

@@ -1062,9 +1062,12 @@ def _outer_joins(tree: exp.Select, relations: tuple[Relation, ...], sql: str, so
         if not isinstance(join.this, exp.Table) or (how == "full" and not isinstance(tree.args["from_"].this, exp.Table)):
             raise UnsupportedQuery(f"{where} of a derived table is not maintained incrementally; join the table itself")
         padded = join.this.alias_or_name
-        if how in ("left", "full") and sum(r.table == join.this.name for r in relations) > 1:
-            raise UnsupportedQuery(f"{where} {join.this.name}: the table occurs twice in the query; an outer join's table "
-                                   "is maintained incrementally when it occurs once")
+        tables = [join.this.name, *([tree.args["from_"].this.name] if how == "full" else [])]  # a FULL JOIN pads both
+        for table in tables if how in ("left", "full") else ():
+            if sum(r.table == table for r in relations) > 1:
+                which = "the table" if table == join.this.name else f"its other side, {table},"
+                raise UnsupportedQuery(f"{where} {join.this.name}: {which} occurs twice in the query; an outer join's "
+                                       "tables are maintained incrementally when each occurs once")
         others = {o.padded for o in outer} | {padded}
         for equal, null_aware in _column_equalities(join.args.get("on")):
             if null_aware and how != "anti":
