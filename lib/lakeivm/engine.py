@@ -168,6 +168,7 @@ def run_view(
             return _run(ctx, maintainer, claim, mode, tables, started, progress)
         finally:
             lake.spark.conf.unset(WRITER_TAG)
+            ctx.release()
 
 
 def writer_tag(claim: commit.Lease) -> str:
