@@ -18,7 +18,8 @@ import yaml
 from lakeivm import storage
 from lakeivm.config import SCHEMAS
 from lakeivm.errors import LakeIVMError, SpecError, UnknownView, UnsupportedQuery
-from lakeivm.sql import Query, compares_with_subquery, derived_views, grouped, parse_full, parse_query, referenced_tables
+from lakeivm.sql import (Query, compares_with_subquery, decorrelated_views, derived_views, grouped, parse_full, parse_query,
+                         referenced_tables)
 from lakeivm.views.join_sample.plan import plan_sample
 from lakeivm.views.nested.shape import diagnose, nested_shape
 from lakeivm.views.fivm.plan import build_plan, fit_query
@@ -158,15 +159,20 @@ def _decorrelated(spec: ViewSpec, sql: str, bodies: dict[str, str], name_of: Cal
     there yet), that split unchanged."""
     try:
         tables = schemas()
-        if not set(referenced_tables(spec.sql)) <= set(tables):
+        if not set(referenced_tables(spec.sql)) <= set(tables) or _incremental(replace(spec, sql=sql), tables):
             return sql, bodies
-        try:
-            _classify_incremental(replace(spec, sql=sql), tables)
-            return sql, bodies
-        except LakeIVMError:
-            return derived_views(spec.sql, name_of, tables)
+        return decorrelated_views(spec.sql, name_of, tables, (sql, bodies))
     except Exception:  # noqa: BLE001 -- a lake or a query this cannot read: the spec loads as without it
         return sql, bodies
+
+
+def _incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> bool:
+    """Whether ``spec``'s SQL as it stands has an incremental kind over ``schemas``."""
+    try:
+        _classify_incremental(spec, schemas)
+        return True
+    except LakeIVMError:
+        return False
 
 
 def derived_specs(spec: ViewSpec) -> list[ViewSpec]:

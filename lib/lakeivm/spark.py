@@ -347,12 +347,12 @@ def delta_jars(settings: Settings) -> list[str]:
     return fetch_jars(folder, wanted)
 
 
-def fetch_jars(folder: Path, wanted: list[str] | None = None) -> list[str]:
-    """Resolve ``wanted`` Maven packages (default Delta's) with Ivy (Maven Central only, shipped
-    ivysettings.xml) in a throw-away JVM and copy the resolved files into ``folder`` with a manifest."""
+def fetch_jars(folder: Path, wanted: list[str]) -> list[str]:
+    """Resolve the ``wanted`` Maven packages with Ivy (Maven Central only, shipped ivysettings.xml) in
+    a throw-away JVM and copy the resolved files into ``folder`` with a manifest."""
     import subprocess
 
-    coordinates = ",".join(wanted or [DELTA_PACKAGE])
+    coordinates = ",".join(wanted)
     script = (
         "from pyspark.sql import SparkSession\n"
         f"s = SparkSession.builder.master('local[1]').config('spark.jars.packages', {coordinates!r})"

@@ -457,11 +457,19 @@ def derived_views(sql: str, name_of: Callable[[str], str | None],
     split = _derived_views(sql, name_of, decorrelate=False)
     if schemas is None or not compares_with_subquery(split[0]):
         return split
+    return decorrelated_views(sql, name_of, schemas, split)
+
+
+def decorrelated_views(sql: str, name_of: Callable[[str], str | None], schemas: Mapping[str, Mapping[str, str]],
+                       split: tuple[str, dict[str, str]]) -> tuple[str, dict[str, str]]:
+    """``derived_views`` with the tables' ``schemas``, given ``split``, its result without them: the
+    query qualified (if a column is not), then split with correlated subqueries decorrelated;
+    ``split`` if that splits off no more."""
     tree = sqlglot.parse_one(sql, dialect=DIALECT)
     if any(not c.table for c in tree.find_all(exp.Column)):
         try:
-            tree = qualify(tree, schema={t: dict(c) for t, c in schemas.items()}, dialect=DIALECT, quote_identifiers=False)
-        except (OptimizeError, ValueError, KeyError):
+            tree = _qualified(tree, schemas, "")
+        except (UnsupportedQuery, ValueError, KeyError):
             return split
     decorrelated = _derived_views(tree.sql(dialect=DIALECT), name_of, decorrelate=True)
     return decorrelated if len(decorrelated[1]) > len(split[1]) else split
