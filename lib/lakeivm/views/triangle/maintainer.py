@@ -1,20 +1,22 @@
 """IVM^ε triangle counts on Spark: heavy/light parts, auxiliary views, batch delta rule.
 
-State (IVM^ε §2.3, digest §7.6), two additive ℤ-relations under ``views/<view>/aux/`` (one
-MERGE each per run), keyed by a ``role`` column: ``rel`` (role, x, y, part, m) -- each relation
-once, its rows tagged heavy/light by the degree of x -- and ``w`` (role, x, z, cnt) -- the views
-W[R] = V_RS(a,c), W[S] = V_ST(b,a), W[T] = V_TR(c,b).
-``result`` holds the count Q with the threshold base N, |D| and ε.
+State (IVM^ε §2.3, digest §7.6), two additive ℤ-relations under ``views/<view>/aux/``, keyed by a
+``role`` column: ``rel`` (role, x, y, part, m) -- each relation once, its rows tagged heavy/light by
+the degree of x -- and ``w`` (role, x, z, cnt) -- the views W[R] = V_RS(a,c), W[S] = V_ST(b,a),
+W[T] = V_TR(c,b). ``result`` holds the count Q with the threshold base N, |D| and ε.
 
 A run collects the batch's netted changes to the driver and applies them there, relation by
 relation (telescoped rule, digest §7.2), over a *slice* of the state: the rows along the bounded
-fan-outs of the steps (§7.3) and of the values that move (§7.4), fetched from ``rel`` and ``w`` in
-two queries (``slices.py``, whose pure run is checked against the whole-state batch rule). Tables
-of up to ``LOCAL_STATE_ROWS`` rows are read by delta-rs in the run's process, fetched from there
-and rewritten whole (no Spark job but the change feed's); larger ones are queried by Spark and the
-changes of relations and views go back as one MERGE each. When |D| leaves [N/4, N) (major
-rebalancing, N := 2|D|+1), ε changes, or a batch has more than DRIVER_ROWS changed keys, parts
-and views are rebuilt strictly on Spark. An edge table joined with itself is kept as three
+fan-outs of the steps (§7.3) and of the values that move (§7.4), fetched from ``rel`` and ``w``
+(``slices.py``, whose pure run is checked against the whole-state batch rule). Tables of up to
+``LOCAL_STATE_ROWS`` rows are read by delta-rs in the run's process and rewritten whole; larger
+ones are bags of appended changes (an append is one cheap commit, a MERGE into millions of rows
+~10 s), scanned by delta-rs by the slice's keys and summed per key by DuckDB, and compacted now and
+then (``AdditiveTable``): no Spark job but the change feed's. A lake whose large state was written
+with deletion vectors (before appends) keeps a Spark fetch and MERGEs; a bag too large for delta-rs
+to scan is fetched by Spark. When |D| leaves [N/4, N) (major rebalancing, N := 2|D|+1), ε
+changes, or a batch has more than DRIVER_ROWS changed keys, parts and views are rebuilt strictly
+on Spark. An edge table joined with itself is kept as three
 logical copies R, S, T. Classes never affect correctness, only cost (§7.1).
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from lakeivm.sql import MULTIPLICITY
 from lakeivm.views.base import Context
 from lakeivm.views import state
-from lakeivm.views.state import AdditiveTable, consolidate, read_result
+from lakeivm.views.state import AdditiveTable, consolidate, duckdb_connection, read_result
 from lakeivm.views.triangle.core import HEAVY, LIGHT, add_all
 from lakeivm.views.triangle.shape import NEXT, ROLES, TriangleShape, triangle_shape
 from lakeivm.views.triangle.slices import Requests, Slice, SliceRun, first_requests, run_on_slice, second_requests
@@ -113,12 +115,11 @@ class TriangleMaintainer:
         """Fetch the slice of the state the batch reads, apply the batch rule to it on the driver
         (``slices.run_on_slice``) and buffer the resulting changes of ``rel`` and ``w``."""
         shared = self._shared_tables(ctx)
-        rel_rows, view_rows = shared["rel"].stored_arrow(), shared["w"].stored_arrow()
-        local = rel_rows is not None and view_rows is not None  # both read by delta-rs: no Spark job at all
+        local = shared["rel"].readable_locally() and shared["w"].readable_locally()  # read by delta-rs: no Spark job
         if local:
-            fetch = lambda req: _fetch_local(rel_rows, view_rows, req)  # noqa: E731
+            fetch = lambda req: _fetch_local(shared["rel"], shared["w"], req)  # noqa: E731
         else:
-            rel, view = ctx.lake.read(shared["rel"].path), ctx.lake.read(shared["w"].path)
+            rel, view = (_stored(ctx, shared[name]) for name in ("rel", "w"))
             fetch = lambda req: _fetch(ctx, rel, view, req)  # noqa: E731
         fetched = fetch(first_requests(self._changes))
         fetched.update(fetch(second_requests(self._changes, fetched, base ** epsilon, epsilon)))
@@ -126,8 +127,8 @@ class TriangleMaintainer:
         rel_delta = [(role, x, y, part, m) for (role, part, x, y), m in run.rel_delta.items()]
         view_delta = [(role, x, z, c) for (role, x, z), c in run.view_delta.items()]
         if local:
-            shared["rel"].add(_arrow(rel_rows.schema, ("role", "x", "y", "part", MULTIPLICITY), rel_delta))
-            shared["w"].add(_arrow(view_rows.schema, ("role", "x", "z", "cnt"), view_delta))
+            shared["rel"].add(_arrow(shared["rel"].arrow_schema(), ("role", "x", "y", "part", MULTIPLICITY), rel_delta))
+            shared["w"].add(_arrow(shared["w"].arrow_schema(), ("role", "x", "z", "cnt"), view_delta))
         else:
             shared["rel"].add(_frame(ctx, rel.schema, ("role", "x", "y", "part", MULTIPLICITY), rel_delta))
             shared["w"].add(_frame(ctx, view.schema, ("role", "x", "z", "cnt"), view_delta))
@@ -148,8 +149,10 @@ class TriangleMaintainer:
         if not self._shared:
             aux = lambda name: ctx.lake.view_path(ctx.view, f"aux/{name}")  # noqa: E731
             rows = state.LOCAL_STATE_ROWS  # up to this size the run reads and rewrites them in this process
-            self._shared = {"rel": AdditiveTable(ctx.lake, aux("rel"), ("role", *REL_KEYS), (MULTIPLICITY,), local_rows=rows),
-                            "w": AdditiveTable(ctx.lake, aux("w"), ("role", *VIEW_KEYS), ("cnt",), local_rows=rows)}
+            self._shared = {"rel": AdditiveTable(ctx.lake, aux("rel"), ("role", *REL_KEYS), (MULTIPLICITY,), local_rows=rows,
+                                                 append_only=_appends(aux("rel"))),
+                            "w": AdditiveTable(ctx.lake, aux("w"), ("role", *VIEW_KEYS), ("cnt",), local_rows=rows,
+                                               append_only=_appends(aux("w")))}
         return self._shared
 
 
@@ -208,44 +211,113 @@ def _fetch(ctx: Context, rel: DataFrame, view: DataFrame, req: Requests) -> Slic
     return fetched
 
 
-def _fetch_local(rel, view, req: Requests) -> Slice:
-    """``_fetch`` over the stored ``rel`` and ``view`` (``w``) as Arrow tables in this process: the
-    rows whose x or y a request names are picked out by Arrow, then marked as ``_fetch`` marks them."""
-    import pyarrow as pa
+def _fetch_local(rel: AdditiveTable, view: AdditiveTable, req: Requests) -> Slice:
+    """``_fetch`` in this process: the stored rows whose x or y a request names, scanned by delta-rs
+    (``AdditiveTable.local_where``), summed per key (a large table is a bag of appended changes;
+    every row of a key shares its x and y, so a scan by either finds all of them) and marked as
+    ``_fetch`` marks them, by DuckDB: only the rows a request wants come to Python (a hub's
+    degree is counted there, not fetched)."""
     import pyarrow.compute as pc
 
     grid = {g: ({(r, x) for h, r, x in req.grid_x if h == g}, {(r, y) for h, r, y in req.grid_y if h == g}) for g in ("a", "c")}
-    by_x = req.light_out | req.rows_of | req.degrees | {(r, x) for r, x, _ in req.pairs} | grid["a"][0] | grid["c"][0]
-    by_y = req.heavy_into | grid["a"][1] | grid["c"][1]
-
-    def rows_where(table, column: str, keys) -> list[tuple]:
-        values = pa.array(list({v for _, v in keys}), table.schema.field(column).type)
-        picked = table.filter(pc.is_in(table[column], value_set=values))
-        return list(zip(*(picked[c].to_pylist() for c in picked.column_names)))
-
-    def rel_rows(column: str, keys) -> list[tuple]:  # (role, x, y, part, m)
-        return [tuple(row) for row in rows_where(rel.select(["role", "x", "y", "part", MULTIPLICITY]), column, keys)]
-
+    on_x = {"degree": req.degrees, "light_out": req.light_out, "rows_of": req.rows_of, "a_x": grid["a"][0], "c_x": grid["c"][0]}
+    on_y = {"heavy_into": req.heavy_into, "a_y": grid["a"][1], "c_y": grid["c"][1]}
+    types = rel.arrow_schema()
+    xs = {x for keys in on_x.values() for _, x in keys} | {x for _, x, _ in req.pairs}
+    ys = {y for keys in on_y.values() for _, y in keys}
+    picked = rel.local_where(pc.field("x").isin(_values(xs, types, "x")) | pc.field("y").isin(_values(ys, types, "y")))
+    m, flag = MULTIPLICITY, lambda name: f"COALESCE({name}, FALSE)"  # noqa: E731
+    wanted = (f"{flag('rows_of')} OR ({flag('light_out')} AND part = '{LIGHT}') OR ({flag('heavy_into')} AND part = '{HEAVY}')"
+              f" OR p.role IS NOT NULL OR ({flag('a_x')} AND {flag('a_y')}) OR ({flag('c_x')} AND {flag('c_y')})")
+    with duckdb_connection(picked=picked, on_x=_flags(on_x, "x", types), on_y=_flags(on_y, "y", types),
+                           pairs=_keys(req.pairs, ("role", "x", "y"), types)) as con:
+        con.execute(f"""CREATE TEMP TABLE marked AS SELECT r.*, {flag('degree')} AS degree, {wanted} AS wanted
+            FROM ({_summed_sql("picked", ("role", "x", "y", "part"), m)}) r
+            LEFT JOIN on_x ON r.role = on_x.role AND r.x IS NOT DISTINCT FROM on_x.x
+            LEFT JOIN on_y ON r.role = on_y.role AND r.y IS NOT DISTINCT FROM on_y.y
+            LEFT JOIN pairs p ON r.role = p.role AND r.x IS NOT DISTINCT FROM p.x AND r.y IS NOT DISTINCT FROM p.y""")
+        degrees = con.sql("SELECT role, x, part, COUNT(*) FROM marked WHERE degree GROUP BY role, x, part").fetchall()
+        rows = con.sql(f'SELECT role, x, y, part, "{m}" FROM marked WHERE wanted').fetchall()
     fetched = Slice()
-    (a_x, a_y), (c_x, c_y) = grid["a"], grid["c"]
-    light_out, rows_of, pairs, heavy_into, degrees = req.light_out, req.rows_of, req.pairs, req.heavy_into, req.degrees
-    for role, x, y, part, m in set(rel_rows("x", by_x) + rel_rows("y", by_y)):  # a row picked by x and by y once
-        kx, ky = (role, x), (role, y)
-        if kx in degrees:
-            fetched.degrees[kx] = (part, fetched.degrees.get(kx, (part, 0))[1] + 1)
-        if (kx in rows_of or (kx in light_out and part == LIGHT) or (ky in heavy_into and part == HEAVY)
-                or (role, x, y) in pairs or (kx in a_x and ky in a_y) or (kx in c_x and ky in c_y)):
-            fetched.rows[role, x, y] = (part, m)
+    fetched.degrees = {(role, x): (part, n) for role, x, part, n in degrees}
+    fetched.rows = {(role, x, y): (part, m) for role, x, y, part, m in rows}
     if req.light_after:  # the light rows out of every successor y of a mover x
-        successors = {(NEXT[role], y) for role, x, y, _, _ in rel_rows("x", req.light_after) if (role, x) in req.light_after}
-        for role, x, y, part, m in rel_rows("x", successors):
-            if part == LIGHT and (role, x) in successors:
+        successors = {(NEXT[role], y) for role, x, y, _, _ in _summed_where(rel, "x", req.light_after, types)}
+        for role, x, y, part, m in _summed_where(rel, "x", successors, types):
+            if part == LIGHT:
                 fetched.rows[role, x, y] = (part, m)
     if req.views:
-        for role, x, z, cnt in rows_where(view.select(["role", "x", "z", "cnt"]), "x", {(r, x) for r, x, _ in req.views}):
+        for role, x, z, cnt in _summed_where(view, "x", {(r, x) for r, x, _ in req.views}, view.arrow_schema()):
             if (role, x, z) in req.views:
                 fetched.views[role, x, z] = cnt
     return fetched
+
+
+def _summed_where(table: AdditiveTable, column: str, keys: set[tuple], types) -> list[tuple]:
+    """The stored rows of ``table`` whose (role, ``column``) is in ``keys``, summed per key."""
+    import pyarrow.compute as pc
+
+    if not keys:
+        return []
+    picked = table.local_where(pc.field(column).isin(_values({v for _, v in keys}, types, column)))
+    summed = _summed_sql("picked", table.keys, *table.payloads)
+    with duckdb_connection(picked=picked, keys=_keys(keys, ("role", column), types)) as con:
+        return con.sql(f"SELECT r.* FROM ({summed}) r SEMI JOIN keys k ON r.role = k.role"
+                       f" AND r.{column} IS NOT DISTINCT FROM k.{column}").fetchall()
+
+
+def _summed_sql(name: str, keys: tuple[str, ...], payload: str) -> str:
+    """DuckDB SQL: the rows of ``name`` summed per key, zero sums dropped."""
+    group = ", ".join(keys)
+    return f'SELECT {group}, SUM("{payload}") AS "{payload}" FROM {name} GROUP BY {group} HAVING SUM("{payload}") <> 0'
+
+
+def _values(values: set, types, column: str):
+    import pyarrow as pa
+
+    return pa.array(list(values), types.field(column).type)
+
+
+def _keys(keys: Iterable[tuple], names: tuple[str, ...], types):
+    """Key tuples as an Arrow table with the given columns, typed as the stored table's."""
+    import pyarrow as pa
+
+    columns = list(zip(*keys)) or [() for _ in names]
+    return pa.table({n: pa.array(list(c), types.field(n).type) for n, c in zip(names, columns)})
+
+
+def _flags(requests: Mapping[str, set[tuple]], column: str, types):
+    """The (role, ``column``) keys the requests name, with one boolean column per request (NULL
+    where it does not name the key)."""
+    import pyarrow as pa
+
+    flags: dict[tuple, set[str]] = {}
+    for name, keys in requests.items():
+        for key in keys:
+            flags.setdefault(key, set()).add(name)
+    table = _keys(list(flags), ("role", column), types)
+    for name in requests:
+        table = table.append_column(name, pa.array([name in named or None for named in flags.values()], pa.bool_()))
+    return table
+
+
+def _stored(ctx: Context, table: AdditiveTable) -> DataFrame:
+    """A stored state table read by Spark, summed per key if it is a bag of appended changes."""
+    stored = ctx.lake.read(table.path)
+    return consolidate(stored, table.keys, table.payloads, table.alive) if table.append_only else stored
+
+
+def _appends(path: str) -> bool:
+    """Whether a state table takes its changes as appends (a bag, summed per key by its readers)
+    rather than MERGEs: yes, unless the table has deletion vectors -- a lake whose large state
+    was written before appends, which keeps its MERGEs (delta-rs scans no such table)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return not DeltaTable(path).protocol().reader_features
+    except TableNotFoundError:
+        return True
 
 
 def _arrow(schema, names: tuple[str, ...], rows: list[tuple]):

@@ -84,18 +84,24 @@ def second_requests(changes: Changes, first: Slice, theta: float, epsilon: float
 
     Each end is asked as a grid, the rows whose x and y are both named: a superset of the pairs
     that is far smaller to state (|X| + |Y| values instead of |X|·|Y| pairs) and returns true rows only."""
-    state = _state(first, 1, epsilon)
+    heavy_into: dict[tuple[str, Hashable], list[Hashable]] = {}  # (K, y) -> the x of the rows K_h(x, y) fetched
+    light_from: dict[tuple[str, Hashable], list[Hashable]] = {}  # (K, x) -> the y of the rows K_l(x, y) fetched
+    for (role, x, y), (part, _) in first.rows.items():
+        if part == HEAVY:
+            heavy_into.setdefault((role, y), []).append(x)
+        else:
+            light_from.setdefault((role, x), []).append(y)
     into = {role: _index(changes.get(role, {}), 1) for role in ROLES}
     out = {role: _index(changes.get(role, {}), 0) for role in ROLES}
     req = Requests()
     for role in ROLES:
         nxt, prev = NEXT[role], PREV[role]
         for x, y in changes.get(role, {}):
-            heavy_in = {*state.parts[prev, HEAVY].into(x), *into[prev].get(x, ())}
+            heavy_in = {*heavy_into.get((prev, x), ()), *into[prev].get(x, ())}
             if heavy_in:
                 req.grid_x.add(("a", nxt, y))
                 req.grid_y.update(("a", nxt, z) for z in heavy_in)
-            light_out = {*state.parts[nxt, LIGHT].out(y), *out[nxt].get(y, ())}
+            light_out = {*light_from.get((nxt, y), ()), *out[nxt].get(y, ())}
             if light_out:
                 req.grid_x.update(("c", prev, z) for z in light_out)
                 req.grid_y.add(("c", prev, x))
