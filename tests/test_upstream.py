@@ -78,6 +78,24 @@ def test_a_chain_of_views_over_views_follows_random_streams(lake, spark):
     assert audit(lake, views[1]).ok
 
 
+def test_a_view_over_views_is_classified_before_its_upstreams_have_run(lake, spark):
+    """Before any run, an upstream's columns are those its SQL declares (analysed by Spark, not run),
+    through a chain: ``explain`` and registration checks need no refresh first."""
+    from lakeivm.engine import schemas_for
+
+    lake.create_table("r", spark.createDataFrame([(0, 1)], "g int, x int"))
+    lake.create_table("s", spark.createDataFrame([(0, 1)], "g int, label string"))
+    specs, _ = link_upstreams({
+        "totals": spec("totals", "SELECT g, SUM(x) AS sx, AVG(x) AS mean FROM r GROUP BY g"),
+        "by_label": spec("by_label", "SELECT s.label, SUM(t.sx) AS total FROM totals t JOIN s ON t.g = s.g GROUP BY s.label"),
+        "best": spec("best", "SELECT MAX(total) AS top FROM by_label")})
+    schemas = schemas_for(lake, specs["best"])
+    assert schemas["by_label"] == {"label": "string", "total": "bigint"}
+    assert schemas_for(lake, specs["by_label"])["totals"] == {"g": "int", "sx": "bigint", "mean": "double"}
+    assert choose(specs["by_label"], schemas_for(lake, specs["by_label"])).kind in ("first_order", "fivm")
+    assert not commit.log_rows(lake, "totals") and "lakeivm_declared" not in str(spark.catalog.listTables())
+
+
 def test_a_view_over_views_outside_first_order_and_fivm_is_recomputed_under_auto():
     upstream = spec("edges_v", "SELECT src, dst FROM e")
     triangles = spec("tri", "SELECT COUNT(*) AS n FROM edges_v a JOIN edges_v b ON a.dst = b.src "

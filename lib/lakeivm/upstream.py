@@ -87,8 +87,33 @@ def snapshot(lake: Lake, spec: ViewSpec, seq: int) -> DataFrame:
 
 
 def schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
-    """{column: Spark SQL type} of the upstream's result (at its pin): what the downstream's SQL sees."""
-    return dict(_types(snapshot(lake, spec, pin(lake, spec))))
+    """{column: Spark SQL type} of the upstream's result (at its pin): what the downstream's SQL sees.
+    An upstream that has not run yet (or not with its current definition): the columns its SQL
+    declares (``declared_schema``), so that a view over it can be explained and checked before."""
+    try:
+        seq = pin(lake, spec)
+    except StateError:
+        return declared_schema(lake, spec)
+    return dict(_types(snapshot(lake, spec, seq)))
+
+
+def declared_schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
+    """{column: Spark SQL type} of ``spec``'s SQL, analysed by Spark (not run) over empty frames of
+    its sources' types; its own upstreams' the same way when they have not run either."""
+    from lakeivm.engine import schemas_for
+    from lakeivm.sql import as_written, referenced_tables
+
+    sources, names = schemas_for(lake, spec), {}
+    try:
+        for source in referenced_tables(spec.sql):
+            if source in sources:
+                names[source] = f"lakeivm_declared_{spec.name}_{source}"
+                ddl = ", ".join(f"{_quoted(column)} {kind}" for column, kind in sources[source].items())
+                lake.spark.createDataFrame([], ddl).createOrReplaceTempView(names[source])
+        return dict(_types(lake.spark.sql(as_written(spec.sql, names))))
+    finally:
+        for name in names.values():
+            lake.spark.catalog.dropTempView(name)
 
 
 def pending_rows(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> int:
@@ -163,6 +188,10 @@ def _runs(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> list[LogRow]
     from lakeivm import commit
 
     return [r for r in commit.log_rows(lake, spec.name) if watermark < r.seq <= head]
+
+
+def _quoted(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"
 
 
 def _types(frame: DataFrame) -> Mapping[str, str]:
