@@ -61,7 +61,8 @@ def test_naive_policy_flushes_symmetrically(lake, spark):
 
 
 def test_calibrate_times_a_scratch_copy_and_stores_the_model(lake, spark):
-    from lakeivm.calibrate import calibrate
+    from lakeivm.calibrate import JOINT_STEPS, calibrate
+    from lakeivm.planning.tick import JOINT_COST
 
     lake.create_table("r", spark.createDataFrame([(a, a) for a in range(6)], "a int, x int"))
     lake.create_table("s", spark.createDataFrame([(a, a % 2) for a in range(6)], "a int, g int"))
@@ -75,6 +76,10 @@ def test_calibrate_times_a_scratch_copy_and_stores_the_model(lake, spark):
     assert stored["s"].b == pytest.approx(models["s"].b) and stored[RUN_COST].b == pytest.approx(models[RUN_COST].b)
     assert {t: lake.head_version(lake.table_path(t)) for t in ("r", "s")} == heads  # the view's data untouched
     assert audit(lake, VIEW).ok
+    both = calibrate(lake, VIEW, max_exponent=1, progress=lambda m: None)  # ends with runs applying both tables at once
+    assert set(both) == {"r", "s", RUN_COST, JOINT_COST} and both[JOINT_COST].samples == len(JOINT_STEPS)
+    assert both[JOINT_COST].a == 0 and both[JOINT_COST].b >= 0
+    assert commit.calibrated_costs(lake, "planned")[JOINT_COST].b == pytest.approx(both[JOINT_COST].b)
 
 
 def test_a_calibration_per_read_path_is_stored_and_read_back(lake):

@@ -6,7 +6,7 @@ import pytest
 from lakeivm.commit import LogRow
 from lakeivm.errors import SpecError
 from lakeivm.planning.costs import LinearCost
-from lakeivm.planning.tick import DEFAULT_PRIOR, RUN_COST, plan_refresh, plan_tick, planner_inputs
+from lakeivm.planning.tick import DEFAULT_PRIOR, JOINT_COST, RUN_COST, plan_refresh, plan_tick, planner_inputs
 
 
 def run(seq, mode="tick", rows=None, seconds=None, pending=None, total=None) -> LogRow:
@@ -48,9 +48,11 @@ def test_what_joint_runs_took_beyond_the_models_is_headroom_for_a_refresh():
     declared = {"cost_prior": {"r": {"per_row": 0.01, "fixed": 0.5}, "s": {"per_row": 0.0, "fixed": 2.0}}, "fit_costs": False}
     alone = [run(i, rows={"r": 100}, seconds={"r": 1.5}, total=2.0) for i in range(1, 4)]  # shared 0.5, r as modelled
     assert planner_inputs(alone, {"r": 1, "s": 1}, declared).joint_excess_seconds == 0.0
+    calibrated = {JOINT_COST: LinearCost(0.0, 0.7)}  # lakeivm calibrate's joint runs: used until the log has some
+    assert planner_inputs(alone, {"r": 1, "s": 1}, declared, calibrated).joint_excess_seconds == pytest.approx(0.7)
     joint = [run(i, "refresh", rows={"r": 100, "s": 3}, seconds={"r": 1.5, "s": s}, total=1.5 + s + 0.5)
              for i, s in ((4, 2.8), (5, 3.2), (6, 3.0))]
-    inputs = planner_inputs([*alone, *joint], {"r": 100, "s": 3}, declared)
+    inputs = planner_inputs([*alone, *joint], {"r": 100, "s": 3}, declared, calibrated)
     assert inputs.run_seconds == pytest.approx(0.5)
     assert inputs.joint_excess_seconds == pytest.approx(1.0)  # the median of 0.8, 1.2, 1.0
     assert inputs.headroom_seconds == pytest.approx(0.5 + 1.0)

@@ -37,6 +37,7 @@ DEFAULT_PRIOR = LinearCost(a=1e-4, b=2.0)  # seconds: a Spark delta job on a war
 WINDOW = 50  # runs a fit looks back over: costs drift as the other tables grow (digest §5)
 QUANTILE = 0.9
 RUN_COST = "(run)"  # the calibrated shared seconds of a run, stored in _system/costs beside the tables
+JOINT_COST = "(joint)"  # the calibrated joint excess of a run applying every table (``joint_excess``), stored likewise
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def planner_inputs(
     fit = bool(options.get("fit_costs", True))
     costs = {t: fit_cost_model(_observations(history, t) if fit else [], priors[t], threshold=SMALL_DELTA_ROWS) for t in pending}
     epoch, shared = _epoch(history), run_seconds(history, (calibrated or {}).get(RUN_COST))
-    excess = joint_excess(history, costs, shared)
+    excess = joint_excess(history, costs, shared, (calibrated or {}).get(JOINT_COST))
     return PlannerInputs(
         costs=costs,
         expected_arrivals={t: _expected_arrivals(history, t, pending[t]) for t in pending},
@@ -153,9 +154,11 @@ def run_seconds(history: Sequence[LogRow], calibrated: LinearCost | None = None)
     return float(np.quantile(shared[-WINDOW:], QUANTILE))
 
 
-def joint_excess(history: Sequence[LogRow], costs: Mapping[str, CostFunction], shared: float) -> float:
+def joint_excess(history: Sequence[LogRow], costs: Mapping[str, CostFunction], shared: float,
+                 calibrated: LinearCost | None = None) -> float:
     """The median (0 at least) of what the runs that applied several tables took beyond the current
-    models: their seconds less ``shared`` and each applied table's f(rows).
+    models: their seconds less ``shared`` and each applied table's f(rows); before any such run, the
+    calibrated value (``lakeivm calibrate`` ends with runs applying every table at once).
 
     Each table's model is fitted to its own seconds, mostly from runs that applied it alone (LGM
     applies tables apart; a table that rebuilds may never have run alone since calibration), while
@@ -170,7 +173,9 @@ def joint_excess(history: Sequence[LogRow], costs: Mapping[str, CostFunction], s
               for r in history
               if r.mode in ("tick", "refresh") and sum(r.delta_rows.get(t, 0) > 0 for t in r.applied) > 1
               and all(t in costs for t in r.applied)]
-    return max(0.0, float(np.median(excess[-WINDOW:]))) if excess else 0.0
+    if not excess:
+        return calibrated.b if calibrated else 0.0
+    return max(0.0, float(np.median(excess[-WINDOW:])))
 
 
 def _epoch(history: Sequence[LogRow]) -> list[LogRow]:
