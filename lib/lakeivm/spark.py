@@ -51,6 +51,11 @@ SESSION_CONF = {
     # Constraint propagation over the deep unions of buffered deltas (views/state.py) trips a
     # Spark 4.2 analyzer bug ("key not found" in Union.rewriteConstraints); it only prunes filters.
     "spark.sql.constraintPropagation.enabled": "false",
+    # Spark Connect keeps a local relation (a frame of this process's rows) of at least this size as
+    # artifacts in the server's block manager for the session's whole life (1 MB by default in 4.2):
+    # a long-lived session on a warm server kept every run's local deltas (~0.6 MB a run). Smaller
+    # ones travel inside their plan and go with it; 64 MB stays under gRPC's 128 MB message limit.
+    "spark.sql.session.localRelationCacheThreshold": str(64 * 1024 * 1024),
 }
 # Only for a JVM on this machine (in-process or the local Connect server).
 LOCAL_CONF = {

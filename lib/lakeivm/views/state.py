@@ -47,6 +47,7 @@ class AdditiveTable:
         self._columns: dict[str, str] = {}  # {column: Spark type} of the stored table, read with it
         self._small_frame: DataFrame | None = None
         self._loaded = None  # the stored table loaded by delta-rs (its log read once until the table is written)
+        self._scans = None  # (that loaded table, its pyarrow dataset or None)
 
     def stored_arrow(self):
         """The stored rows as an Arrow table in this process if the table is small (at most
@@ -152,13 +153,14 @@ class AdditiveTable:
 
     def _dataset(self):
         """The stored table as a delta-rs (pyarrow) dataset for filtered scans, or None (see
-        ``readable_locally``)."""
+        ``readable_locally``); built once per load of the table."""
         from lakeivm import storage
 
         table = self._delta_table()
-        if table.protocol().reader_features or storage.rows_in(table) > SCAN_ROWS:
-            return None
-        return table.to_pyarrow_dataset()
+        if self._scans is None or self._scans[0] is not table:
+            scannable = not table.protocol().reader_features and storage.rows_in(table) <= SCAN_ROWS
+            self._scans = (table, table.to_pyarrow_dataset() if scannable else None)
+        return self._scans[1]
 
     def consolidated(self) -> DataFrame:
         """``current()`` summed per key, zero payloads dropped (a shuffle: use on small slices)."""
