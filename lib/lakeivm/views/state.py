@@ -237,8 +237,8 @@ class AdditiveTable:
 
     def _compact_locally(self) -> bool:
         """An append-only table rewritten consolidated in this process (read by delta-rs, summed by
-        DuckDB, written by delta-rs: ~2 s for 3 M rows, where Spark takes a shuffle and a write);
-        False (nothing written) where delta-rs cannot scan it."""
+        DuckDB, written by delta-rs in one commit: no Spark job); False (nothing written) where
+        delta-rs cannot scan it."""
         self._loaded = None  # the table as its last append left it
         dataset = self._dataset()
         if dataset is None:
