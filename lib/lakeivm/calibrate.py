@@ -47,11 +47,12 @@ def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int | Mapping[str, int] 
             scratch.create_table(table, lake.read(lake.table_path(table), last.watermarks[table]))
         run_view(scratch, spec)
         models, runs, fitted, tops = {}, [], {}, {}
+        sources = {t: lake.read(lake.table_path(t), last.watermarks[t]) for t in chosen}
+        sizes = {t: max(1, frame.count()) for t, frame in sources.items()}
 
         def insert(table: str, j: int) -> None:  # 2^j rows sampled from the table itself (so they join like real rows)
-            source = lake.read(lake.table_path(table), last.watermarks[table])
-            fraction = 1.2 * max(1.0, 2 ** j / max(1, source.count()))  # with replacement: enough rows even for small tables
-            batch = source.sample(withReplacement=True, fraction=fraction, seed=j).limit(2 ** j)
+            fraction = 1.2 * max(1.0, 2 ** j / sizes[table])  # with replacement: enough rows even for small tables
+            batch = sources[table].sample(withReplacement=True, fraction=fraction, seed=j).limit(2 ** j)
             batch.write.format("delta").mode("append").save(scratch.table_path(table))
 
         for table in chosen:

@@ -144,6 +144,16 @@ class AdditiveTable:
             return False
         return self.stored_arrow() is not None or (not whole and self._dataset() is not None)
 
+    def has_reader_features(self) -> bool:
+        """Whether the stored table has reader features delta-rs lacks (deletion vectors, column
+        mapping); False for a table not written yet."""
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return bool(self._delta_table().protocol().reader_features)
+        except TableNotFoundError:
+            return False
+
     def _delta_table(self):
         if self._loaded is None:
             from deltalake import DeltaTable
@@ -158,7 +168,7 @@ class AdditiveTable:
 
         table = self._delta_table()
         if self._scans is None or self._scans[0] is not table:
-            scannable = not table.protocol().reader_features and storage.rows_in(table) <= SCAN_ROWS
+            scannable = not self.has_reader_features() and storage.rows_in(table) <= SCAN_ROWS
             self._scans = (table, table.to_pyarrow_dataset() if scannable else None)
         return self._scans[1]
 

@@ -121,7 +121,7 @@ def test_graph_triangles_match_sql_after_random_streams(lake, spark, monkeypatch
     if state != "local":
         monkeypatch.setattr("lakeivm.views.state.LOCAL_STATE_ROWS", -1)
     if state == "merge":
-        monkeypatch.setattr(maintainer, "_appends", lambda path: False)
+        monkeypatch.setattr(maintainer, "_appends", lambda table: False)
     if state == "spark":
         monkeypatch.setattr("lakeivm.views.state.SCAN_ROWS", -1)
     if state == "scan":

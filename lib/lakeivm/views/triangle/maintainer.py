@@ -21,7 +21,7 @@ logical copies R, S, T. Classes never affect correctness, only cost (§7.1).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lakeivm.sql import MULTIPLICITY
@@ -149,10 +149,10 @@ class TriangleMaintainer:
         if not self._shared:
             aux = lambda name: ctx.lake.view_path(ctx.view, f"aux/{name}")  # noqa: E731
             rows = state.LOCAL_STATE_ROWS  # up to this size the run reads and rewrites them in this process
-            self._shared = {"rel": AdditiveTable(ctx.lake, aux("rel"), ("role", *REL_KEYS), (MULTIPLICITY,), local_rows=rows,
-                                                 append_only=_appends(aux("rel"))),
-                            "w": AdditiveTable(ctx.lake, aux("w"), ("role", *VIEW_KEYS), ("cnt",), local_rows=rows,
-                                               append_only=_appends(aux("w")))}
+            self._shared = {"rel": AdditiveTable(ctx.lake, aux("rel"), ("role", *REL_KEYS), (MULTIPLICITY,), local_rows=rows),
+                            "w": AdditiveTable(ctx.lake, aux("w"), ("role", *VIEW_KEYS), ("cnt",), local_rows=rows)}
+            for table in self._shared.values():
+                table.append_only = _appends(table)
         return self._shared
 
 
@@ -230,7 +230,7 @@ def _fetch_local(rel: AdditiveTable, view: AdditiveTable, req: Requests) -> Slic
     wanted = (f"{flag('rows_of')} OR ({flag('light_out')} AND part = '{LIGHT}') OR ({flag('heavy_into')} AND part = '{HEAVY}')"
               f" OR p.role IS NOT NULL OR ({flag('a_x')} AND {flag('a_y')}) OR ({flag('c_x')} AND {flag('c_y')})")
     with duckdb_connection(picked=picked, on_x=_flags(on_x, "x", types), on_y=_flags(on_y, "y", types),
-                           pairs=_keys(req.pairs, ("role", "x", "y"), types)) as con:
+                           pairs=_arrow(types, ("role", "x", "y"), req.pairs)) as con:
         con.execute(f"""CREATE TEMP TABLE marked AS SELECT r.*, {flag('degree')} AS degree, {wanted} AS wanted
             FROM ({_summed_sql("picked", ("role", "x", "y", "part"), m)}) r
             LEFT JOIN on_x ON r.role = on_x.role AND r.x IS NOT DISTINCT FROM on_x.x
@@ -242,26 +242,27 @@ def _fetch_local(rel: AdditiveTable, view: AdditiveTable, req: Requests) -> Slic
     fetched.degrees = {(role, x): (part, n) for role, x, part, n in degrees}
     fetched.rows = {(role, x, y): (part, m) for role, x, y, part, m in rows}
     if req.light_after:  # the light rows out of every successor y of a mover x
-        successors = {(NEXT[role], y) for role, x, y, _, _ in _summed_where(rel, "x", req.light_after, types)}
-        for role, x, y, part, m in _summed_where(rel, "x", successors, types):
+        successors = {(NEXT[role], y) for role, x, y, _, _ in _summed_where(rel, "x", req.light_after)}
+        for role, x, y, part, m in _summed_where(rel, "x", successors):
             if part == LIGHT:
                 fetched.rows[role, x, y] = (part, m)
     if req.views:
-        for role, x, z, cnt in _summed_where(view, "x", {(r, x) for r, x, _ in req.views}, view.arrow_schema()):
+        for role, x, z, cnt in _summed_where(view, "x", {(r, x) for r, x, _ in req.views}):
             if (role, x, z) in req.views:
                 fetched.views[role, x, z] = cnt
     return fetched
 
 
-def _summed_where(table: AdditiveTable, column: str, keys: set[tuple], types) -> list[tuple]:
+def _summed_where(table: AdditiveTable, column: str, keys: set[tuple]) -> list[tuple]:
     """The stored rows of ``table`` whose (role, ``column``) is in ``keys``, summed per key."""
     import pyarrow.compute as pc
 
     if not keys:
         return []
+    types = table.arrow_schema()
     picked = table.local_where(pc.field(column).isin(_values({v for _, v in keys}, types, column)))
     summed = _summed_sql("picked", table.keys, *table.payloads)
-    with duckdb_connection(picked=picked, keys=_keys(keys, ("role", column), types)) as con:
+    with duckdb_connection(picked=picked, keys=_arrow(types, ("role", column), keys)) as con:
         return con.sql(f"SELECT r.* FROM ({summed}) r SEMI JOIN keys k ON r.role = k.role"
                        f" AND r.{column} IS NOT DISTINCT FROM k.{column}").fetchall()
 
@@ -278,14 +279,6 @@ def _values(values: set, types, column: str):
     return pa.array(list(values), types.field(column).type)
 
 
-def _keys(keys: Iterable[tuple], names: tuple[str, ...], types):
-    """Key tuples as an Arrow table with the given columns, typed as the stored table's."""
-    import pyarrow as pa
-
-    columns = list(zip(*keys)) or [() for _ in names]
-    return pa.table({n: pa.array(list(c), types.field(n).type) for n, c in zip(names, columns)})
-
-
 def _flags(requests: Mapping[str, set[tuple]], column: str, types):
     """The (role, ``column``) keys the requests name, with one boolean column per request (NULL
     where it does not name the key)."""
@@ -295,7 +288,7 @@ def _flags(requests: Mapping[str, set[tuple]], column: str, types):
     for name, keys in requests.items():
         for key in keys:
             flags.setdefault(key, set()).add(name)
-    table = _keys(list(flags), ("role", column), types)
+    table = _arrow(types, ("role", column), list(flags))
     for name in requests:
         table = table.append_column(name, pa.array([name in named or None for named in flags.values()], pa.bool_()))
     return table
@@ -307,21 +300,15 @@ def _stored(ctx: Context, table: AdditiveTable) -> DataFrame:
     return consolidate(stored, table.keys, table.payloads, table.alive) if table.append_only else stored
 
 
-def _appends(path: str) -> bool:
+def _appends(table: AdditiveTable) -> bool:
     """Whether a state table takes its changes as appends (a bag, summed per key by its readers)
     rather than MERGEs: yes, unless the table has deletion vectors -- a lake whose large state
     was written before appends, which keeps its MERGEs (delta-rs scans no such table)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        return not DeltaTable(path).protocol().reader_features
-    except TableNotFoundError:
-        return True
+    return not table.has_reader_features()
 
 
-def _arrow(schema, names: tuple[str, ...], rows: list[tuple]):
-    """Driver rows as an Arrow table with the given columns typed as in the Arrow ``schema``."""
+def _arrow(schema, names: tuple[str, ...], rows: Collection[tuple]):
+    """Driver rows (or key tuples) as an Arrow table with the given columns typed as in the Arrow ``schema``."""
     import pyarrow as pa
 
     columns = list(zip(*rows)) if rows else [() for _ in names]
