@@ -146,11 +146,13 @@ class AdditiveTable:
 
     def has_reader_features(self) -> bool:
         """Whether the stored table has reader features delta-rs lacks (deletion vectors, column
-        mapping); False for a table not written yet."""
+        mapping); False for a table not written yet. Read afresh, not kept: a maintainer asks
+        before the run's recovery may restore the table."""
+        from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            return bool(self._delta_table().protocol().reader_features)
+            return bool(DeltaTable(self.path).protocol().reader_features)
         except TableNotFoundError:
             return False
 
@@ -168,7 +170,7 @@ class AdditiveTable:
 
         table = self._delta_table()
         if self._scans is None or self._scans[0] is not table:
-            scannable = not self.has_reader_features() and storage.rows_in(table) <= SCAN_ROWS
+            scannable = not table.protocol().reader_features and storage.rows_in(table) <= SCAN_ROWS
             self._scans = (table, table.to_pyarrow_dataset() if scannable else None)
         return self._scans[1]
 
