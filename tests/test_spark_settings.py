@@ -1,8 +1,14 @@
 """The JVM options every Spark JVM of lakeivm gets (no JVM started here)."""
 from __future__ import annotations
 
+import socket
+import time
+
+import pytest
+
 from lakeivm import spark as spark_module
 from lakeivm.config import Settings
+from lakeivm.errors import LakeIVMError
 
 
 def test_a_dumped_class_archive_is_mapped_before_the_users_own_options(tmp_path, monkeypatch):
@@ -64,3 +70,13 @@ def test_more_packages_are_fetched_into_a_jar_folder_of_their_own(tmp_path, monk
     assert packages(load_settings(tmp_path / "absent.toml"))[1:] == ["a:b:1", "c:d:2"]
     unfetched = Settings(jars=str(tmp_path / "nothing-fetched"), packages="a:b:1")  # spark-submit resolves them then
     assert _delta_jars_or_package(unfetched) == {"packages": f"{DELTA_PACKAGE},a:b:1"}
+
+
+def test_a_remote_where_no_server_listens_is_refused_at_once_naming_the_fix():
+    with socket.socket() as probe:  # a port nothing listens on once the probe closes
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.perf_counter()
+    with pytest.raises(LakeIVMError, match="lakeivm spark start"):
+        spark_module.connect(f"sc://127.0.0.1:{port}")
+    assert time.perf_counter() - started < 10  # the client's own retries alone would take minutes

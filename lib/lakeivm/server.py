@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from urllib.parse import urlparse
 from lakeivm.config import DEFAULT_REMOTE, Settings, lakeivm_home
 from lakeivm.errors import LakeIVMError
 from lakeivm.processes import alive
-from lakeivm.spark import jvm_conf
+from lakeivm.spark import jvm_conf, listening
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT = 180.0
@@ -46,7 +45,7 @@ class ServerInfo:
 
     @property
     def alive(self) -> bool:
-        return alive(self.pid) and _listening(self.remote)
+        return alive(self.pid) and listening(self.remote)
 
 
 def run_folder(remote: str = DEFAULT_REMOTE) -> Path:
@@ -62,7 +61,7 @@ def start(settings: Settings, master: str = "local[2]", remote: str = DEFAULT_RE
         progress(f"lakeivm: Spark Connect server already running at {running.remote} (pid {running.pid}, master {running.master})")
         return running
     host, port = urlparse(remote).hostname or "127.0.0.1", urlparse(remote).port or 15002
-    if _listening(remote):
+    if listening(remote):
         raise LakeIVMError(f"port {port} on {host} is taken by another program; start the server on another port "
                            f"(`lakeivm spark start --remote sc://{host}:<port>`).")
     folder = run_folder(remote)
@@ -139,7 +138,7 @@ def _wait_until_ready(info: ServerInfo, process: subprocess.Popen) -> None:
             tail = Path(info.log).read_text(errors="replace").splitlines()[-20:]
             raise LakeIVMError(f"the Spark Connect server exited ({process.returncode}) while starting; its log "
                                f"({info.log}) ends:\n" + "\n".join(tail))
-        if _listening(info.remote):
+        if listening(info.remote):
             return
         time.sleep(0.5)
     stop(info.remote)
@@ -150,12 +149,3 @@ def _spark_submit() -> str:
     from pyspark.find_spark_home import _find_spark_home
 
     return str(Path(_find_spark_home()) / "bin" / "spark-submit")
-
-
-def _listening(remote: str) -> bool:
-    url = urlparse(remote)
-    try:
-        with socket.create_connection((url.hostname or "127.0.0.1", url.port or 15002), timeout=1.0):
-            return True
-    except OSError:
-        return False

@@ -18,6 +18,7 @@ import hashlib
 import logging
 import os
 import shutil
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from lakeivm.config import Settings, load_settings
 from lakeivm.errors import LakeIVMError
@@ -106,6 +108,8 @@ def connect(remote: str, settings: Settings | None = None, session_id: str | Non
     from pyspark.sql import SparkSession
 
     quiet_client_logs()
+    if not listening(remote, timeout=5.0):  # else the client retries for minutes before it says so
+        raise LakeIVMError(_NO_SERVER.format(remote=remote))
     url = with_params(remote, session_id=session_id) if session_id else remote
     try:
         spark = SparkSession.builder.remote(url).getOrCreate()
@@ -113,10 +117,23 @@ def connect(remote: str, settings: Settings | None = None, session_id: str | Non
             spark.conf.set(key, value)
     except Exception as err:  # grpc's UNAVAILABLE, through pyspark
         if "UNAVAILABLE" in str(err) or "Connection refused" in str(err):
-            raise LakeIVMError(f"no Spark Connect server answers at {remote}: start one with `lakeivm spark start` "
-                               "or unset LAKEIVM_SPARK_REMOTE / spark_remote to run Spark in-process.") from err
+            raise LakeIVMError(_NO_SERVER.format(remote=remote)) from err
         raise
     return spark
+
+
+_NO_SERVER = ("no Spark Connect server answers at {remote}: start one with `lakeivm spark start` "
+              "or unset LAKEIVM_SPARK_REMOTE / spark_remote to run Spark in-process.")
+
+
+def listening(remote: str, timeout: float = 1.0) -> bool:
+    """Whether something accepts TCP connections at ``remote``'s host and port (``sc://host:port``)."""
+    url = urlparse(remote)
+    try:
+        with socket.create_connection((url.hostname or "127.0.0.1", url.port or 15002), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def with_params(remote: str, **params: str) -> str:
