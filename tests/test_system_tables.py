@@ -72,3 +72,29 @@ def test_appends_are_compacted_now_and_then_and_read_the_same(tmp_path):
     assert len(files) <= system_tables.COMPACT_EVERY, len(files)
     assert sorted((r["view"], r["seq"]) for r in system_tables.read(lake.log_path)) == sorted(appended)
     assert sorted(r["seq"] for r in system_tables.read(lake.log_path, [("view", "=", "v1")])) == [s for v, s in sorted(appended) if v == "v1"]
+
+
+def test_the_files_read_one_by_one_give_what_delta_rs_scans_give(tmp_path):
+    """``read`` reads a local table's parquet files itself (no pyarrow.dataset, no pandas): the same
+    rows as delta-rs's scan, timestamps and maps included, and null for a column an older file lacks."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    lake = Lake(None, str(tmp_path / "lake"))  # type: ignore[arg-type]
+    lake.ensure_system_tables()
+    schema = system_tables.arrow_schema("log.json")
+    older = pa.schema([f for f in schema if f.name not in ("fingerprint", "lease_expires")])
+    write_deltalake(lake.log_path, pa.Table.from_pylist([{"view": "a", "seq": 1, "status": "committed", "pins": [("t", 1)],
+                                                         "started_at": datetime(2026, 1, 1, 12, 30, 1, 250, tzinfo=timezone.utc)}],
+                                                       schema=older), mode="append", schema_mode="merge")
+    system_tables.append(lake.log_path, "log.json", [{"view": "a", "seq": 2, "status": "running", "fingerprint": "f",
+                                                      "lease_expires": datetime(2026, 1, 1, tzinfo=timezone.utc)},
+                                                     {"view": "b", "seq": 1, "status": "committed"}])
+    for where in ([], [("view", "=", "a")], [("view", "=", "a"), ("seq", "=", 2)]):
+        scanned = DeltaTable(lake.log_path).to_pyarrow_table(filters=where or None).to_pylist()
+        expected = sorted((system_tables.from_arrow(r) for r in scanned), key=str)
+        got = system_tables._local_rows(DeltaTable(lake.log_path), where)
+        assert got is not None and sorted(got, key=str) == expected and len(got) == len(scanned)
+    first = next(r for r in system_tables.read(lake.log_path, [("view", "=", "a")]) if r["seq"] == 1)
+    assert first["fingerprint"] is None and first["pins"] == {"t": 1}
+    assert first["started_at"] == datetime.fromtimestamp(datetime(2026, 1, 1, 12, 30, 1, 250, tzinfo=timezone.utc).timestamp())

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lakeivm.views.fivm.rings import CofactorRing
+if TYPE_CHECKING:
+    from lakeivm.views.fivm.rings import CofactorRing
 
 ALIVE = "p_0"
 
@@ -37,6 +38,8 @@ class PayloadRing:
 
     @property
     def cofactor(self) -> CofactorRing | None:
+        from lakeivm.views.fivm.rings import CofactorRing  # numpy: not imported by a command that does not need it
+
         return CofactorRing(self.features) if self.features else None
 
     def sum_columns(self) -> tuple[str, ...]:
