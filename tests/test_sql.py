@@ -362,3 +362,54 @@ def test_state_types_from_empty_relations_of_the_tables_types_equal_those_from_t
     from_data = spark.sql(state_sql(q, {"r": "typed_r", "s": "typed_s"})).schema
     typed = spark.sql(typed_empty_sql(q, {alias: tuple(schemas[alias].items()) for alias in ("r", "s")}))
     assert typed.schema.simpleString() == from_data.simpleString() and typed.count() == 0
+
+
+def test_a_having_compared_with_a_global_aggregate_splits_into_groups_and_the_aggregate():
+    from lakeivm.sql import COMPARED, derived_views
+
+    name = lambda alias: f"v__{alias}"  # noqa: E731
+    sql, views = derived_views("SELECT t.a, SUM(t.x) AS s FROM t GROUP BY t.a HAVING SUM(t.x) > (SELECT 0.1 * SUM(u.y) FROM u) "
+                               "ORDER BY s DESC", name)  # TPC-H Q11's shape: the compared aggregate is a result column
+    assert sql == "SELECT v__groups.a AS a, v__groups.s AS s FROM v__groups CROSS JOIN v__sq1 WHERE v__groups.s > v__sq1.value ORDER BY s DESC"
+    assert views == {"v__sq1": "SELECT 0.1 * SUM(u.y) AS value FROM u", "v__groups": "SELECT t.a, SUM(t.x) AS s FROM t GROUP BY t.a"}
+    sql, views = derived_views("SELECT t.a, COUNT(*) AS n FROM t GROUP BY t.a HAVING (SELECT MAX(u.y) FROM u) <= MIN(t.x) AND COUNT(*) > 1", name)
+    assert sql == f"SELECT v__groups.a AS a, v__groups.n AS n FROM v__groups CROSS JOIN v__sq1 WHERE v__sq1.value <= v__groups.{COMPARED}"
+    assert views["v__groups"] == f"SELECT t.a, COUNT(*) AS n, MIN(t.x) AS {COMPARED} FROM t GROUP BY t.a HAVING COUNT(*) > 1"
+    kept = [
+        "SELECT t.a, SUM(t.x) AS s FROM t GROUP BY t.a HAVING SUM(t.x) > (SELECT SUM(y) FROM u)",  # `y` may be the outer query's
+        "SELECT t.a, SUM(t.x) AS s FROM t GROUP BY t.a HAVING SUM(t.x) > (SELECT SUM(u.y) FROM u WHERE u.k = t.a)",  # correlated
+        "SELECT t.a, SUM(t.x) FROM t GROUP BY t.a HAVING SUM(t.x) > (SELECT SUM(u.y) FROM u)",  # a result column without a name
+        "SELECT t.a, SUM(t.x) AS s FROM t GROUP BY t.a HAVING SUM(t.x) > (SELECT COUNT(*) FROM u)",  # 0, not NULL, over no rows
+        "SELECT t.a, SUM(t.x) AS s FROM t GROUP BY t.a HAVING SUM(t.x) > (SELECT 1 FROM u)",  # not one row
+        "SELECT t.a, SUM(t.x) AS s FROM t GROUP BY t.a HAVING SUM(t.x) > 1 OR SUM(t.x) > (SELECT SUM(u.y) FROM u)",  # not an AND term
+        "SELECT t.a, SUM(t.x) AS s FROM t GROUP BY t.a HAVING SUM(t.x) > (SELECT SUM(u.y) FROM u) ORDER BY MAX(t.x) LIMIT 2",  # top-k off the result
+    ]
+    for sql in kept:
+        assert derived_views(sql, name) == (sql, {}), sql
+
+
+@settings(max_examples=40, deadline=None)
+@given(t=st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 3)), st.one_of(st.none(), st.integers(-3, 3))), max_size=10),
+       u=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.one_of(st.none(), st.integers(-3, 3))), max_size=6),
+       compared=st.sampled_from(["SUM(t.x)", "COUNT(*)", "MAX(t.x) - MIN(t.x)", "AVG(t.x)"]),
+       aggregate=st.sampled_from(["SUM(u.y)", "0.5 * SUM(u.y)", "MAX(u.y) - 1", "MIN(u.y)"]),
+       comparison=st.sampled_from(["<", "=", ">=", "<>"]))
+def test_a_split_having_gives_the_rows_of_its_sql(t, u, compared, aggregate, comparison):
+    """The groups view, the aggregate and the query reading them (``derived_views``) against the SQL as
+    written, in DuckDB, on random tables with NULL keys and values and an empty subquery table."""
+    import duckdb
+
+    from lakeivm.sql import derived_views
+
+    sql = (f"SELECT t.a AS a, SUM(t.x) AS s, COUNT(*) AS n FROM t GROUP BY t.a "
+           f"HAVING {compared} {comparison} (SELECT {aggregate} FROM u WHERE u.j > 0) AND COUNT(t.x) > 0")
+    rewritten, views = derived_views(sql, lambda alias: f"v_{alias}")
+    assert set(views) == {"v_groups", "v_sq1"}
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (a INT, x INT)")
+    con.execute("CREATE TABLE u (k INT, j INT, y INT)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", t) if t else None
+    con.executemany("INSERT INTO u VALUES (?, ?, ?)", u) if u else None
+    for name, body in views.items():
+        con.execute(f"CREATE VIEW {name} AS {body}")
+    assert _rows(con, rewritten) == _rows(con, sql)

@@ -520,7 +520,77 @@ def _derived_views(sql: str, name_of: Callable[[str], str | None], decorrelate: 
             views[name] = derived.this
             _read_as(derived, name)
     _split_subqueries(tree, views, kept_ctes, name_of, decorrelate)
+    tree = _split_having(tree, views, name_of) or tree
     return (tree.sql(dialect=DIALECT), {name: body.sql(dialect=DIALECT) for name, body in views.items()}) if views else (sql, {})
+
+
+COMPARED = "_lakeivm_compared"  # the groups view's column: what the query's HAVING compares with a subquery
+
+
+def _split_having(tree: exp.Select, views: dict[str, exp.Select], name_of: Callable[[str], str | None]) -> exp.Select | None:
+    """A query whose own ``HAVING`` compares with an uncorrelated global aggregate in a top-level
+    ``AND`` term, ``e θ (SELECT agg FROM ...)`` (TPC-H Q11), as the query it becomes; None if it has none.
+    ``agg`` is NULL over no rows (``_null_over_no_rows``), so a maintained aggregate without a row
+    fails every comparison exactly as the NULL would.
+
+    The query without that term is ``<view>__groups`` (every group, with ``e`` as the column
+    ``COMPARED`` unless it is a result column already), the subquery ``<view>__sq<i>`` (one row), and the query reads them:
+    ``SELECT g.c, ... FROM groups g CROSS JOIN sq WHERE g.COMPARED θ sq.value``. A change of the
+    groups is applied to the rows it touches; a change of the aggregate compares every group again:
+    a scan of the groups, not their join. Its ORDER BY and LIMIT move to the query when they name
+    its result columns; otherwise it is left whole.
+    """
+    having = tree.args.get("having")
+    names = [e.alias_or_name for e in tree.expressions]
+    if having is None or tree.args.get("distinct") or not names or not all(names) or len(set(names)) < len(names) or "*" in names:
+        return None
+    terms = conjuncts(having.this)
+    for term in terms:
+        sides = (term.this, term.expression) if isinstance(term, _COMPARISONS) else ()
+        subs = [side for side in sides if isinstance(side, exp.Subquery)]
+        if len(subs) != 1 or subs[0].args.get("alias"):
+            continue
+        sub, select = subs[0], subs[0].this
+        if (not isinstance(select, exp.Select) or len(select.expressions) != 1 or not _aggregates_alone(select)
+                or not _null_over_no_rows(select.expressions[0])
+                or select.args.get("group") or select.args.get("with_") or select.find(exp.Subquery)
+                or _refers_outside(select) or any(not c.table for c in select.find_all(exp.Column))):
+            continue  # unqualified columns could be the outer query's (the query is qualified when the lake's tables are known)
+        compared = sides[1] if sides[0] is sub else sides[0]
+        if compared.find(exp.Subquery):
+            continue
+        order, limit = tree.args.get("order"), tree.args.get("limit")
+        if order is not None and any(not (isinstance(o.this, exp.Column) and not o.this.table and o.this.name in names)
+                                     for o in order.expressions):
+            if limit is not None or tree.args.get("offset") is not None:
+                return None
+            order = None  # without a LIMIT, an order of a view's rows is not kept anyway
+        count = 1 + sum(1 for name in views if name.rsplit("__", 1)[-1].startswith("sq"))
+        groups_name, sq_name = name_of("groups"), name_of(f"sq{count}")
+        if groups_name is None or sq_name is None or groups_name in views or sq_name in views or COMPARED in names:
+            return None
+        item = select.expressions[0]
+        if not isinstance(item, (exp.Alias, exp.Column)) or item.alias_or_name.startswith("_col_"):
+            item = exp.alias_(item.unalias().copy(), "value")
+        views[sq_name] = select.copy().select(item, append=False)
+        groups = tree.copy()
+        rest = [t.copy() for t in terms if t is not term]
+        groups.set("having", exp.Having(this=exp.and_(*rest)) if rest else None)
+        for arg in ("order", "limit", "offset"):
+            groups.set(arg, None)
+        column = next((name for e, name in zip(tree.expressions, names) if e.unalias() == compared), None)  # Q11: its value
+        views[groups_name] = groups if column else groups.select(exp.alias_(compared.copy(), COMPARED))
+        comparison = term.copy()
+        comparison.set("this" if sides[0] is sub else "expression", exp.column(item.alias_or_name, table=sq_name))
+        comparison.set("expression" if sides[0] is sub else "this", exp.column(column or COMPARED, table=groups_name))
+        query = (exp.select(*(exp.alias_(exp.column(name, table=groups_name), name) for name in names))
+                 .from_(groups_name).join(sq_name, join_type="CROSS").where(comparison))
+        if order is not None:
+            query.set("order", order.copy())
+        if limit is not None:
+            query.set("limit", limit.copy())
+        return query
+    return None
 
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
