@@ -58,6 +58,17 @@ class Part:
             for y, p in row.items():
                 yield (x, y), p
 
+    @classmethod
+    def of_rows(cls, rows: Iterable[tuple[Hashable, Hashable, int]]) -> Part:
+        """A part holding ``rows`` (x, y, payload), each key once; zero payloads are left out."""
+        part = cls()
+        by_first, by_second = part.by_first, part.by_second
+        for x, y, p in rows:
+            if p:
+                by_first.setdefault(x, {})[y] = by_second.setdefault(y, {})[x] = p
+        part.size = sum(map(len, by_first.values()))
+        return part
+
     def add(self, x: Hashable, y: Hashable, p: int) -> int:
         """K_u(x, y) += p; returns the change in the number of keys (-1, 0 or +1)."""
         row = self.by_first.setdefault(x, {})
@@ -250,10 +261,17 @@ def pair_delta(parts: Mapping[tuple[str, str], Part], views: Mapping[str, Mappin
     next_h, next_l = parts[nxt, HEAVY], parts[nxt, LIGHT]
     prev_h, prev_l = parts[prev, HEAVY], parts[prev, LIGHT]
     prev_heavy_into, next_light_out = prev_h.into(x), next_l.out(y)
-    t_a = sum(q * (next_h.get(y, z) + next_l.get(y, z)) for z, q in prev_heavy_into.items())
+    t_a = _dot(prev_heavy_into, next_h.out(y)) + _dot(prev_heavy_into, next_light_out)  # Σ_z PREV_h(z,x)·NEXT(y,z)
     t_b = views[nxt].get((y, x), 0)
-    t_c = sum(q * prev_l.get(z, x) for z, q in next_light_out.items())
+    t_c = _dot(next_light_out, prev_l.into(x))  # Σ_z NEXT_l(y,z)·PREV_l(z,x)
     return t_a + t_b + t_c, 1 + len(prev_heavy_into) + len(next_light_out)
+
+
+def _dot(a: Mapping[Hashable, int], b: Mapping[Hashable, int]) -> int:
+    """Σ_z a[z]·b[z] over the keys of both, looping over the smaller (the bound above holds either way)."""
+    if len(b) < len(a):
+        a, b = b, a
+    return sum(q * b[z] for z, q in a.items() if z in b)
 
 
 def move_value(parts: Mapping[tuple[str, str], Part], views: Mapping[str, dict[Key, int]],

@@ -94,17 +94,23 @@ def second_requests(changes: Changes, first: Slice, theta: float, epsilon: float
     into = {role: _index(changes.get(role, {}), 1) for role in ROLES}
     out = {role: _index(changes.get(role, {}), 0) for role in ROLES}
     req = Requests()
+    grid_x: dict[tuple[str, str], set[Hashable]] = {}  # (grid, K) -> values, gathered as sets: the ends repeat a lot
+    grid_y: dict[tuple[str, str], set[Hashable]] = {}
     for role in ROLES:
         nxt, prev = NEXT[role], PREV[role]
+        a_x, a_y = grid_x.setdefault(("a", nxt), set()), grid_y.setdefault(("a", nxt), set())
+        c_x, c_y = grid_x.setdefault(("c", prev), set()), grid_y.setdefault(("c", prev), set())
         for x, y in changes.get(role, {}):
-            heavy_in = {*heavy_into.get((prev, x), ()), *into[prev].get(x, ())}
-            if heavy_in:
-                req.grid_x.add(("a", nxt, y))
-                req.grid_y.update(("a", nxt, z) for z in heavy_in)
-            light_out = {*light_from.get((nxt, y), ()), *out[nxt].get(y, ())}
-            if light_out:
-                req.grid_x.update(("c", prev, z) for z in light_out)
-                req.grid_y.add(("c", prev, x))
+            stored, batch = heavy_into.get((prev, x), ()), into[prev].get(x, ())
+            if stored or batch:
+                a_x.add(y)
+                a_y.update(stored, batch)
+            stored, batch = light_from.get((nxt, y), ()), out[nxt].get(y, ())
+            if stored or batch:
+                c_x.update(stored, batch)
+                c_y.add(x)
+    req.grid_x = {(grid, role, v) for (grid, role), values in grid_x.items() for v in values}
+    req.grid_y = {(grid, role, v) for (grid, role), values in grid_y.items() for v in values}
     for role, values in movers(changes, first, theta, epsilon).items():
         req.rows_of |= {(role, x) for x in values}
         req.light_after |= {(role, x) for x in values}
@@ -203,9 +209,10 @@ class _SliceState(BatchState):
 
 
 def _state(fetched: Slice, base: int, epsilon: float) -> _SliceState:
-    parts = {(role, part): Part() for role in ROLES for part in (HEAVY, LIGHT)}
+    rows: dict[tuple[str, str], list[tuple[Hashable, Hashable, int]]] = {(role, part): [] for role in ROLES for part in (HEAVY, LIGHT)}
     for (role, x, y), (part, p) in fetched.rows.items():
-        parts[role, part].add(x, y, p)
+        rows[role, part].append((x, y, p))
+    parts = {key: Part.of_rows(part_rows) for key, part_rows in rows.items()}
     views: dict[str, dict[Key, int]] = {role: {} for role in ROLES}
     for (role, x, z), c in fetched.views.items():
         views[role][x, z] = c
