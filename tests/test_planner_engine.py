@@ -10,7 +10,7 @@ import pytest
 
 from lakeivm import commit
 from lakeivm.engine import audit, run_view
-from lakeivm.planning.tick import RUN_COST
+from lakeivm.planning.tick import RUN_COST, run_seconds
 from lakeivm.registry import spec_from_dict
 from tests.helpers import sql
 
@@ -40,7 +40,8 @@ def test_ticks_apply_asymmetrically_and_refreshes_meet_the_deadline(lake, spark)
     assert {"s"} in applied and {"r", "s"} not in applied, applied  # s applied alone, r batched throughout
     assert set() in applied  # and some ticks only batch
     applied_row = next(r for r in commit.log_rows(lake, "planned") if r.applied == ("s",))
-    assert applied_row.predicted_seconds == pytest.approx(1.0 * applied_row.delta_rows["s"])  # s's declared cost
+    before = [r for r in commit.log_rows(lake, "planned") if r.seq < applied_row.seq]  # s's declared cost + a run's shared seconds
+    assert applied_row.predicted_seconds == pytest.approx(1.0 * applied_row.delta_rows["s"] + run_seconds(before))
     refresh = run_view(lake, VIEW, mode="refresh")
     assert refresh.deadline_met and refresh.consistent and refresh.seconds <= VIEW.deadline_s
     assert "within the deadline" in refresh.plan

@@ -22,7 +22,7 @@ constraint would break) and ``eager`` (apply every pending table every tick).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -93,13 +93,24 @@ def plan_tick(
                  max_age_exceeded, spent_seconds=inputs.spent_seconds, ticks_since_refresh=inputs.ticks_since_refresh,
                  run_seconds=inputs.run_seconds)
     if policy == "lgm":
-        return lgm
+        return _whole_run(lgm, pending, inputs)
     everything = frozenset(t for t, k in pending.items() if k > 0)
     if policy == "eager" or (lgm.apply - max_age_exceeded):  # naive: the constraint would break -> flush all
         seconds = sum(inputs.costs[t](pending[t]) for t in everything)
         reason = "eager: apply every pending table" if policy == "eager" else f"naive: symmetric flush ({lgm.reason})"
-        return Decision(everything, seconds, inputs.headroom_seconds, reason)
-    return lgm
+        return _whole_run(Decision(everything, seconds, inputs.headroom_seconds, reason), pending, inputs)
+    return _whole_run(lgm, pending, inputs)
+
+
+def _whole_run(decision: Decision, pending: Mapping[str, int], inputs: PlannerInputs) -> Decision:
+    """A tick's prediction of its whole run, as a refresh's is: its tables' costs plus a run's shared
+    seconds and, applying several tables, the joint runs' excess -- what the log row's actual seconds
+    measure, and what ``auto`` weighs against a recompute's whole run."""
+    applied = [t for t in decision.apply if pending.get(t, 0) > 0]
+    if not applied:
+        return decision
+    extra = inputs.run_seconds + (inputs.joint_excess_seconds if len(applied) > 1 else 0.0)
+    return replace(decision, predicted_seconds=decision.predicted_seconds + extra)
 
 
 def plan_refresh(history: Sequence[LogRow], pending: Mapping[str, int], deadline_seconds: float,
