@@ -87,22 +87,42 @@ def _local_rows(delta, where: Sequence[tuple[str, str, Any]]) -> list[dict[str, 
     rows = []
     for uri in uris:
         part = pq.ParquetFile(uri).read()
-        columns = {name: _pylist(part.column(name), pa) for name in part.column_names if name in names}
-        for i in range(part.num_rows):
-            row = {name: columns[name][i] if name in columns else None for name in names}  # a column added later: null
-            if all(row[column] == value for column, _, value in where):
-                rows.append(from_arrow(row))
+        keep = list(range(part.num_rows))
+        for column, _, value in where:
+            values = _pylist(part.column(column), pa) if column in part.column_names else [None] * part.num_rows
+            keep = [i for i in keep if values[i] == value]
+        if keep:  # a column added after this file was written is null in it
+            columns = [_picked(part.column(name), keep, pa) if name in part.column_names else [None] * len(keep) for name in names]
+            rows += [from_arrow(dict(zip(names, row))) for row in zip(*columns)]
     return rows
+
+
+def _picked(column, rows: list[int], pa) -> list:
+    """``_pylist(column)`` at ``rows``: cell by cell when they are few (one view's rows of a long log)."""
+    if pa.types.is_timestamp(column.type):
+        micros = _micros(column, pa)
+        return [_local_time(micros[i]) for i in rows]
+    if 8 * len(rows) >= len(column):
+        values = column.to_pylist()
+        return [values[i] for i in rows]
+    return [column[i].as_py() for i in rows]
 
 
 def _pylist(column, pa) -> list:
     """``column.to_pylist()``, a timestamp as a naive local datetime like ``from_arrow`` makes (not through pandas)."""
     if not pa.types.is_timestamp(column.type):
         return column.to_pylist()
-    micros = [us for chunk in column.chunks for us in chunk.view(pa.int64()).to_pylist()]
+    return [_local_time(us) for us in _micros(column, pa)]
+
+
+def _micros(column, pa) -> list[int | None]:
     if column.type.unit != "us":
         raise ValueError(f"timestamps in {column.type.unit}, expected us")
-    return [None if us is None else datetime.fromtimestamp((_EPOCH + timedelta(microseconds=us)).timestamp()) for us in micros]
+    return [us for chunk in column.chunks for us in chunk.view(pa.int64()).to_pylist()]
+
+
+def _local_time(micros: int | None) -> datetime | None:
+    return None if micros is None else datetime.fromtimestamp((_EPOCH + timedelta(microseconds=micros)).timestamp())
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
