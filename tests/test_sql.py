@@ -317,7 +317,17 @@ def test_correlated_scalar_subqueries_decorrelate_with_the_tables_columns():
     assert list(views) == ["v__in1"] and "FROM u AS u WHERE u.k = t.a)" in sql  # a subquery not split keeps its correlation
 
 
-def _rows(con, sql: str) -> list[tuple]:
+def _split_rows(t: list[tuple], u: list[tuple], views: dict[str, str], sql: str) -> list[tuple]:
+    """The rows of ``sql`` in DuckDB over the tables t(a, x) and u(k, j, y) and the split ``views``."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (a INT, x INT)")
+    con.execute("CREATE TABLE u (k INT, j INT, y INT)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", t) if t else None
+    con.executemany("INSERT INTO u VALUES (?, ?, ?)", u) if u else None
+    for name, body in views.items():
+        con.execute(f"CREATE VIEW {name} AS {body}")
     return sorted(con.execute(sql).fetchall(), key=repr)
 
 
@@ -330,22 +340,13 @@ def _rows(con, sql: str) -> list[tuple]:
 def test_decorrelated_subqueries_give_the_rows_of_their_sql(t, u, aggregate, comparison):
     """The split views and the query reading them (``derived_views``) against the SQL as written, in
     DuckDB, on random tables with NULL keys, values and empty groups."""
-    import duckdb
-
     from lakeivm.sql import derived_views
 
     sql = (f"SELECT a, x FROM t WHERE x {comparison} (SELECT {aggregate} FROM u WHERE k = a AND j > 0) AND x > -3 "
            "AND a IN (SELECT u.k FROM u, t AS w WHERE u.j = w.a)")
     rewritten, views = derived_views(sql, lambda alias: f"v_{alias}", CORRELATED)
     assert set(views) == {"v_in1", "v_sq2"}
-    con = duckdb.connect()
-    con.execute("CREATE TABLE t (a INT, x INT)")
-    con.execute("CREATE TABLE u (k INT, j INT, y INT)")
-    con.executemany("INSERT INTO t VALUES (?, ?)", t) if t else None
-    con.executemany("INSERT INTO u VALUES (?, ?, ?)", u) if u else None
-    for name, body in views.items():
-        con.execute(f"CREATE VIEW {name} AS {body}")
-    assert _rows(con, rewritten) == _rows(con, sql)
+    assert _split_rows(t, u, views, rewritten) == _split_rows(t, u, {}, sql)
 
 
 def test_state_types_from_empty_relations_of_the_tables_types_equal_those_from_the_data(spark):
@@ -397,19 +398,10 @@ def test_a_having_compared_with_a_global_aggregate_splits_into_groups_and_the_ag
 def test_a_split_having_gives_the_rows_of_its_sql(t, u, compared, aggregate, comparison):
     """The groups view, the aggregate and the query reading them (``derived_views``) against the SQL as
     written, in DuckDB, on random tables with NULL keys and values and an empty subquery table."""
-    import duckdb
-
     from lakeivm.sql import derived_views
 
     sql = (f"SELECT t.a AS a, SUM(t.x) AS s, COUNT(*) AS n FROM t GROUP BY t.a "
            f"HAVING {compared} {comparison} (SELECT {aggregate} FROM u WHERE u.j > 0) AND COUNT(t.x) > 0")
     rewritten, views = derived_views(sql, lambda alias: f"v_{alias}")
     assert set(views) == {"v_groups", "v_sq1"}
-    con = duckdb.connect()
-    con.execute("CREATE TABLE t (a INT, x INT)")
-    con.execute("CREATE TABLE u (k INT, j INT, y INT)")
-    con.executemany("INSERT INTO t VALUES (?, ?)", t) if t else None
-    con.executemany("INSERT INTO u VALUES (?, ?, ?)", u) if u else None
-    for name, body in views.items():
-        con.execute(f"CREATE VIEW {name} AS {body}")
-    assert _rows(con, rewritten) == _rows(con, sql)
+    assert _split_rows(t, u, views, rewritten) == _split_rows(t, u, {}, sql)
