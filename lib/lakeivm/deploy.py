@@ -50,7 +50,7 @@ from lakeivm import server
 from lakeivm.airflow_api import AirflowAPI
 from lakeivm.config import Settings, load_settings
 from lakeivm.errors import LakeIVMError
-from lakeivm.processes import Service, alive, run, spawn, wait_for
+from lakeivm.processes import Service, alive, listening, run, spawn, wait_for
 from lakeivm.spark import class_archive_options
 
 HOST = "127.0.0.1"
@@ -171,7 +171,7 @@ def start_spark_cluster(stack: Stack, progress: Progress) -> None:
                                                   "--port", str(port), "--webui-port", str(ui)],
                                  stack.root / "spark-master.log", env))
     stack.spark_master, stack.spark_ui = f"spark://{HOST}:{port}", f"http://{HOST}:{ui}"
-    wait_for(lambda: _listening(port) and _http_ok(stack.spark_ui), "the Spark master", stack.services[-1])
+    wait_for(lambda: listening(HOST, port) and _http_ok(stack.spark_ui), "the Spark master", stack.services[-1])
     _ready(stack, "spark-master", t0, f"Spark master {stack.spark_master} (UI {stack.spark_ui})", progress)
     t0 = time.perf_counter()
     stack.services.append(spawn("spark-worker", [_spark_class(), "org.apache.spark.deploy.worker.Worker", "--host", HOST,
@@ -338,12 +338,6 @@ def _http_ok(url: str) -> bool:
 
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(1.0)
-        return probe.connect_ex((HOST, port)) == 0
 
 
 def _spark_class() -> str:

@@ -6,6 +6,7 @@ import contextlib
 import glob
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -107,4 +108,13 @@ def alive(pid: int) -> bool:
         with open(f"/proc/{pid}/stat") as handle:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
     except (OSError, IndexError):
+        return False
+
+
+def listening(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether something accepts TCP connections at ``host``:``port`` within ``timeout`` seconds."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
         return False

@@ -18,7 +18,6 @@ import hashlib
 import logging
 import os
 import shutil
-import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from urllib.parse import urlparse
 
 from lakeivm.config import Settings, load_settings
 from lakeivm.errors import LakeIVMError
+from lakeivm.processes import listening as accepts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -129,11 +129,7 @@ _NO_SERVER = ("no Spark Connect server answers at {remote}: start one with `lake
 def listening(remote: str, timeout: float = 1.0) -> bool:
     """Whether something accepts TCP connections at ``remote``'s host and port (``sc://host:port``)."""
     url = urlparse(remote)
-    try:
-        with socket.create_connection((url.hostname or "127.0.0.1", url.port or 15002), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    return accepts(url.hostname or "127.0.0.1", url.port or 15002, timeout)
 
 
 def with_params(remote: str, **params: str) -> str:

@@ -569,9 +569,7 @@ def _split_having(tree: exp.Select, views: dict[str, exp.Select], name_of: Calla
         groups_name, sq_name = name_of("groups"), name_of(f"sq{count}")
         if groups_name is None or sq_name is None or groups_name in views or sq_name in views or COMPARED in names:
             return None
-        item = select.expressions[0]
-        if not isinstance(item, (exp.Alias, exp.Column)) or item.alias_or_name.startswith("_col_"):
-            item = exp.alias_(item.unalias().copy(), "value")
+        item = _named(select.expressions[0])
         views[sq_name] = select.copy().select(item, append=False)
         groups = tree.copy()
         rest = [t.copy() for t in terms if t is not term]
@@ -658,9 +656,7 @@ def _split_subqueries(tree: exp.Select, views: dict[str, exp.Select], kept_ctes:
         if name is None:
             continue
         count += 1
-        item = select.expressions[0]
-        if not isinstance(item, (exp.Alias, exp.Column)) or item.alias_or_name.startswith("_col_"):  # a Delta column needs a name
-            item = exp.alias_(item.unalias().copy(), "value")
+        item = _named(select.expressions[0])
         column = item.alias_or_name
         names = [inner.name if [k.name for k, _ in keys].count(inner.name) == 1 and inner.name != column else f"key_{i + 1}"
                  for i, (inner, _) in enumerate(keys)]
@@ -677,6 +673,14 @@ def _split_subqueries(tree: exp.Select, views: dict[str, exp.Select], kept_ctes:
             owner.set("joins", [*(owner.args.get("joins") or []), exp.Join(this=exp.to_table(name), kind="CROSS")])
         else:
             sub.replace(exp.Subquery(this=exp.select(exp.column(column)).from_(name)))
+
+
+def _named(item: exp.Expression) -> exp.Expression:
+    """A split view's one result column with a name of its own (a Delta column needs one): ``value``
+    unless it is a column or aliased."""
+    if not isinstance(item, (exp.Alias, exp.Column)) or item.alias_or_name.startswith("_col_"):
+        return exp.alias_(item.unalias().copy(), "value")
+    return item
 
 
 def _correlation(select: exp.Select, owner: exp.Select) -> tuple[list[tuple[exp.Column, exp.Column]], list[exp.Expression]] | None:
