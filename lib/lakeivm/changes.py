@@ -35,16 +35,17 @@ def pin(lake: Lake, tables: Iterable[str]) -> dict[str, int]:
             for t in tables}
 
 
-def pending_rows(lake: Lake, table: str, watermark: int, head: int) -> int:
+def pending_rows(lake: Lake, table: str, watermark: int, head: int, path: str | None = None) -> int:
     """Change-feed rows in (watermark, head], from the commits' operation metrics (no data read).
 
-    An updated row counts twice (pre- and post-image), as in the change data feed.
+    An updated row counts twice (pre- and post-image), as in the change data feed. ``path``: the
+    Delta table's, where it is not the lake table ``table`` (a view's result, read by a view over it).
     """
-    if table in lake.upstreams:
+    if path is None and table in lake.upstreams:
         return upstream.pending_rows(lake, lake.upstreams[table], watermark, head)
     if head <= watermark:
         return 0
-    return sum(_cdf_rows(row["operationMetrics"] or {}) for row in _history(lake, table, watermark, head))
+    return sum(_cdf_rows(row["operationMetrics"] or {}) for row in _history(lake, table, watermark, head, path))
 
 
 def pending_age_seconds(lake: Lake, table: str, watermark: int, head: int) -> float:
@@ -60,11 +61,12 @@ def pending_age_seconds(lake: Lake, table: str, watermark: int, head: int) -> fl
     return max(0.0, (datetime.now(timezone.utc) - oldest).total_seconds())
 
 
-def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str]) -> None:
-    """Raise ChangeRangeError if (watermark, head] of ``table`` cannot be read as changes."""
-    if table in lake.upstreams:
+def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str], path: str | None = None) -> None:
+    """Raise ChangeRangeError if (watermark, head] of ``table`` (at ``path``, as ``pending_rows``)
+    cannot be read as changes."""
+    if path is None and table in lake.upstreams:
         return upstream.check_readable(lake, lake.upstreams[table], watermark, head, columns)
-    path = lake.table_path(table)
+    path = path or lake.table_path(table)
     if head < watermark:
         raise ChangeRangeError(
             f"table {table!r} is at version {head}, behind the view's watermark {watermark}: it was "
@@ -72,7 +74,7 @@ def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: I
         )
     if head == watermark:
         return
-    history = _history(lake, table, watermark, head)
+    history = _history(lake, table, watermark, head, path)
     versions = {int(r["version"]) for r in history}
     missing = set(range(watermark + 1, head + 1)) - versions
     if missing:
@@ -103,16 +105,18 @@ def read_delta(lake: Lake, table: str, watermark: int, head: int, columns: Itera
     return read_counted(lake, table, watermark, head, columns)[0]
 
 
-def read_counted(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str]) -> tuple[DataFrame, int]:
-    """``read_delta`` and its number of rows (known without a Spark job when netted in this process)."""
+def read_counted(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str],
+                 path: str | None = None) -> tuple[DataFrame, int]:
+    """``read_delta`` and its number of rows (known without a Spark job when netted in this process);
+    ``path`` as ``pending_rows``."""
     from pyspark.sql import functions as F
 
-    if table in lake.upstreams:
+    if path is None and table in lake.upstreams:
         delta = upstream.read_delta(lake, lake.upstreams[table], watermark, head, columns)
         return delta, delta.count()
-    columns = list(columns)
-    check_readable(lake, table, watermark, head, columns)
-    small = _read_small_delta(lake, table, watermark, head, columns)
+    columns, path = list(columns), path or lake.table_path(table)
+    check_readable(lake, table, watermark, head, columns, path)
+    small = _read_small_delta(lake, table, watermark, head, columns, path)
     if small is not None:
         return small
     sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
@@ -122,7 +126,7 @@ def read_counted(lake: Lake, table: str, watermark: int, head: int, columns: Ite
             .option("readChangeFeed", "true")
             .option("startingVersion", watermark + 1)
             .option("endingVersion", head)
-            .load(lake.table_path(table))
+            .load(path)
         )
         delta = (
             changes.select(*columns, sign.alias(MULTIPLICITY))
@@ -139,7 +143,7 @@ SMALL_DELTA_ROWS = 20_000  # a change range this small is read and netted in thi
 _NO_ROWS = ("SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "ADD COLUMNS", "CHANGE COLUMN", "ADD CONSTRAINT", "DROP CONSTRAINT")
 
 
-def _read_small_delta(lake: Lake, table: str, watermark: int, head: int, columns: list[str]) -> tuple[DataFrame, int] | None:
+def _read_small_delta(lake: Lake, table: str, watermark: int, head: int, columns: list[str], path: str) -> tuple[DataFrame, int] | None:
     """``read_delta`` for a range of at most SMALL_DELTA_ROWS change-feed rows (by its commits'
     metrics): read by delta-rs and netted with Arrow in this process, handed to Spark as local rows.
     Spark then loads no snapshot of the changed table at its new version (on a warm session the
@@ -151,13 +155,13 @@ def _read_small_delta(lake: Lake, table: str, watermark: int, head: int, columns
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
-    history = _history(lake, table, watermark, head)
+    history = _history(lake, table, watermark, head, path)
     unknown = any(not row["operationMetrics"] and row["operation"] not in _NO_ROWS for row in history)
-    if not columns or unknown or pending_rows(lake, table, watermark, head) > SMALL_DELTA_ROWS:
+    if not columns or unknown or pending_rows(lake, table, watermark, head, path) > SMALL_DELTA_ROWS:
         return None
-    types = lake.schema_at(lake.table_path(table), head)
+    types = lake.schema_at(path, head)
     try:
-        delta_table = DeltaTable(lake.table_path(table))
+        delta_table = DeltaTable(path)
         if delta_table.protocol().reader_features:  # deletion vectors (delta-rs reads their CDF wrong), column mapping, ...
             return None
         reader = delta_table.load_cdf(starting_version=watermark + 1, ending_version=head, columns=[*columns, "_change_type"])
@@ -195,12 +199,13 @@ def net(changes: Iterable[tuple[Mapping[str, object], str]]) -> dict[tuple, int]
     return {k: m for k, m in totals.items() if m != 0}
 
 
-def _history(lake: Lake, table: str, watermark: int, head: int) -> list:
-    """Commits (watermark, head] of ``table``, read from its commit files in this process (no Spark
-    job); cached on the lake (committed versions never change)."""
-    key = ("history", table, watermark, head)
+def _history(lake: Lake, table: str, watermark: int, head: int, path: str | None = None) -> list:
+    """Commits (watermark, head] of ``table`` (at ``path``), read from its commit files in this
+    process (no Spark job); cached on the lake (committed versions never change)."""
+    path = path or lake.table_path(table)
+    key = ("history", path, watermark, head)
     if key not in lake.cache:
-        lake.cache[key] = storage.history(lake.table_path(table), watermark, head)
+        lake.cache[key] = storage.history(path, watermark, head)
     return lake.cache[key]
 
 

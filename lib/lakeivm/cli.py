@@ -339,7 +339,8 @@ def _demo(args, settings: Settings) -> int:
 
 # Each suite is a module of lakeivm.bench with ``main(argv, settings) -> int`` parsing its own options.
 BENCH_SUITES = {"first-order": "first_order", "planner": "planner", "triangle": "triangle", "fivm": "fivm", "nested": "nested",
-                "join-sample": "join_sample", "warm": "warm", "latency": "latency", "auto": "auto", "log": "log"}
+                "join-sample": "join_sample", "warm": "warm", "latency": "latency", "auto": "auto", "log": "log",
+                "upstream": "upstream"}
 
 
 def _bench(args, settings: Settings) -> int:

@@ -398,6 +398,23 @@ def as_read(rows: DataFrame, query) -> DataFrame:
     return rows.orderBy(*order).limit(query.limit)
 
 
+def as_read_changes(changes: DataFrame, query, weight: str | None = None) -> DataFrame | None:
+    """``as_read`` of signed changes of the stored groups (their stored columns and ``_lakeivm_m``):
+    the changes of what the reader sees, each row weighted by its ``weight`` column (the copies of a
+    row a projection stores once); None for a top-k, whose k first rows no row's own change decides."""
+    from pyspark.sql import functions as F
+
+    from lakeivm.sql import HAVING, MULTIPLICITY
+
+    if query.limit is not None:
+        return None
+    if query.having:
+        changes = changes.where(F.col(HAVING))
+    if weight is not None:
+        changes = changes.withColumn(MULTIPLICITY, F.col(MULTIPLICITY) * F.col(weight))
+    return changes.select(*[f"`{c}`" for c in changes.columns if not c.startswith("_lakeivm_")], MULTIPLICITY)
+
+
 def read_if_small(lake: Lake, path: str, max_rows: int | None = None) -> tuple[DataFrame, object] | None:
     """The table's rows as local rows and their Arrow schema (``Lake.read_small``) if it is small
     enough to rewrite whole (at most ``max_rows``, default REWRITE_ROWS, by its Delta statistics)

@@ -38,8 +38,8 @@ from lakeivm.lake import CDF
 from lakeivm.sql import (COUNT, MULTIPLICITY, Aggregate, OuterJoin, Query, multiset_of_sql, multiset_sql, rolled_up_sql,
                          state_sql)
 from lakeivm.views.base import Context
-from lakeivm.views.state import (AdditiveTable, as_frames, as_read, duckdb_query, in_stored_types, keys_in, local_frame, overwrite,
-                                 quoted, read_if_small, read_result, union_all)
+from lakeivm.views.state import (AdditiveTable, as_frames, as_read, as_read_changes, duckdb_query, in_stored_types, keys_in,
+                                 local_frame, overwrite, quoted, read_if_small, read_result, union_all)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -191,6 +191,10 @@ class FirstOrderMaintainer:
 
             df = df.withColumn(f"{HIDDEN}copy", F.explode(F.sequence(F.lit(1), F.col(COUNT).cast("int"))))
         return as_read(df, ctx.query).select(*visible)
+
+    def result_changes(self, ctx: Context, changes: DataFrame) -> DataFrame | None:
+        """The changes of ``result`` from signed changes of the stored rows (``as_read_changes``)."""
+        return as_read_changes(changes, ctx.query, COUNT if ctx.query.implicit_keys == "projection" else None)
 
     def _extrema(self, ctx: Context) -> dict[int, AdditiveTable]:
         """One multiset table per MIN/MAX aggregate: (group keys, value) -> count."""

@@ -38,7 +38,7 @@ from lakeivm.views.base import Context
 from lakeivm.views.fivm.payload import ALIVE
 from lakeivm.views.fivm.plan import FivmPlan, build_plan, leaf_weights
 from lakeivm.views.fivm.tree import View
-from lakeivm.views.state import AdditiveTable, as_frames, as_read, consolidate, overwrite, read_if_small, read_result
+from lakeivm.views.state import AdditiveTable, as_frames, as_read, as_read_changes, consolidate, overwrite, read_if_small, read_result
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -206,6 +206,10 @@ class FivmMaintainer:
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         df = read_result(ctx, version)
         return as_read(df, ctx.query).select(*[c for c in df.columns if not c.startswith(HIDDEN)])
+
+    def result_changes(self, ctx: Context, changes: DataFrame) -> DataFrame | None:
+        """The changes of ``result`` from signed changes of the stored rows (``as_read_changes``)."""
+        return as_read_changes(changes, ctx.query)
 
     # -- helpers ------------------------------------------------------------------------------
     def plan(self, ctx: Context) -> FivmPlan:
