@@ -1,7 +1,10 @@
-"""The JVM options every Spark JVM of lakeivm gets (no JVM started here)."""
+"""The JVM options every Spark JVM of lakeivm gets (no JVM started here but in a child process, once)."""
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -80,3 +83,19 @@ def test_a_remote_where_no_server_listens_is_refused_at_once_naming_the_fix():
     with pytest.raises(LakeIVMError, match="lakeivm spark start"):
         spark_module.connect(f"sc://127.0.0.1:{port}")
     assert time.perf_counter() - started < 10  # the client's own retries alone would take minutes
+
+
+def test_a_session_in_this_process_shows_nothing_on_the_console(tmp_path):
+    """The JVM's stderr reaches the console, but for its one line of its own at every start
+    (``WARNING: Using incubator modules``, Spark 4.2's launcher adds the module): a child process
+    starting Spark in-process prints nothing else than what it prints."""
+    script = ("from lakeivm.config import Settings\n"
+              "from lakeivm.spark import get_spark\n"
+              "spark = get_spark(Settings(lake='lake', spark_master='local[1]'))\n"
+              "print(spark.range(3).count())\n"
+              "spark.sparkContext._jvm.java.lang.System.err.println('a line of the JVM')\n"  # still forwarded
+              "import time; time.sleep(0.5)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={k: v for k, v in os.environ.items() if not k.startswith(("LAKEIVM_", "PYSPARK_GATEWAY"))})
+    assert done.returncode == 0 and done.stdout.split() == ["3"], done.stderr[-3000:]
+    assert done.stderr == "a line of the JVM\n", done.stderr

@@ -86,18 +86,49 @@ def get_spark(settings: Settings | None = None, app_name: str = "lakeivm") -> Sp
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if settings.spark_master.startswith("local"):  # no "hostname resolves to a loopback address" warning
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(settings.spark_master)
+    conf = {"spark.master": settings.spark_master, **jvm_conf(settings)}
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --name (the view's) is kept
-        builder = builder.appName(app_name)
-    conf = jvm_conf(settings)
+        conf["spark.app.name"] = app_name
     quiet = f"-Dlog4j2.configurationFile={files('lakeivm') / 'log4j2.properties'}"  # before setLogLevel can act
     conf["spark.driver.extraJavaOptions"] = f"{quiet} {conf.get('spark.driver.extraJavaOptions', '')}".strip()
+    _start_jvm(conf)
+    builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines (one per closed connection) are not ours to show
     return spark
+
+
+JVM_NOISE = (b"WARNING: Using incubator modules: jdk.incubator.vector",)
+
+
+def _start_jvm(options: dict[str, str]) -> None:
+    """Start this process's JVM as pyspark's session builder would (``launch_gateway`` of the same
+    settings), its stderr forwarded line by line to ours but for JVM_NOISE: Spark 4.2's launcher adds
+    ``--add-modules=jdk.incubator.vector`` to every JVM it starts, and the JVM announces it on stderr
+    at every start, a line that is not lakeivm's to show. Nothing to do under spark-submit (its JVM
+    runs already) or when this process has a SparkContext."""
+    from subprocess import PIPE
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if "PYSPARK_GATEWAY_PORT" in os.environ or SparkContext._active_spark_context is not None:
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": PIPE})
+    threading.Thread(target=_forward_stderr, args=(gateway.proc.stderr,), name="lakeivm-jvm-stderr", daemon=True).start()
+    SparkContext(conf=conf, gateway=gateway)  # the builder's getOrCreate takes it up
+
+
+def _forward_stderr(stream) -> None:
+    """Copy the JVM's stderr to this process's (file descriptor 2, where it went before), line by
+    line, leaving out JVM_NOISE."""
+    for line in iter(stream.readline, b""):
+        if not line.rstrip().startswith(JVM_NOISE):
+            os.write(2, line)
 
 
 def connect(remote: str, settings: Settings | None = None, session_id: str | None = None) -> SparkSession:

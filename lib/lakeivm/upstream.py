@@ -3,14 +3,19 @@
 The downstream reads the upstream's committed result as it reads a table, with the upstream's log
 seq standing for a table version: a run pins the seq of the upstream's last consistent committed run
 (never a run in progress, never state a crash left), its log row records that seq as the
-upstream's pin and watermark, and the upstream's changes over ``(watermark, pin]`` are the signed
-difference of its results at the two seqs, read through the upstream's own reader.
+upstream's pin and watermark, and the upstream's changes over ``(watermark, pin]`` are read
 
-The difference costs a read of both results -- an upstream is an aggregated view, small beside its
-base tables -- and stays exact whatever happened between the two seqs: a crash rolled back, a rebuild,
-an edited definition, auto switching the upstream between incremental and full (its result's Delta
-versions alone do not say so: RESTORE writes no change data). ``changes`` routes every read of a
-name in ``lake.upstreams`` here.
+- from the change data feed of the upstream's stored result, between the result versions the two
+  runs logged, where that feed says them exactly (``_from_change_feed``): the runs of one kind and of
+  the current definition, a kind whose result is its stored rows row by row, and only MERGEs and
+  appends between them. A MERGEd result's feed holds the rows a run changed: at TPC-H SF 0.1 a view
+  over a 481k-row upstream read it in 0.9 s against 3.0 s for the difference (``lakeivm bench upstream``);
+- else as the signed difference of its results at the two seqs, read through the upstream's own
+  reader: exact whatever happened between the two (a crash rolled back -- RESTORE writes no change
+  data --, a rebuild, an edited definition, auto switching the upstream between incremental and
+  full), and as cheap as the feed for a small result, which each run rewrites whole.
+
+``changes`` routes every read of a name in ``lake.upstreams`` here.
 """
 from __future__ import annotations
 
