@@ -16,7 +16,7 @@ def run(seq, mode="tick", rows=None, seconds=None, pending=None, total=None) -> 
                   pending_rows=pending or {"r": 0, "s": 0}, seconds=total if total is not None else sum(seconds.values()) + 1.0)
 
 
-def test_costs_are_fitted_from_the_log_with_the_prior_until_three_runs():
+def test_costs_are_fitted_from_the_log_with_the_prior_until_the_first_run():
     history = [run(1, "bootstrap")]
     assert planner_inputs(history, {"r": 5}, {}).costs["r"].predict(10) == DEFAULT_PRIOR(10)
     history += [run(i, rows={"r": k}, seconds={"r": 2.0 + 0.01 * k}) for i, k in enumerate([10, 100, 1000, 50], 2)]
@@ -25,6 +25,18 @@ def test_costs_are_fitted_from_the_log_with_the_prior_until_three_runs():
     declared = {"cost_prior": {"r": {"per_row": 1.0, "fixed": 0.5}}, "fit_costs": False}
     assert planner_inputs(history, {"r": 5}, declared).costs["r"].predict(10) == pytest.approx(10.5)
     assert planner_inputs([], {"r": 5}, {}, {"r": LinearCost(0.5, 0.0)}).costs["r"].predict(4) == 2.0
+
+
+def test_the_first_measured_run_replaces_the_default_prior_a_calibrated_one_stays_until_three():
+    """DEFAULT_PRIOR is a guess (2.1 s for 1,000 rows): one measured run says more. A calibrated or
+    declared prior is itself measured: it gives way to MIN_OBSERVATIONS runs."""
+    history = [run(1, "bootstrap"), run(2, rows={"r": 1000}, seconds={"r": 0.15})]
+    model = planner_inputs(history, {"r": 1000}, {}).costs["r"]
+    assert model.fitted and model.predict(1000) == pytest.approx(0.15)  # one batch size: the prior's slope, b fitted
+    calibrated = {"r": LinearCost(1e-3, 0.5)}
+    assert planner_inputs(history, {"r": 1000}, {}, calibrated).costs["r"].predict(1000) == pytest.approx(1.5)
+    declared = {"cost_prior": {"r": {"per_row": 0.001, "fixed": 0.5}}}
+    assert planner_inputs(history, {"r": 1000}, declared).costs["r"].predict(1000) == pytest.approx(1.5)
 
 
 def test_arrivals_headroom_and_epoch_come_from_consecutive_runs():
