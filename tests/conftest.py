@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 
@@ -15,6 +16,7 @@ def pytest_configure(config):
 
     if not config.option.basetemp:
         config.option.basetemp = config._lakeivm_basetemp = tempfile.mkdtemp(prefix="lakeivm-pytest-")
+    os.environ.setdefault("LAKEIVM_CACHE", os.path.join(config.option.basetemp, "cache"))  # kept specs: not the user's
 
 
 def pytest_sessionfinish(session, exitstatus):

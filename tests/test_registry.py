@@ -7,6 +7,7 @@ import re
 import pytest
 
 from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
+from lakeivm.config import SCHEMAS
 from lakeivm.registry import (NAME_PATTERN, SCHEMA_PATH, ViewSpec, classify, find_spec, load_spec, load_specs,
                               parse_duration, spec_from_dict)
 
@@ -189,3 +190,59 @@ def test_a_subquery_is_decorrelated_only_when_the_lake_has_every_table_its_view_
     write_deltalake(str(lake / "tables" / "lineitem"), pa.table({"l_partkey": [1], "l_quantity": [2.0], "l_extendedprice": [3.0]}))
     assert sorted(load_specs(SHIPPED_VIEWS, str(lake))) == sorted(load_specs(SHIPPED_VIEWS))
     assert sorted(load_specs(SHIPPED_VIEWS, str(tmp_path / "no-lake"))) == sorted(load_specs(SHIPPED_VIEWS))
+
+
+def test_a_folder_s_specs_are_kept_between_commands_and_a_hit_parses_no_sql(tmp_path, monkeypatch):
+    """``cached_specs``: a folder's specs as ``load_specs`` gives them (split views, broken files),
+    read back by a process that then imports neither sqlglot nor jsonschema, fingerprints included;
+    an edited file is loaded again."""
+    import os
+    import subprocess
+    import sys
+
+    from lakeivm.fingerprint import fingerprint
+    from lakeivm.spec import cached_specs
+
+    monkeypatch.setenv("LAKEIVM_CACHE", str(tmp_path / "cache"))
+    views = tmp_path / "views"
+    views.mkdir()
+    (views / "a.yaml").write_text("name: a\ndeadline: 30s\nsql: SELECT g, SUM(x) AS s FROM t GROUP BY g\n")
+    (views / "b.yaml").write_text("name: b\ndeadline: 30s\nsql: SELECT COUNT(*) AS n FROM (SELECT g, COUNT(*) AS c FROM t GROUP BY g) d\n")
+    (views / "c.yaml").write_text("name: c\nsql: [\n")
+    fresh = load_specs(views)
+    assert cached_specs(views) == fresh and set(fresh) == {"a", "b", "b__d"}  # the first: loaded, then kept
+    probe = ("import sys\nfrom lakeivm.spec import cached_specs\nfrom lakeivm.fingerprint import fingerprint\n"
+             f"specs = cached_specs({str(views)!r})\n"
+             "print(sorted(specs), [fingerprint(s) for _, s in sorted(specs.items())], sorted(specs['b'].upstreams),\n"
+             "      [b.path for b in specs.broken], 'sqlglot' in sys.modules, 'jsonschema' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe], env=dict(os.environ), capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[0] == (f"{sorted(fresh)} {[fingerprint(s) for _, s in sorted(fresh.items())]} ['b__d'] "
+                                   f"{[str(views / 'c.yaml')]} False False")
+    (views / "a.yaml").write_text("name: a\ndeadline: 30s\nsql: SELECT g, SUM(x) AS s FROM t WHERE x > 0 GROUP BY g\n")
+    assert "x > 0" in cached_specs(views)["a"].sql
+
+
+def test_kept_specs_that_read_the_lake_are_loaded_again_when_its_tables_change(tmp_path, monkeypatch):
+    """TPC-H Q20's correlated subquery is split off by the columns of the lake's tables: the kept
+    specs hold while those columns are what they were, and follow them when they change."""
+    import shutil
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from lakeivm.spec import cached_specs
+
+    monkeypatch.setenv("LAKEIVM_CACHE", str(tmp_path / "cache"))
+    views, lake = tmp_path / "views", tmp_path / "lake"
+    views.mkdir()
+    shutil.copy(SCHEMAS / "views-tpch" / "tpch_q20.yaml", views)
+    (lake / "tables").mkdir(parents=True)
+    assert sorted(cached_specs(views, str(lake))) == sorted(load_specs(views, str(lake))) == ["tpch_q20"]
+    columns = {"part": {"p_partkey": 1, "p_name": "forest green"}, "partsupp": {"ps_partkey": 1, "ps_suppkey": 1, "ps_availqty": 5},
+               "lineitem": {"l_partkey": 1, "l_suppkey": 1, "l_quantity": 2.0, "l_shipdate": "1994-02-01"},
+               "supplier": {"s_suppkey": 1, "s_name": "s", "s_address": "a", "s_nationkey": 1},
+               "nation": {"n_nationkey": 1, "n_name": "CANADA"}}
+    for table, row in columns.items():
+        write_deltalake(str(lake / "tables" / table), pa.table({column: [value] for column, value in row.items()}))
+    split = sorted(load_specs(views, str(lake)))
+    assert len(split) > 1 and sorted(cached_specs(views, str(lake))) == split

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 
 from lakeivm import storage, upstream
 from lakeivm.errors import ChangeRangeError
-from lakeivm.lake import CDF, Lake
-from lakeivm.sql import MULTIPLICITY
+from lakeivm.lake import CDF, MULTIPLICITY, Lake
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -151,9 +151,9 @@ def _lake(settings: Settings, create: bool = False):
 
 def _specs(settings: Settings):
     """The views folder's specs; each file that does not load is named on stderr and skipped."""
-    from lakeivm.registry import load_specs
+    from lakeivm.spec import cached_specs
 
-    specs = load_specs(settings.views, settings.lake)
+    specs = cached_specs(settings.views, settings.lake)
     for broken in specs.broken:
         print(f"lakeivm: warning: skipped a view spec that does not load: {broken.summary}", file=sys.stderr)
     return specs
@@ -227,7 +227,7 @@ def _spark(args, settings: Settings) -> int:
 
 def _calibrate(args, settings: Settings) -> int:
     from lakeivm.calibrate import calibrate, describe
-    from lakeivm.registry import find_spec
+    from lakeivm.spec import find_spec
 
     spec = find_spec(_specs(settings), args.view)
     models = calibrate(_lake(settings), spec, args.max_exp, args.tables.split(",") if args.tables else None)
@@ -238,7 +238,7 @@ def _calibrate(args, settings: Settings) -> int:
 
 def _refresh(args, settings: Settings) -> int:
     from lakeivm.engine import run_view
-    from lakeivm.registry import find_spec
+    from lakeivm.spec import find_spec
 
     spec = find_spec(_specs(settings), args.view)
     mode = "rebuild" if args.rebuild else ("tick" if args.tick else "refresh")
@@ -251,7 +251,7 @@ def _refresh(args, settings: Settings) -> int:
 
 def _read(args, settings: Settings) -> int:
     from lakeivm.engine import view_snapshot
-    from lakeivm.registry import find_spec
+    from lakeivm.spec import find_spec
 
     spec = find_spec(_specs(settings), args.view)
     lake = _lake(settings)
@@ -265,7 +265,8 @@ def _read(args, settings: Settings) -> int:
 
 def _explain(args, settings: Settings) -> int:
     from lakeivm.engine import schemas_for
-    from lakeivm.registry import choose, find_spec, why_not_fivm
+    from lakeivm.registry import choose, why_not_fivm
+    from lakeivm.spec import find_spec
 
     spec = find_spec(_specs(settings), args.view)
     choice = choose(spec, schemas_for(_lake(settings), spec))
@@ -298,7 +299,7 @@ def _explain(args, settings: Settings) -> int:
 
 def _audit(args, settings: Settings) -> int:
     from lakeivm.engine import audit
-    from lakeivm.registry import find_spec
+    from lakeivm.spec import find_spec
 
     report = audit(_lake(settings), find_spec(_specs(settings), args.view))
     print(report)

@@ -15,9 +15,8 @@ from lakeivm.config import Settings, load_settings
 from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError
 from lakeivm.fingerprint import fingerprint
 from lakeivm.lake import WRITER_TAG, Lake
-from lakeivm.registry import FULL, ViewSpec, choose, find_spec, load_specs
+from lakeivm.spec import FULL, ViewSpec, cached_specs, find_spec
 from lakeivm.spark import deployment
-from lakeivm.sql import as_written
 from lakeivm.views.base import Context, Maintainer, bag
 
 if TYPE_CHECKING:
@@ -64,6 +63,8 @@ def open_lake(spark: SparkSession | Callable[[], SparkSession] | None = None, se
 
 def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Context, Maintainer]:
     """Classify the view and build the run's context (pins and watermarks filled by run_view)."""
+    from lakeivm.registry import choose  # here, not above: a run with nothing to do parses no SQL (lakeivm.spec)
+
     choice = choose(spec, schemas_for(lake, spec))
 
     def checkpoint(label: str) -> None:
@@ -233,6 +234,7 @@ def _probe(ctx: Context, limit: float, progress: Callable[[str], None]) -> float
     interrupted after ``limit`` seconds (the incremental prediction: past it a recompute cannot win),
     and then its seconds are a lower bound, which is all auto needs."""
     from lakeivm.spark import cancelled, interrupted_after
+    from lakeivm.sql import as_written
 
     t0, interrupted = time.perf_counter(), None
     try:
@@ -386,7 +388,7 @@ def read_view(spark: SparkSession, view: str, latest: bool = False, settings: Se
     """The view as of its last consistent run (or, ``latest``, its newest, possibly asymmetric, run)."""
     settings = settings or load_settings()
     lake = open_lake(spark, settings)
-    spec = find_spec(load_specs(settings.views, settings.lake), view)
+    spec = find_spec(cached_specs(settings.views, settings.lake), view)
     return view_snapshot(lake, spec, latest)
 
 
@@ -413,6 +415,8 @@ def reader(lake: Lake, spec: ViewSpec, row: commit.LogRow | None) -> tuple[Conte
 
 def recompute(lake: Lake, spec: ViewSpec, versions: Mapping[str, int]) -> DataFrame:
     """The view's own SQL, as its spec has it, run by Spark on the snapshots at ``versions``: the oracle."""
+    from lakeivm.sql import as_written
+
     ctx, _ = prepare(lake, spec)
     return lake.spark.sql(as_written(spec.sql, {t: ctx.snapshot(t, versions[t], oracle=True) for t in ctx.query.tables}))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from lakeivm.registry import ViewSpec
+from lakeivm.spec import ViewSpec
 
 # Spec options that do not change what the state holds.
 SCHEDULING_OPTIONS = frozenset({"planner", "cost_prior", "fit_costs", "headroom", "description"})
@@ -34,11 +34,21 @@ def fingerprint(spec: ViewSpec) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+_NORMALIZED: dict[str, str] = {}  # normalized_sql's results in this process (``remember``: the spec cache's)
+
+
 def normalized_sql(sql: str) -> str:
     """The SQL re-rendered by sqlglot: case of keywords and identifiers, spacing and comments do not count."""
-    import sqlglot
+    if sql not in _NORMALIZED:
+        import sqlglot
 
-    try:
-        return sqlglot.parse_one(sql, dialect="spark").sql(dialect="spark", normalize=True, comments=False)
-    except sqlglot.errors.ParseError:
-        return " ".join(sql.split())
+        try:
+            _NORMALIZED[sql] = sqlglot.parse_one(sql, dialect="spark").sql(dialect="spark", normalize=True, comments=False)
+        except sqlglot.errors.ParseError:
+            _NORMALIZED[sql] = " ".join(sql.split())
+    return _NORMALIZED[sql]
+
+
+def remember(normalized: dict[str, str]) -> None:
+    """Take ``normalized_sql``'s results computed by another process (``spec.cached_specs``)."""
+    _NORMALIZED.update(normalized)

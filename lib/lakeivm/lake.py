@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 CDF = "delta.enableChangeDataFeed"
+MULTIPLICITY = "_lakeivm_m"  # the column of a delta's signed multiplicity (a change feed netted: changes.read_delta)
 WRITER_TAG = "spark.databricks.delta.commitInfo.userMetadata"  # set per run: every Delta commit of the run names it
 
 

@@ -8,7 +8,7 @@ import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,9 @@ import jsonschema
 import yaml
 
 from lakeivm import storage
-from lakeivm.config import SCHEMAS
-from lakeivm.errors import LakeIVMError, SpecError, UnknownView, UnsupportedQuery
+from lakeivm.errors import LakeIVMError, SpecError, UnsupportedQuery
+from lakeivm.spec import (AVAILABLE_KINDS, FULL, GROUP_KINDS, KINDS, NAME_PATTERN, REFRESH_POLICIES, SCHEMA_PATH, BrokenSpec,  # noqa: F401
+                          Specs, ViewSpec, find_spec)
 from lakeivm.sql import (Query, compares_with_subquery, decorrelated_views, derived_views, grouped, parse_full, parse_query,
                          referenced_tables)
 from lakeivm.views.join_sample.plan import plan_sample
@@ -25,41 +26,7 @@ from lakeivm.views.nested.shape import diagnose, nested_shape
 from lakeivm.views.fivm.plan import build_plan, fit_query
 from lakeivm.views.triangle.shape import triangle_shape
 
-SCHEMA_PATH = SCHEMAS / "view.schema.json"
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-KINDS = ("first_order", "fivm", "triangle", "nested", "join_sample")  # the incremental kinds (spec `kind:`)
-AVAILABLE_KINDS = ("first_order", "triangle", "join_sample", "nested", "fivm")
-GROUP_KINDS = ("first_order", "fivm")  # the kinds that keep a state per group: top-k and views over views
-FULL = "full"  # the kind that recomputes the SQL on the pinned snapshots (refresh_policy: full, or auto's fallback)
-REFRESH_POLICIES = ("auto", "incremental", "full")
-NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,62}")  # = the schema's name pattern (a test checks they agree)
-
-
-@dataclass(frozen=True)
-class ViewSpec:
-    """One registered view: its SQL, deadline and tick (seconds), and kind-specific options."""
-
-    name: str
-    sql: str
-    deadline_s: float
-    tick_s: float = 60.0
-    kind: str | None = None
-    on_unreadable_changes: str = "rebuild"
-    nullable_keys: tuple[str, ...] = ()
-    max_pending_age_s: float | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-    source: str = "<spec>"
-    refresh_policy: str = "auto"
-    upstreams: Mapping[str, ViewSpec] = field(default_factory=dict, compare=False, repr=False)  # views its FROM names (link_upstreams)
-    derived_from: str | None = None  # the view whose aggregating CTE, derived table or subquery this view is (with_derived_views)
-
-    def __post_init__(self) -> None:
-        # The name is spliced into SQL (log filters, state paths); a spec built in Python skips the schema.
-        if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
-            raise SpecError(f"{self.source}: name: {self.name!r} is not a view name: use lower-case letters, digits "
-                            "and underscores, starting with a letter (at most 63 characters)")
-        if self.refresh_policy not in REFRESH_POLICIES:
-            raise SpecError(f"{self.source}: refresh_policy: {self.refresh_policy!r} is not one of {', '.join(REFRESH_POLICIES)}")
 
 
 def parse_duration(value: float | int | str) -> float:
@@ -184,30 +151,6 @@ def derived_specs(spec: ViewSpec) -> list[ViewSpec]:
     return out
 
 
-@dataclass(frozen=True)
-class BrokenSpec:
-    """A spec file that does not load: ``problem`` names the file and line (one line per problem);
-    ``names`` are the views it may be meant to declare (its readable ``name:``, its file name)."""
-
-    path: str
-    problem: str
-    names: tuple[str, ...]
-
-    @property
-    def summary(self) -> str:
-        """The first problem, on one line."""
-        first, *more = self.problem.splitlines()
-        return f"{first} (and {len(more)} more problems)" if more else first
-
-
-class Specs(dict[str, ViewSpec]):
-    """The specs of a views folder by name, and ``broken``: the files that did not load."""
-
-    def __init__(self, specs: Mapping[str, ViewSpec], broken: Sequence[BrokenSpec] = ()) -> None:
-        super().__init__(specs)
-        self.broken = tuple(broken)
-
-
 def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
     """All specs in a folder (``*.yaml``/``*.yml``) by name, each loaded on its own; with the
     ``lake``'s root, its tables' columns (read once, if a spec needs them) let a correlated
@@ -216,7 +159,13 @@ def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
     A file that does not load goes to ``broken`` and the others still load (one malformed spec must
     not stop every view); so does every file of a name declared twice, since neither is the view.
     """
-    schemas = functools.cache(lambda: storage.lake_table_schemas(str(lake))) if lake is not None else None
+    read: list[dict[str, dict[str, str]]] = []  # the lake's tables' columns, once read
+
+    def lake_schemas() -> dict[str, dict[str, str]]:
+        read.append(storage.lake_table_schemas(str(lake)))
+        return read[0]
+
+    schemas = functools.cache(lake_schemas) if lake is not None else None
     loaded: dict[str, list[ViewSpec]] = {}
     broken: list[BrokenSpec] = []
     for path in sorted([*Path(folder).glob("*.yaml"), *Path(folder).glob("*.yml")]):
@@ -241,7 +190,7 @@ def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
     specs = {name: same[0] for name, same in loaded.items() if len(same) == 1 and same[0].source not in clashing}
     specs, cyclic = link_upstreams(specs)
     broken += cyclic
-    return Specs(specs, sorted(broken, key=lambda entry: entry.path))
+    return Specs(specs, sorted(broken, key=lambda entry: entry.path), lake_schemas=read[0] if read else None)
 
 
 def link_upstreams(specs: Mapping[str, ViewSpec]) -> tuple[dict[str, ViewSpec], list[BrokenSpec]]:
@@ -270,20 +219,6 @@ def link_upstreams(specs: Mapping[str, ViewSpec]) -> tuple[dict[str, ViewSpec], 
     for name in order:  # upstreams first
         linked[name] = replace(specs[name], upstreams={t: linked[t] for t in graph[name]}) if graph[name] else specs[name]
     return {name: linked[name] for name in specs if name in linked}, broken
-
-
-def find_spec(specs: Mapping[str, ViewSpec], name: str) -> ViewSpec:
-    """The spec called ``name``; SpecError naming the file and the fix if its spec does not load;
-    otherwise UnknownView listing the registered views."""
-    if name in specs:
-        return specs[name]
-    broken = getattr(specs, "broken", ())
-    for entry in broken:
-        if name in entry.names:
-            raise SpecError(f"view {name!r} cannot run: its spec does not load:\n{entry.problem}\n"
-                            f"Fix {entry.path} (the fields are described in {SCHEMA_PATH}); the other views are not affected.")
-    unloaded = f"; spec files that do not load: {', '.join(entry.path for entry in broken)}" if broken else ""
-    raise UnknownView(f"unknown view {name!r}; registered views: {', '.join(sorted(specs)) or 'none'}{unloaded}")
 
 
 FIVM_OPTIONS = frozenset({"features", "label", "updatable"})  # spec options only the fivm kind reads

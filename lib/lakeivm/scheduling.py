@@ -22,7 +22,7 @@ from typing import Any
 
 from lakeivm.config import Settings, load_settings
 from lakeivm.errors import SpecError
-from lakeivm.registry import ViewSpec, load_specs
+from lakeivm.spec import ViewSpec, cached_specs
 
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -40,7 +40,7 @@ def build_dags(settings: Settings | None = None, deadline_alerts: bool = True) -
     here and raised by ``check_specs`` from a DAG file of its own, so the other views keep their DAGs.
     In a task's process (Airflow's parsing context names the DAG) only that DAG is built."""
     settings = settings or load_settings()
-    specs = load_specs(settings.views, settings.lake)
+    specs = cached_specs(settings.views, settings.lake)
     for broken in specs.broken:
         logging.getLogger("lakeivm").error("lakeivm: no DAG for a view spec that does not load: %s", broken.summary)
     from airflow.sdk import get_parsing_context  # after logging: importing Airflow reconfigures it
@@ -57,7 +57,7 @@ def check_specs(settings: Settings | None = None) -> None:
     file is not ``lakeivm_views.py`` because Airflow 3 marks every DAG of a file with an import error
     stale, which would stop the views whose specs are fine.
     """
-    broken = load_specs((settings or load_settings()).views).broken
+    broken = cached_specs((settings or load_settings()).views).broken
     if broken:
         raise SpecError(f"{len(broken)} view spec(s) do not load, so their views have no DAG "
                         "(the other views' DAGs are in lakeivm_views.py):\n" + "\n".join(entry.summary for entry in broken))

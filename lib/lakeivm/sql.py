@@ -23,10 +23,10 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 
 from lakeivm.errors import UnsupportedQuery
+from lakeivm.lake import MULTIPLICITY
 from lakeivm.sql_functions import RECOMPUTE_ALLOWED, check_functions
 
 DIALECT = "spark"
-MULTIPLICITY = "_lakeivm_m"
 COUNT = "_lakeivm_count"
 HAVING = "_lakeivm_having"  # a hidden result column: the group satisfies the view's HAVING (its reader keeps those)
 _AGGREGATES = {exp.Sum: "SUM", exp.Count: "COUNT", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}

@@ -25,10 +25,10 @@ def apply(view: str, mode: str = "tick", session: str | None = None) -> dict[str
     """Run one maintenance run (``mode``: tick or refresh); returns what its log row says, or an
     empty dict -- falsy: the DAG's short-circuit skips validate -- when there was nothing to apply."""
     from lakeivm.engine import run_view
-    from lakeivm.registry import find_spec, load_specs
+    from lakeivm.spec import cached_specs, find_spec
 
     settings = resolve(load_settings())
-    spec = find_spec(load_specs(settings.views, settings.lake), view)
+    spec = find_spec(cached_specs(settings.views, settings.lake), view)
     row = run_view(_open(settings, session), spec, mode=mode, progress=print)
     if row is None:
         return {}
@@ -44,13 +44,13 @@ def validate(view: str, summary: dict[str, Any], session: str | None = None) -> 
     from lakeivm.engine import reader
     from lakeivm.quality import PANDAS_ROWS
     from lakeivm.quality import validate as run_suite
-    from lakeivm.registry import find_spec, load_specs
+    from lakeivm.spec import cached_specs, find_spec
 
     if not summary:
         return {"view": view, "applied": [], "expectations": 0}
     settings = resolve(load_settings())
     lake = _open(settings, session)
-    spec = find_spec(load_specs(settings.views, settings.lake), view)
+    spec = find_spec(cached_specs(settings.views, settings.lake), view)
     row = commit.last_committed(lake, view)
     ctx, maintainer = reader(lake, spec, row)
     path = maintainer.state_tables(ctx)["result"]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from lakeivm import storage
 from lakeivm.errors import ChangeRangeError, StateError
-from lakeivm.sql import MULTIPLICITY
+from lakeivm.lake import MULTIPLICITY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lakeivm.lake import Lake
-from lakeivm.registry import ViewSpec
-from lakeivm.sql import Query
+from lakeivm.spec import ViewSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from lakeivm.sql import Query
 
 SNAPSHOT_ROWS = 20_000  # a base table this small is read by delta-rs for a run (Context.snapshot)
 
