@@ -163,7 +163,7 @@ def run_view(
             progress(f"{spec.name}: nothing to apply")
             return None
         ctx, maintainer = prepare(lake, spec, fail_at)
-        ctx.fingerprint, ctx.lease = definition, claim
+        ctx.fingerprint, ctx.lease, ctx.progress = definition, claim, progress
         lake.spark.conf.set(WRITER_TAG, writer_tag(claim))  # every Delta commit of this run names it
         try:
             return _run(ctx, maintainer, claim, mode, tables, started, progress)

@@ -34,6 +34,7 @@ class Context:
     seed: int = 0
     fingerprint: str | None = None  # of the view's definition (lakeivm.fingerprint), recorded in the log row
     checkpoint: Callable[[str], None] = field(default=lambda label: None)
+    progress: Callable[[str], None] = field(default=lambda message: None)  # the run's progress lines (``run_view``'s)
     lease: Any = None  # the run's commit.Lease: its last row is appended through it, fenced
     bases: dict[str, int] = field(default_factory=dict)  # state table versions after recovery (the run writes above them)
     why_full: str | None = None  # the full kind: why the view is not maintained incrementally (registry.Choice)

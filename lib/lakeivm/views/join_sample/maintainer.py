@@ -17,12 +17,11 @@ after a crash replays the same random process.
 Inserts follow the paper, table by table in the run's order. A change batch with deletes or
 updates (a negative multiplicity) cannot be sampled incrementally (§1.4): the run then re-bootstraps
 exactly from the snapshots at the new watermarks -- a uniform sample from exact join counts and w
-from its Beta law (digest §6.6) -- logs a warning and records the reason in the state row.
+from its Beta law (digest §6.6) -- says so in a progress line of the run and records the reason in the state row.
 """
 from __future__ import annotations
 
 import json
-import logging
 from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -37,7 +36,6 @@ from .view import SampleView
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-log = logging.getLogger(__name__)
 SLOT = "_lakeivm_slot"
 STATE_DDL = "fingerprint STRING, event STRING, state STRING"
 
@@ -77,7 +75,7 @@ class JoinSampleMaintainer:
             stored = _stored_state(ctx)
             rng_from = stored if stored and stored.get("fingerprint") == plan.fingerprint() else None
             view = SampleView.bootstrap(plan, _snapshot(ctx, plan, ctx.watermarks), ctx.seed, rng_from)
-            log.warning("%s: re-bootstrapping the join sample exactly from the snapshots at %s (%s)", ctx.view, ctx.watermarks, reason)
+            ctx.progress(f"{ctx.view}: re-bootstrapping the join sample exactly from the snapshots at {dict(ctx.watermarks)} ({reason})")
             self._write(ctx, view, f"re-bootstrap at {dict(ctx.watermarks)}: {reason}")
         elif self._view is not None:
             self._write(ctx, self._view, f"inserted {dict(self._inserted)} rows (RSJoin)")
