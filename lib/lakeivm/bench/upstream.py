@@ -7,7 +7,9 @@ Workload: TPC-H at ``--scale``; the upstream ``big_items`` keeps lineitem's rows
 over it sums them per supplier. Per batch (RF1 inserts + RF2 deletes of ``--orders`` orders) the
 upstream is refreshed, then two copies of the view read the same upstream runs side by side:
 ``by_feed`` from the feed (the default), ``by_difference`` from the difference (``READ_FEED`` off), and
-the view's SQL is recomputed over the upstream's result. Results: JSON + PNG under ``--out``.
+the view's SQL is recomputed by Spark over the upstream's result, and by DuckDB over lineitem's
+snapshot (the two SQLs as one, what a single-machine user without the upstream would run; its read
+and compute timed apart). Results: JSON + PNG under ``--out``.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ def main(argv: list[str], settings: Settings) -> int:
 def run_upstream_bench(settings: Settings, scale: float, orders: int, repeats: int, out: str) -> dict:
     """Run the benchmark; returns (and writes) the results."""
     from lakeivm import upstream
+    from lakeivm.bench.duckdb_baseline import recompute_duckdb
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
     from lakeivm.engine import audit, open_lake, recompute, run_view
     from lakeivm.lake import Lake
@@ -57,7 +60,9 @@ def run_upstream_bench(settings: Settings, scale: float, orders: int, repeats: i
     kept = spark.read.format("delta").load(lake.view_path("big_items")).count()
     print(f"upstream big_items: {kept} distinct rows stored (lineitem {counts['lineitem']} rows)", flush=True)
     stream = TpchChangeStream(lake, seed=7)
-    times: dict[str, list[float]] = {"upstream_s": [], "feed_s": [], "difference_s": [], "recompute_s": []}
+    times: dict[str, list[float]] = {"upstream_s": [], "feed_s": [], "difference_s": [], "recompute_s": [], "duckdb_s": [],
+                                     "duckdb_read_s": []}
+    whole = VIEW.replace("FROM big_items", f"FROM ({UPSTREAM}) AS big_items")  # the view from lineitem, in one SQL
     rows = []
     for _ in range(repeats):
         stream.rf1(orders)
@@ -76,16 +81,20 @@ def run_upstream_bench(settings: Settings, scale: float, orders: int, repeats: i
         t0 = time.perf_counter()
         recompute(lake, specs["by_difference"], diffed.pins).write.format("delta").mode("overwrite").save(f"{root}/recomputed")
         times["recompute_s"].append(time.perf_counter() - t0)
+        duck = recompute_duckdb(lake, whole, {"lineitem": up.pins["lineitem"]})
+        times["duckdb_s"].append(duck.seconds)
+        times["duckdb_read_s"].append(duck.read_s)
     ok = all(audit(lake, specs[name]).ok for name in ("by_feed", "by_difference"))
     median = {k: statistics.median(v) for k, v in times.items()}
     results = {"machine": machine(), "scale": scale, "orders": orders, "repeats": repeats, "lineitem_rows": counts["lineitem"],
                "upstream_rows": kept, "delta_rows": rows, **times, "audit_ok": ok,
                "difference_over_feed": median["difference_s"] / median["feed_s"],
-               "recompute_over_feed": median["recompute_s"] / median["feed_s"]}
+               "recompute_over_feed": median["recompute_s"] / median["feed_s"], "duckdb_over_feed": median["duckdb_s"] / median["feed_s"]}
     print(f"SF {scale}, {orders} orders a batch (~{statistics.median(rows):.0f} netted lineitem rows): upstream refresh "
           f"{median['upstream_s']:.2f}s; the view over it: from the feed {median['feed_s']:.2f}s, from the difference "
           f"{median['difference_s']:.2f}s ({results['difference_over_feed']:.2f}x), recompute {median['recompute_s']:.2f}s "
-          f"({results['recompute_over_feed']:.2f}x); audit {'ok' if ok else 'DIFFERS'}", flush=True)
+          f"({results['recompute_over_feed']:.2f}x), DuckDB from lineitem {median['duckdb_s']:.2f}s (read {median['duckdb_read_s']:.2f}s; "
+          f"{results['duckdb_over_feed']:.2f}x); audit {'ok' if ok else 'DIFFERS'}", flush=True)
     save(out, "upstream", results, _plot)
     print(f"wrote {out}/upstream.json and {out}/upstream.png")
     return results
@@ -95,8 +104,9 @@ def _plot(results: dict, path: Path) -> None:
     use_agg()
     import matplotlib.pyplot as plt
 
-    labels = {"feed_s": "change data feed", "difference_s": "difference of results", "recompute_s": "recomputation"}
-    fig, ax = plt.subplots(figsize=(6, 4))
+    labels = {"feed_s": "change data feed", "difference_s": "difference of results", "recompute_s": "Spark recomputation",
+              "duckdb_s": "DuckDB from lineitem"}
+    fig, ax = plt.subplots(figsize=(7, 4))
     ax.bar(list(labels.values()), [statistics.median(results[k]) for k in labels])
     ax.set_ylabel("seconds per refresh of the view (median)")
     ax.set_title(f"a view over a view, TPC-H SF {results['scale']} ({results['machine']['cpus']} cores)")
