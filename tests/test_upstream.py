@@ -11,7 +11,7 @@ from lakeivm import commit
 from lakeivm.engine import audit, run_view
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.registry import choose, link_upstreams, load_specs, spec_from_dict
-from tests.helpers import random_batch
+from tests.helpers import random_batch, sql
 
 
 def spec(name: str, sql: str, **more) -> object:
@@ -114,6 +114,17 @@ def test_a_view_over_a_merged_result_reads_its_change_data_feed(lake, spark, mon
         read = {name: frame is not None for name, frame in fed}
         assert read["kept"] == (round_ < 2), (round_, read)
         feeds.append(read["busy"])  # "busy" is rewritten whole when it has at most 2 rows: then the difference
+    sql(lake, "INSERT INTO {t} VALUES (7, 7)", "r")  # changes of r that net to nothing: a run of "kept" that keeps its result
+    sql(lake, "DELETE FROM {t} WHERE g = 7", "r")
+    kept = commit.last_committed(lake, "kept").state_versions["result"]
+    ran = run_view(lake, specs["kept"])
+    assert ran.applied == ("r",) and ran.state_versions["result"] == kept
+    before = commit.last_committed(lake, "per_label").watermarks["kept"]
+    fed.clear()
+    run_view(lake, specs["per_label"])
+    assert commit.last_committed(lake, "per_label").watermarks["kept"] == ran.seq > before
+    assert [(name, frame.count()) for name, frame in fed] == [("kept", 0)]  # the feed of no versions: nothing, no difference read
+    assert audit(lake, specs["per_label"]).ok
     assert any(feeds), feeds
     assert {commit.last_committed(lake, name).kind for name in ("kept", "busy")} <= {"first_order", "fivm"}
 

@@ -200,6 +200,11 @@ def _from_change_feed(lake: Lake, spec: ViewSpec, watermark: int, head: int, col
     since, until = (r.state_versions.get("result") for r in (runs[0], runs[-1]))
     if not hasattr(maintainer, "result_changes") or since is None or until is None or until < since:
         return None
+    if until == since:  # runs that left the result as it was (their changes netted to nothing): no change
+        types = lake.schema_at(path, until)
+        if any(c not in types for c in columns):
+            return None
+        return lake.spark.createDataFrame([], ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint")
     history = storage.history(path, since, until)
     if len(history) != until - since or not all(_feeds(commit) for commit in history):
         return None
