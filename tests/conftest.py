@@ -16,7 +16,7 @@ def pytest_configure(config):
 
     if not config.option.basetemp:
         config.option.basetemp = config._lakeivm_basetemp = tempfile.mkdtemp(prefix="lakeivm-pytest-")
-    os.environ.setdefault("LAKEIVM_CACHE", os.path.join(config.option.basetemp, "cache"))  # kept specs: not the user's
+    os.environ.setdefault("LAKEIVM_SPEC_CACHE", os.path.join(config.option.basetemp, "specs"))  # kept specs: not the user's
 
 
 def pytest_sessionfinish(session, exitstatus):

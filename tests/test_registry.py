@@ -203,7 +203,7 @@ def test_a_folder_s_specs_are_kept_between_commands_and_a_hit_parses_no_sql(tmp_
     from lakeivm.fingerprint import fingerprint
     from lakeivm.spec import cached_specs
 
-    monkeypatch.setenv("LAKEIVM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LAKEIVM_SPEC_CACHE", str(tmp_path / "cache"))
     views = tmp_path / "views"
     views.mkdir()
     (views / "a.yaml").write_text("name: a\ndeadline: 30s\nsql: SELECT g, SUM(x) AS s FROM t GROUP BY g\n")
@@ -232,7 +232,7 @@ def test_kept_specs_that_read_the_lake_are_loaded_again_when_its_tables_change(t
 
     from lakeivm.spec import cached_specs
 
-    monkeypatch.setenv("LAKEIVM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LAKEIVM_SPEC_CACHE", str(tmp_path / "cache"))
     views, lake = tmp_path / "views", tmp_path / "lake"
     views.mkdir()
     shutil.copy(SCHEMAS / "views-tpch" / "tpch_q20.yaml", views)

@@ -44,7 +44,7 @@ def pending_rows(lake: Lake, table: str, watermark: int, head: int, path: str | 
         return upstream.pending_rows(lake, lake.upstreams[table], watermark, head)
     if head <= watermark:
         return 0
-    return sum(_cdf_rows(row["operationMetrics"] or {}) for row in _history(lake, table, watermark, head, path))
+    return sum(_cdf_rows(row["operationMetrics"] or {}) for row in history(lake, table, watermark, head, path))
 
 
 def pending_age_seconds(lake: Lake, table: str, watermark: int, head: int) -> float:
@@ -53,10 +53,10 @@ def pending_age_seconds(lake: Lake, table: str, watermark: int, head: int) -> fl
 
     if table in lake.upstreams:
         return upstream.pending_age_seconds(lake, lake.upstreams[table], watermark, head)
-    history = _history(lake, table, watermark, head)
-    if not history:
+    commits = history(lake, table, watermark, head)
+    if not commits:
         return 0.0
-    oldest = min(row["timestamp"] for row in history)
+    oldest = min(row["timestamp"] for row in commits)
     return max(0.0, (datetime.now(timezone.utc) - oldest).total_seconds())
 
 
@@ -73,8 +73,8 @@ def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: I
         )
     if head == watermark:
         return
-    history = _history(lake, table, watermark, head, path)
-    versions = {int(r["version"]) for r in history}
+    commits = history(lake, table, watermark, head, path)
+    versions = {int(r["version"]) for r in commits}
     missing = set(range(watermark + 1, head + 1)) - versions
     if missing:
         raise ChangeRangeError(
@@ -82,7 +82,7 @@ def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: I
             "(log retention); its changes cannot be read. Rebuild the view from a snapshot, and raise "
             "delta.logRetentionDuration or refresh more often."
         )
-    for row in sorted(history, key=lambda r: r["version"]):
+    for row in sorted(commits, key=lambda r: r["version"]):
         _check_commit(table, row)
     before, after = lake.schema_at(path, watermark), lake.schema_at(path, head)
     for column in columns:
@@ -154,8 +154,8 @@ def _read_small_delta(lake: Lake, table: str, watermark: int, head: int, columns
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
-    history = _history(lake, table, watermark, head, path)
-    unknown = any(not row["operationMetrics"] and row["operation"] not in _NO_ROWS for row in history)
+    commits = history(lake, table, watermark, head, path)
+    unknown = any(not row["operationMetrics"] and row["operation"] not in _NO_ROWS for row in commits)
     if not columns or unknown or pending_rows(lake, table, watermark, head, path) > SMALL_DELTA_ROWS:
         return None
     types = lake.schema_at(path, head)
@@ -198,7 +198,7 @@ def net(changes: Iterable[tuple[Mapping[str, object], str]]) -> dict[tuple, int]
     return {k: m for k, m in totals.items() if m != 0}
 
 
-def _history(lake: Lake, table: str, watermark: int, head: int, path: str | None = None) -> list:
+def history(lake: Lake, table: str, watermark: int, head: int, path: str | None = None) -> list:
     """Commits (watermark, head] of ``table`` (at ``path``), read from its commit files in this
     process (no Spark job); cached on the lake (committed versions never change)."""
     path = path or lake.table_path(table)

@@ -52,6 +52,12 @@ class Settings:
         return replace(self, **changes)
 
 
+def cache_home() -> Path:
+    """Where lakeivm keeps what it can fetch or compute again (``~/.cache/lakeivm``): Delta's JARs, the
+    class-data archive, the kept specs."""
+    return Path.home() / ".cache" / "lakeivm"
+
+
 def lakeivm_home() -> Path:
     """lakeivm's own folder on this machine (``LAKEIVM_HOME``, default ``~/.lakeivm``): the Connect
     server's pid file and log, kept error traces."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from lakeivm.config import Settings, load_settings
+from lakeivm.config import Settings, cache_home, load_settings
 from lakeivm.errors import LakeIVMError
 from lakeivm.processes import listening as accepts
 
@@ -290,7 +290,7 @@ def class_archive() -> Path:
     import pyspark
 
     key = hashlib.sha1(str(pyspark_jars()).encode()).hexdigest()[:12]
-    return Path.home() / ".cache" / "lakeivm" / "cds" / f"spark-{pyspark.__version__}-{key}.jsa"
+    return cache_home() / "cds" / f"spark-{pyspark.__version__}-{key}.jsa"
 
 
 def class_archive_options() -> str:
@@ -379,7 +379,7 @@ def jars_folder(settings: Settings) -> Path:
     name, extra = DELTA_PACKAGE.replace(":", "_"), packages(settings)[1:]
     if extra:
         name += "+" + hashlib.sha1(",".join(sorted(extra)).encode()).hexdigest()[:10]
-    return Path.home() / ".cache" / "lakeivm" / "jars" / name
+    return cache_home() / "jars" / name
 
 
 def delta_jars(settings: Settings) -> list[str]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lakeivm.config import SCHEMAS
+from lakeivm.config import SCHEMAS, cache_home
 from lakeivm.errors import SpecError, UnknownView
 
 SCHEMA_PATH = SCHEMAS / "view.schema.json"
@@ -105,7 +105,7 @@ CACHE_DAYS = 7  # a cached folder not loaded for this long is removed (tests mak
 
 
 def cached_specs(folder: str | Path, lake: str | None = None) -> Specs:
-    """``registry.load_specs(folder, lake)``, kept between commands in ``<cache>/specs`` (``cache_dir``):
+    """``registry.load_specs(folder, lake)``, kept between commands (``specs_cache``):
     one file per folder, valid while the folder's spec files and lakeivm's own code are byte for
     byte and file for file what they were, and the lake's tables' columns where loading them read
     those (a correlated subquery is split by them: ``registry.with_derived_views``). With it go the
@@ -114,7 +114,7 @@ def cached_specs(folder: str | Path, lake: str | None = None) -> Specs:
 
     folder = Path(folder)
     key = _folder_key(folder, lake)
-    entry = cache_dir() / "specs" / f"{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:24]}.pickle"
+    entry = specs_cache() / f"{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:24]}.pickle"
     try:
         stored_key, specs, normalized = pickle.loads(entry.read_bytes())
         if stored_key == key and (specs.lake_schemas is None or storage.lake_table_schemas(str(lake)) == specs.lake_schemas):
@@ -131,11 +131,9 @@ def cached_specs(folder: str | Path, lake: str | None = None) -> Specs:
     return specs
 
 
-def cache_dir() -> Path:
-    """lakeivm's cache folder: ``$LAKEIVM_CACHE``, else ``$XDG_CACHE_HOME/lakeivm``, else ``~/.cache/lakeivm``."""
-    if os.environ.get("LAKEIVM_CACHE"):
-        return Path(os.environ["LAKEIVM_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lakeivm"
+def specs_cache() -> Path:
+    """Where kept specs go: ``$LAKEIVM_SPEC_CACHE``, else ``specs`` in lakeivm's cache (``config.cache_home``)."""
+    return Path(os.environ["LAKEIVM_SPEC_CACHE"]) if os.environ.get("LAKEIVM_SPEC_CACHE") else cache_home() / "specs"
 
 
 def _folder_key(folder: Path, lake: str | None) -> str:

@@ -23,7 +23,6 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from lakeivm import storage
 from lakeivm.errors import ChangeRangeError, StateError
 from lakeivm.lake import MULTIPLICITY
 
@@ -193,25 +192,24 @@ def _from_change_feed(lake: Lake, spec: ViewSpec, watermark: int, head: int, col
     from lakeivm.engine import reader
 
     runs = [run_at(lake, spec, watermark), *_runs(lake, spec, watermark, head)]
-    if not READ_FEED or any(not _of_current_definition(r, spec) or r.kind != runs[-1].kind for r in runs):
-        return None
-    ctx, maintainer = reader(lake, spec, runs[-1])
-    path = maintainer.state_tables(ctx)["result"]
     since, until = (r.state_versions.get("result") for r in (runs[0], runs[-1]))
-    if not hasattr(maintainer, "result_changes") or since is None or until is None or until < since:
+    if (not READ_FEED or since is None or until is None or until < since
+            or any(not _of_current_definition(r, spec) or r.kind != runs[-1].kind for r in runs)):
         return None
+    ctx, maintainer = reader(lake, spec, runs[-1])  # the upstream's SQL classified: only once the log allows the feed
+    if not hasattr(maintainer, "result_changes"):
+        return None
+    path = maintainer.state_tables(ctx)["result"]
     if until == since:  # runs that left the result as it was (their changes netted to nothing): no change
         types = lake.schema_at(path, until)
         if any(c not in types for c in columns):
             return None
         return lake.spark.createDataFrame([], ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint")
-    history = storage.history(path, since, until)
-    if len(history) != until - since or not all(_feeds(commit) for commit in history):
+    label = f"view {spec.name}'s result"
+    if not all(_feeds(commit) for commit in changes.history(lake, label, since, until, path)):  # read_counted reuses it
         return None
-    try:
-        stored = list(lake.schema_at(path, until))
-        label = f"view {spec.name}'s result"
-        rows, _ = changes.read_counted(lake, label, since, until, stored, path=path)
+    try:  # read_counted checks the range (a commit gone, the feed off, a column changed) and raises ChangeRangeError
+        rows, _ = changes.read_counted(lake, label, since, until, list(lake.schema_at(path, until)), path=path)
         seen = maintainer.result_changes(ctx, rows)
         if seen is None or any(c not in seen.columns for c in columns):
             return None
