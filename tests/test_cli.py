@@ -148,6 +148,15 @@ def test_explain_and_status_say_why_a_view_is_recomputed_in_full(lake, spark, tm
         "query's only join, and a FULL JOIN that is its first, followed by inner joins only, are maintained incrementally."]
     assert main([*common, "explain", "by_g"]) == 0
     assert capsys.readouterr().out.startswith("by_g: refresh policy auto: incremental, kind fivm\n")
+    (folder / "ranked.yaml").write_text("name: ranked\nsql: SELECT SUM(r.x) AS v FROM r WHERE (SELECT COUNT(*) FROM r AS r2 "
+                                        "WHERE r2.x <= r.x) > 1\ndeadline: 60s\n")
+    assert main([*common, "explain", "ranked"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [out[0], out[-1]] == [
+        "ranked: refresh policy auto: incremental, kind nested",
+        "nested, the general algorithm (RPAI §4.2): r's rows summed per (x), 2 sums besides the count; subquery 1: "
+        "x <= outer x. Each commit's result sweeps the distinct keys (the shipped shapes VWAP, Example 2.1, MST, PSP "
+        "and TPC-H Q17 keep O(log n) indexes instead)"]
     assert main([*common, "refresh", "left_rows"]) == 0
     capsys.readouterr()
     assert main([*common, "status"]) == 0

@@ -292,6 +292,13 @@ def _explain(args, settings: Settings) -> int:
         from lakeivm.views.fivm.plan import build_plan, describe
 
         print(describe(build_plan(choice.query, spec.options)))
+    elif choice.kind == "nested":
+        from lakeivm.views.nested.general import describe as describe_general
+        from lakeivm.views.nested.shape import nested_shape
+
+        shape = nested_shape(choice.query)
+        print(describe_general(shape.plan) if shape.plan is not None else
+              f"nested, the shipped shape {shape.name} (RPAI §4.3-4.7): an ordered aggregate index, O(log n) per change")
     elif choice.kind == "first_order" and (reason := why_not_fivm(spec, choice.query)):
         print(f"not fivm: {reason}")
     return 0

@@ -126,20 +126,30 @@ def _decorrelated(spec: ViewSpec, sql: str, bodies: dict[str, str], name_of: Cal
     there yet), that split unchanged."""
     try:
         tables = schemas()
-        if not set(referenced_tables(spec.sql)) <= set(tables) or _incremental(replace(spec, sql=sql), tables):
+        if not set(referenced_tables(spec.sql)) <= set(tables):
             return sql, bodies
-        return decorrelated_views(spec.sql, name_of, tables, (sql, bodies))
+        as_written = _incremental_kind(replace(spec, sql=sql), tables)
+        if as_written not in (None, GENERAL_NESTED):
+            return sql, bodies
+        split = decorrelated_views(spec.sql, name_of, tables, (sql, bodies))
+        if as_written == GENERAL_NESTED and compares_with_subquery(split[0]):
+            return sql, bodies  # a subquery stays in place: the general nested algorithm keeps the SQL whole
+        return split
     except Exception:  # noqa: BLE001 -- a lake or a query this cannot read: the spec loads as without it
         return sql, bodies
 
 
-def _incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> bool:
-    """Whether ``spec``'s SQL as it stands has an incremental kind over ``schemas``."""
+GENERAL_NESTED = "nested/general"
+
+
+def _incremental_kind(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> str | None:
+    """``spec``'s incremental kind over ``schemas`` as its SQL stands (``GENERAL_NESTED`` for the nested kind's
+    general algorithm, which a decorrelated split beats: its sweep costs the distinct keys per commit), or None."""
     try:
-        _classify_incremental(spec, schemas)
-        return True
+        kind, query = _classify_incremental(spec, schemas)
     except LakeIVMError:
-        return False
+        return None
+    return GENERAL_NESTED if kind == "nested" and nested_shape(query).name == "general" else kind
 
 
 def derived_specs(spec: ViewSpec) -> list[ViewSpec]:
@@ -326,8 +336,13 @@ def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str
                                "remove the option.")
     if kind == "join_sample":
         plan_sample(query, spec.options, spec.source)  # raises UnsupportedQuery naming the construct
-    if kind == "nested" and nested_shape(query) is None:
-        raise UnsupportedQuery(f"{spec.source}: kind nested: {diagnose(query)}.")
+    if kind == "nested":
+        shape = nested_shape(query)
+        if shape is None:
+            raise UnsupportedQuery(f"{spec.source}: kind nested: {diagnose(query)}.")
+        inexact = shape.plan.inexact(schemas.get(shape.plan.table, {})) if shape.plan is not None else None
+        if inexact:
+            raise UnsupportedQuery(f"{spec.source}: kind nested: {inexact}.")
     if spec.upstreams and kind not in GROUP_KINDS:
         raise UnsupportedQuery(f"{spec.source}: a view over views ({', '.join(spec.upstreams)}) is maintained by kinds first_order "
                                f"and fivm, not by kind {kind}; under refresh_policy auto it is recomputed in full.")

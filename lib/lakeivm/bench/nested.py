@@ -12,8 +12,12 @@ VWAP after every event. Measured side by side, pure Python, on the same events:
   (numpy over the live rows: sort by price, cumulative volume, cut, sum): O(N log N) per version.
 * ``delta_rule``: DBToaster's first-order maps with the comparison re-tested for every distinct
   price (:class:`~lakeivm.views.nested.naive.DeltaRuleVwap`): O(G^2) per version.
+* ``general``: the nested kind's general algorithm (:mod:`lakeivm.views.nested.general`, RPAI
+  §4.2), which a query of the class that no shipped shape matches gets, run on VWAP's SQL: its
+  per-price sums loaded as the maintainer does, then per version a sweep of the G prices with the
+  subquery's prefix sums: O(G log G) per version.
 
-The two baselines are timed on the first ``--sample`` versions and extrapolated linearly to all E
+The baselines (all but the index) are timed on the first ``--sample`` versions and extrapolated linearly to all E
 (the JSON says which numbers are extrapolated); their results are checked against the index's on
 those versions. JSON + PNG under ``--out``.
 
@@ -94,7 +98,8 @@ def main(argv: list[str], settings: Settings) -> int:
     for run in results["runs"]:
         print(f"N={run['book_rows']:>8} G={run['distinct_prices']:>6}: index {run['seconds']['index']:.2f}s, "
               f"recompute {run['seconds']['recompute']:.1f}s (x{run['speedup']['recompute']:.0f}), "
-              f"delta rule {run['seconds']['delta_rule']:.1f}s (x{run['speedup']['delta_rule']:.0f})")
+              f"delta rule {run['seconds']['delta_rule']:.1f}s (x{run['speedup']['delta_rule']:.0f}), "
+              f"general algorithm {run['seconds']['general']:.1f}s (x{run['speedup']['general']:.0f})")
     return 0
 
 
@@ -140,17 +145,57 @@ def _one_size(size: int, events: int, sample: int, seed: int) -> dict:
     t0 = time.perf_counter()
     rule_results = [rule.apply_all([e]) for e in stream[:sample]]
     rule_seconds = time.perf_counter() - t0
-    assert recompute_results == expected[:sample] == rule_results, "a baseline disagrees with the index"
+    general_seconds, general_results = _general(book, stream[:sample])
+    assert recompute_results == expected[:sample] == rule_results == general_results, "a baseline disagrees with the index"
     scale = len(stream) / len(stream[:sample])
-    seconds = {"index": index_seconds, "recompute": recompute_seconds * scale, "delta_rule": rule_seconds * scale}
+    seconds = {"index": index_seconds, "recompute": recompute_seconds * scale, "delta_rule": rule_seconds * scale,
+               "general": general_seconds * scale}
     return {
         "book_rows": len(book), "distinct_prices": len(sums), "events": len(stream),
         "seconds": seconds, "index_load_seconds": load_seconds,
-        "extrapolated": {"recompute": scale != 1, "delta_rule": scale != 1},
-        "measured_versions": {"index": len(stream), "recompute": sample, "delta_rule": sample},
-        "speedup": {m: seconds[m] / seconds["index"] for m in ("recompute", "delta_rule")},
+        "extrapolated": {"recompute": scale != 1, "delta_rule": scale != 1, "general": scale != 1},
+        "measured_versions": {"index": len(stream), "recompute": sample, "delta_rule": sample, "general": sample},
+        "speedup": {m: seconds[m] / seconds["index"] for m in ("recompute", "delta_rule", "general")},
         "non_null_results": sum(r is not None for r in expected),
     }
+
+
+def _general(book: list, stream: list) -> tuple[float, list]:
+    """Per version: VWAP by the general algorithm (its plan of VWAP's SQL); the per-price sums loaded
+    first, as the maintainer loads its index (included). Each row's term values (the plan's SQL, run
+    by SQLite once per distinct row) are not timed: the maintainer reads them with the change feed."""
+    import sqlite3
+
+    import sqlglot
+
+    from lakeivm.sql import DIALECT, parse_query
+    from lakeivm.views.nested.general import General, RowEvent, general_plan
+    from lakeivm.views.nested.queries import VWAP_SQL
+
+    plan = general_plan(parse_query(VWAP_SQL, {"bids": {"broker_id": "bigint", "price": "bigint", "volume": "bigint"}}))
+    assert plan.keys == ("price",), plan.keys
+    distinct = sorted({(e.row.price, e.row.volume) for e in [*book, *stream]})
+    terms_sql = sqlglot.transpile(f"SELECT price, volume, {', '.join(sql for _, sql in plan.terms)} FROM bids",
+                                  read=DIALECT, write="sqlite")[0]
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE bids (price, volume)")
+    con.executemany("INSERT INTO bids VALUES (?, ?)", distinct)
+    terms = {(r[0], r[1]): tuple(r[2:]) for r in con.execute(terms_sql)}
+    with _no_gc():
+        t0 = time.perf_counter()
+        sums: dict = {}
+        for e in book:
+            cell = sums.setdefault((e.row.price,), [0] * len(plan.sums))
+            for i, value in enumerate((1, *terms[(e.row.price, e.row.volume)])):
+                cell[i] += value
+        general = General(plan)
+        general.load("bids", sums.items())
+        out = []
+        for e in stream:
+            general.apply(RowEvent((e.row.price,), terms[(e.row.price, e.row.volume)], e.sign))
+            (row,) = general.result()
+            out.append(None if row[0] is None else int(row[0]))
+        return time.perf_counter() - t0, out
 
 
 def _recompute(book: list, stream: list) -> tuple[float, list]:
@@ -196,13 +241,13 @@ def _plot(results: dict, path: Path) -> None:
     runs = results["runs"]
     sizes = [r["book_rows"] for r in runs]
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for method, marker in (("index", "o"), ("recompute", "s"), ("delta_rule", "^")):
+    for method, marker in (("index", "o"), ("recompute", "s"), ("delta_rule", "^"), ("general", "D")):
         ax.plot(sizes, [r["seconds"][method] for r in runs], marker=marker, label=method)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("book rows (bids)")
     ax.set_ylabel(f"seconds for {results['events_per_batch']} per-version results")
-    ax.set_title("VWAP per version: ordered index vs recompute vs delta rule")
+    ax.set_title("VWAP per version: ordered index vs recompute, delta rule, general algorithm")
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()

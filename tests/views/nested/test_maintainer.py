@@ -130,6 +130,50 @@ def test_order_book_views_emit_the_sql_result_for_every_version(lake, spark):
     assert [tuple(r) for r in prepare(lake, specs[1])[1].result(prepare(lake, specs[1])[0]).collect()] == [(None,)]
 
 
+GENERAL = {  # the paper's class beyond the shipped shapes: the general algorithm (views/nested/general.py)
+    "both_correlated": "SELECT b.broker_id, COUNT(*) AS n, SUM(b.volume) AS v FROM bids b WHERE (SELECT SUM(b3.volume) "
+                       "FROM bids b3 WHERE b3.broker_id = b.broker_id) < 2 * (SELECT COUNT(*) FROM bids b2 "
+                       "WHERE b2.price < b.price) GROUP BY b.broker_id",
+    "filtered_or": "SELECT SUM(b.price * b.volume) AS pv, AVG(b.volume) AS av FROM bids b WHERE (SELECT COUNT(*) "
+                   "FROM bids b2 WHERE b2.volume >= b.volume AND b2.price > 10.01) > 2 OR b.price = 10.00",
+    "negative_constant": "SELECT SUM(b.price * b.volume) / 7 AS r FROM bids b WHERE -0.5 * (SELECT SUM(b1.volume) "
+                         "FROM bids b1) < (SELECT SUM(b2.volume) FROM bids b2 WHERE b2.price > b.price)",
+}
+
+
+@pytest.mark.heavy(60)
+@pytest.mark.parametrize("state", ["local", "spark"])
+def test_general_nested_views_emit_the_sql_result_for_every_version(lake, spark, monkeypatch, state):
+    """Queries of the paper's class that no shipped shape matches, evaluated by the general algorithm:
+    every emission equals Spark running the SQL on its version, after inserts, deletes, updates and a
+    crash, with the index kept by delta-rs in this process or (LOCAL_STATE_ROWS -1) MERGEd by Spark."""
+    from lakeivm.views.nested.shape import nested_shape
+
+    if state == "spark":
+        monkeypatch.setattr("lakeivm.views.state.LOCAL_STATE_ROWS", -1)
+    rng = random.Random(7)
+    lake.create_table("bids", spark.createDataFrame(book_rows(rng, 14), BOOK_DDL))
+    specs = [spec_from_dict({"refresh_policy": "incremental", "name": name, "sql": text, "deadline": 60})
+             for name, text in GENERAL.items()]
+    for spec in specs:
+        assert run_view(lake, spec).kind == "nested"
+        assert nested_shape(prepare(lake, spec)[0].query).name == "general"
+    for _ in range(2):
+        for _ in range(2):
+            change_book(lake, rng, "bids")
+        for spec in specs:
+            run_view(lake, spec)
+    change_book(lake, rng, "bids")
+    with pytest.raises(InjectedFailure):
+        run_view(lake, specs[0], fail_at="flush:index_bids")
+    for spec in specs:
+        run_view(lake, spec)
+        assert audit(lake, spec).ok
+        order = check_series(lake, spec)
+        assert order[-1] == {"bids": lake.head_version(lake.table_path("bids"))}
+        check_index(lake, spec)
+
+
 Q17_DDL = ("l_orderkey bigint, l_partkey bigint, l_quantity decimal(15,2), l_extendedprice decimal(15,2)",
            "p_partkey bigint, p_brand string, p_container string")
 

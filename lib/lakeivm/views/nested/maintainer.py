@@ -51,6 +51,7 @@ from lakeivm.errors import ChangeRangeError, StateError
 from lakeivm.sql import MULTIPLICITY, recompute_sql
 from lakeivm.views.base import Context
 from lakeivm.views.nested.evaluators import Example21, Mst, Psp, Q17, Vwap
+from lakeivm.views.nested.general import General, RowEvent
 from lakeivm.views.nested.events import BookRow, Event, LineitemRow, PartRow
 from lakeivm.views.nested.partitioned import (BEFORE, BID_EVENT, BID_STATE, LINE_EVENT, LINE_STATE, PART_EVENT, PART_STATE,
                                               broker_steps, contribution_steps)
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType, StructType
 
-EVALUATORS = {"example_2_1": Example21, "vwap": Vwap, "mst": Mst, "psp": Psp, "q17": Q17}
+EVALUATORS = {"example_2_1": Example21, "vwap": Vwap, "mst": Mst, "psp": Psp, "q17": Q17, "general": General}
 ROW_TYPES = {"bids": BookRow, "asks": BookRow, "lineitem": LineitemRow, "part": PartRow}
 SEQ, EMPTY = "_lakeivm_seq", "_lakeivm_empty"
 PRECISION = 100  # decimal digits for the driver-side sums (Spark's DECIMAL stops at 38)
@@ -155,10 +156,10 @@ class NestedMaintainer:
         columns = shape.columns[role]
         index = self._tables(ctx)[table]
         if self._local(ctx):
-            frame = read_versions(ctx, table, start, until, list(columns.values()), local=True)  # Arrow: no Spark job after
+            frame = read_versions(ctx, table, start, until, row_values(shape, role), local=True)  # Arrow: no Spark job after
             index.add(index_delta(shape, table, frame, index.stored_arrow().schema))
         else:
-            frame = read_versions(ctx, table, start, until, list(columns.values()))
+            frame = read_versions(ctx, table, start, until, row_values(shape, role))
             index.add(ctx.spark.sql(_delta_state_sql(shape, table, _temp(frame, f"lakeivm_{ctx.view}_{table}_cdf"))))
         self._read_to[table] = until
         if shape.name in PARTITIONED:
@@ -435,7 +436,9 @@ class NestedMaintainer:
         shape, schema = _shape(ctx), self._output_schema(ctx)
         versions = tuple(self._progress[t] for t in ctx.query.tables)
         types = {f.name: f.dataType for f in schema.fields}
-        if shape.group_output is None:
+        if shape.plan is not None:
+            rows = [dict(zip(shape.outputs, r)) for r in value]
+        elif shape.group_output is None:
             rows = [{shape.outputs[0]: value}]
         else:
             (measure,) = [o for o in shape.outputs if o != shape.group_output]
@@ -474,7 +477,7 @@ class NestedMaintainer:
             shape = _shape(ctx)
             self._index = {}
             for table in ctx.query.tables:
-                keys, sums = EVALUATORS[shape.name].STATE[shape.role_of(table)]
+                keys, sums = layout(shape, shape.role_of(table))
                 self._index[table] = AdditiveTable(ctx.lake, ctx.lake.view_path(ctx.view, f"index/{table}"),
                                                    keys, tuple(sum_name(s) for s in sums), local_rows=state.LOCAL_STATE_ROWS)
         return self._index
@@ -482,8 +485,26 @@ class NestedMaintainer:
 
 # -- pure helpers ---------------------------------------------------------------------------------
 def make_evaluator(shape: NestedShape) -> Any:
-    """The evaluator of ``shape`` with its bound constants."""
+    """The evaluator of ``shape`` with its bound constants (the ``general`` shape: with its plan)."""
+    if shape.plan is not None:
+        return General(shape.plan)
     return EVALUATORS[shape.name](**dict(shape.params))
+
+
+def layout(shape: NestedShape, role: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """The index's key fields and per-key sums (products of fields) for ``role``: the evaluator's
+    ``STATE``, or for the ``general`` shape its keys ``k<i>`` and the row count plus each term."""
+    if shape.plan is not None:
+        return tuple(f"k{i}" for i in range(len(shape.plan.keys))), ((), *((name,) for name, _ in shape.plan.terms))
+    return EVALUATORS[shape.name].STATE[role]
+
+
+def row_values(shape: NestedShape, role: str) -> dict[str, str]:
+    """{name in a change frame: its SQL over the table's row}: the shape's columns, or for the ``general``
+    shape its keys and terms (a term is an expression, computed as the feed is read)."""
+    if shape.plan is not None:
+        return {**{f"k{i}": f"`{c}`" for i, c in enumerate(shape.plan.keys)}, **dict(shape.plan.terms)}
+    return {c: f"`{c}`" for c in shape.columns[role].values()}
 
 
 def version_columns(tables: tuple[str, ...]) -> dict[str, str]:
@@ -518,26 +539,27 @@ def to_sql(value: Any, data_type: DataType) -> Any:
 
 def state_sql(shape: NestedShape, table: str, source: str) -> str:
     """Per-key absolute sums of ``table``'s snapshot ``source`` in the evaluator's layout (GROUP BY)."""
-    return _grouped_sql(shape, table, source, "CAST(1 AS BIGINT)")
+    return _grouped_sql(shape, table, source, "CAST(1 AS BIGINT)", row_values(shape, shape.role_of(table)))
 
 
 def _delta_state_sql(shape: NestedShape, table: str, source: str) -> str:
-    return _grouped_sql(shape, table, source, MULTIPLICITY)
+    """The same of a :func:`read_versions` frame, whose columns are the row values already."""
+    return _grouped_sql(shape, table, source, MULTIPLICITY, {c: f"`{c}`" for c in row_values(shape, shape.role_of(table))})
 
 
-def _grouped_sql(shape: NestedShape, table: str, source: str, multiplicity: str) -> str:
+def _grouped_sql(shape: NestedShape, table: str, source: str, multiplicity: str, values: Mapping[str, str]) -> str:
     role = shape.role_of(table)
-    keys, sums = EVALUATORS[shape.name].STATE[role]
+    keys, sums = layout(shape, role)
     columns = shape.columns[role]
-    key_sql = [f"`{columns[k]}` AS `{k}`" for k in keys]
-    sum_sql = [f"SUM({' * '.join([multiplicity, *(f'`{columns[f]}`' for f in s)])}) AS `{sum_name(s)}`" for s in sums]
-    group = ", ".join(f"`{columns[k]}`" for k in keys)
+    key_sql = [f"{values[columns[k]]} AS `{k}`" for k in keys]
+    sum_sql = [f"SUM({' * '.join([multiplicity, *(f'({values[columns[f]]})' for f in s)])}) AS `{sum_name(s)}`" for s in sums]
+    group = ", ".join(values[columns[k]] for k in keys)
     return f"SELECT {', '.join(key_sql + sum_sql)} FROM {source} GROUP BY {group}"
 
 
-def read_versions(ctx: Context, table: str, start: int, end: int, columns: list[str], local: bool = False):
-    """``table``'s changes in (start, end], netted *per commit*: columns, ``_commit_version``, ``_lakeivm_m``;
-    a computed Spark frame, or with ``local`` an Arrow table in this process.
+def read_versions(ctx: Context, table: str, start: int, end: int, values: Mapping[str, str], local: bool = False):
+    """``table``'s changes in (start, end], netted *per commit*: ``values`` (name -> SQL over the row),
+    ``_commit_version``, ``_lakeivm_m``; a computed Spark frame, or with ``local`` an Arrow table in this process.
 
     As :func:`lakeivm.changes.read_delta`, but grouped by commit version too (digest §6.4). The
     engine has already run :func:`lakeivm.changes.check_readable` on every range it advances.
@@ -550,7 +572,9 @@ def read_versions(ctx: Context, table: str, start: int, end: int, columns: list[
     try:
         feed = (lake.spark.read.format("delta").option("readChangeFeed", "true")
                 .option("startingVersion", start + 1).option("endingVersion", end).load(lake.table_path(table)))
-        netted = (feed.select(*columns, "_commit_version", sign.alias(MULTIPLICITY))
+        columns = list(values)
+        netted = (feed.select(*(F.expr(sql).alias(name) for name, sql in values.items()), "_commit_version",
+                              sign.alias(MULTIPLICITY))
                   .groupBy("_commit_version", *columns)
                   .agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
                   .where(F.col(MULTIPLICITY) != 0))
@@ -562,9 +586,15 @@ def read_versions(ctx: Context, table: str, start: int, end: int, columns: list[
 def _events_by_version(shape: NestedShape, table: str, frame) -> dict[int, list[Event]]:
     """A :func:`read_versions` frame or Arrow table as signed events per commit version (on the driver)."""
     role = shape.role_of(table)
-    columns, fields = shape.columns[role], ROW_TYPES[role].__dataclass_fields__
     by_version: dict[int, list[Event]] = {}
     rows = frame.to_pylist() if hasattr(frame, "to_pylist") else [r.asDict() for r in frame.collect()]
+    if shape.plan is not None:
+        keys, (_, *terms) = layout(shape, role)
+        for row in sorted(rows, key=lambda r: r["_commit_version"]):
+            event = RowEvent(tuple(row[k] for k in keys), tuple(row[t] for (t,) in terms), row[MULTIPLICITY])
+            by_version.setdefault(row["_commit_version"], []).append(event)
+        return by_version
+    columns, fields = shape.columns[role], ROW_TYPES[role].__dataclass_fields__
     for row in sorted(rows, key=lambda r: r["_commit_version"]):
         values = {f: row[columns[f]] if f in columns else None for f in fields}
         m = row[MULTIPLICITY]
@@ -579,7 +609,7 @@ def index_delta(shape: NestedShape, table: str, changes, schema):
     import pyarrow as pa
 
     role = shape.role_of(table)
-    keys, sums = EVALUATORS[shape.name].STATE[role]
+    keys, sums = layout(shape, role)
     columns = shape.columns[role]
     values = {f: changes[columns[f]].to_pylist() for f in {*keys, *(f for s in sums for f in s)}}
     summed: dict[tuple, list] = {}
@@ -599,7 +629,7 @@ def index_delta(shape: NestedShape, table: str, changes, schema):
 
 def _state_rows(shape: NestedShape, table: str, rows) -> list[tuple[tuple, tuple]]:
     """An index's rows (an Arrow table) as the evaluator's ``(keys, sums)``."""
-    keys, sums = EVALUATORS[shape.name].STATE[shape.role_of(table)]
+    keys, sums = layout(shape, shape.role_of(table))
     key_columns = [rows[k].to_pylist() for k in keys]
     sum_columns = [rows[sum_name(s)].to_pylist() for s in sums]
     return list(zip(zip(*key_columns), zip(*sum_columns))) if rows.num_rows else []

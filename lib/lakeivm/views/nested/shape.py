@@ -10,8 +10,10 @@ trees unify: every pattern table, column and relation occurrence maps to exactly
 (so any table and column names work), every placeholder to a literal, and ``=``, ``+``, ``*``,
 ``AND``, the order of FROM and of the conjuncts, and the direction of ``<``/``>`` may differ.
 
-Anything nested that matches no pattern gets :func:`diagnose`: an UnsupportedQuery naming the
-first construct outside the class (MIN/MAX, OR, IN/EXISTS, two correlated inequalities, ...).
+A nested query over one table that matches no pattern but is in the paper's class gets the
+``general`` shape (:mod:`lakeivm.views.nested.general`, the general algorithm of §4.2); anything
+else gets :func:`diagnose`: the first construct outside the class (MIN/MAX, IN/EXISTS, two
+correlated inequalities, another table, ...).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from sqlglot import exp
 from sqlglot.optimizer.qualify import qualify
 
 from lakeivm.sql import DIALECT, Query, conjuncts
+from lakeivm.views.nested.general import GeneralPlan, NotInClass, general_plan
 
 BOOK = {"broker_id": "int", "price": "int", "volume": "int"}
 CANONICAL = {
@@ -74,6 +77,7 @@ class NestedShape:
     params: Mapping[str, Any]
     outputs: tuple[str, ...]
     group_output: str | None = field(default=None)
+    plan: GeneralPlan | None = field(default=None)  # the ``general`` shape's plan (:mod:`.general`)
 
     def role_of(self, table: str) -> str:
         """The canonical table the view's ``table`` plays."""
@@ -81,7 +85,8 @@ class NestedShape:
 
 
 def nested_shape(query: Query) -> NestedShape | None:
-    """The shipped shape ``query`` matches, with its bindings; None if it matches none."""
+    """The shipped shape ``query`` matches, with its bindings; else the ``general`` shape if the query is
+    in its class (:mod:`lakeivm.views.nested.general`); None otherwise."""
     if not query.has_subquery:
         return None
     target = _canon(query.tree)
@@ -90,57 +95,32 @@ def nested_shape(query: Query) -> NestedShape | None:
             shape = _shape(name, binding, query)
             if shape is not None:
                 return shape
-    return None
+    try:
+        plan = general_plan(query)
+    except NotInClass:
+        return None
+    names = [f"k{i}" for i in range(len(plan.keys))] + [name for name, _ in plan.terms]
+    return NestedShape("general", {GENERAL_ROLE: plan.table}, {GENERAL_ROLE: {n: n for n in names}}, {},
+                       tuple(o.name for o in query.outputs), None, plan)
+
+
+GENERAL_ROLE = "r"
 
 
 def diagnose(query: Query) -> str:
     """Why a nested ``query`` is outside the shapes the nested kind maintains (the first reason found)."""
     tree = query.tree
-    subqueries = list(tree.find_all(exp.Subquery))
     for node in tree.find_all(exp.In, exp.Exists):
         if node.find(exp.Select):
             return f"{node.key.upper()} with a subquery ({_short(node)}) is not a nested aggregate comparison; rewrite it as a join"
-    for sub in subqueries:
+    for sub in tree.find_all(exp.Subquery):
         if sub.find_ancestor(exp.Where) is None:
             return f"a subquery outside WHERE ({_short(sub)}); only WHERE may compare with a nested aggregate"
-        inner = sub.this
-        if not isinstance(inner, exp.Select) or len(inner.expressions) != 1 or not inner.find(exp.AggFunc):
-            return f"the subquery {_short(sub)} is not a single aggregate"
-        for agg in inner.find_all(exp.AggFunc):
-            if isinstance(agg, (exp.Min, exp.Max)):
-                return (f"the nested aggregate {agg.sql(DIALECT)} is not streamable under deletes (paper §4.3: only "
-                        "SUM, COUNT and AVG); use SUM, COUNT or AVG")
-        for key in ("group", "having", "order", "limit"):
-            if inner.args.get(key):
-                return f"{key.upper()} inside the subquery {_short(sub)}"
-        if inner.find(exp.Subquery):
-            return f"a nested aggregate inside a nested aggregate ({_short(sub)}; the paper's NQ1/NQ2 shapes)"
-        outer_tables = {t.name for t in _tables_of(tree)}
-        for table in _tables_of(inner):
-            if table.name not in outer_tables:
-                return f"the subquery {_short(sub)} reads {table.name!r}, a table the outer query does not read"
-        correlated = [c for c in conjuncts(inner.args.get("where")) if _is_correlated(c, inner)]
-        inequalities = [c for c in correlated if isinstance(c, (exp.LT, exp.LTE, exp.GT, exp.GTE))]
-        others = [c for c in correlated if not isinstance(c, (exp.EQ, exp.LT, exp.LTE, exp.GT, exp.GTE))]
-        if others:
-            return f"the correlation {others[0].sql(DIALECT)} is neither an equality nor one inequality"
-        if len(inequalities) > 1:
-            return (f"the subquery {_short(sub)} is correlated by {len(inequalities)} inequalities; "
-                    "only one inequality (a range of groups) is supported")
-        for c in correlated:
-            if not (isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column)):
-                return f"the correlation {c.sql(DIALECT)} compares expressions, not columns (the paper's SQ2 shape)"
-    where = tree.args.get("where")
-    for node in (where.find_all(exp.Or) if where else ()):
-        if node.find(exp.Subquery):
-            return f"OR around a nested aggregate ({_short(node)}); split the view into one per branch"
-    for conjunct in conjuncts(where):
-        subs = list(conjunct.find_all(exp.Subquery))
-        if len(subs) == 2 and all(_is_correlated_subquery(s) for s in subs):
-            return f"both sides of {_short(conjunct)} are correlated (the paper's SQ1 shape)"
-    return ("this nested shape is in the paper's class but no evaluator is shipped for it: the nested kind "
-            "maintains Example 2.1, VWAP, MST, PSP and TPC-H Q17 (lakeivm.views.nested.queries) with any table "
-            "and column names and any positive constants")
+    try:
+        general_plan(query)
+    except NotInClass as err:
+        return str(err)
+    return "the query is in the general class but was not recognized; please report it"
 
 
 # -- unification -----------------------------------------------------------------------------------
@@ -323,16 +303,6 @@ def _source_of(column: exp.Column) -> exp.Table | None:
                 return table
         scope = scope.find_ancestor(exp.Select)
     return None
-
-
-def _is_correlated(node: exp.Expression, inner: exp.Select) -> bool:
-    own = {id(t) for t in _tables_of(inner)}
-    return any(_source_of(c) is not None and id(_source_of(c)) not in own for c in node.find_all(exp.Column))
-
-
-def _is_correlated_subquery(sub: exp.Subquery) -> bool:
-    inner = sub.this
-    return isinstance(inner, exp.Select) and any(_is_correlated(c, inner) for c in conjuncts(inner.args.get("where")))
 
 
 def _short(node: exp.Expression, width: int = 90) -> str:
