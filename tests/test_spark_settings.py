@@ -87,12 +87,13 @@ def test_a_remote_where_no_server_listens_is_refused_at_once_naming_the_fix():
 
 def test_a_session_in_this_process_shows_nothing_on_the_console(tmp_path):
     """The JVM's stderr reaches the console, but for its one line of its own at every start
-    (``WARNING: Using incubator modules``, Spark 4.2's launcher adds the module): a child process
-    starting Spark in-process prints nothing else than what it prints."""
+    (``WARNING: Using incubator modules``, Spark 4.2's launcher adds the module) and the AWS SDK
+    bundle's ``SLF4J:`` lines: a child process starting Spark in-process prints nothing else than what it prints."""
     script = ("from lakeivm.config import Settings\n"
               "from lakeivm.spark import get_spark\n"
               "spark = get_spark(Settings(lake='lake', spark_master='local[1]'))\n"
               "print(spark.range(3).count())\n"
+              "spark.sparkContext._jvm.java.lang.System.err.println('SLF4J: Failed to load class \"org.slf4j.impl.StaticLoggerBinder\".')\n"
               "spark.sparkContext._jvm.java.lang.System.err.println('a line of the JVM')\n"  # still forwarded
               "import time; time.sleep(0.5)\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=600,

@@ -101,14 +101,15 @@ def get_spark(settings: Settings | None = None, app_name: str = "lakeivm") -> Sp
     return spark
 
 
-JVM_NOISE = (b"WARNING: Using incubator modules: jdk.incubator.vector",)
+JVM_NOISE = (b"WARNING: Using incubator modules: jdk.incubator.vector",
+             b"SLF4J: ")  # the AWS SDK bundle's shaded SLF4J finding no binding (s3a:// lakes): three lines a start
 
 
 def _start_jvm(options: dict[str, str]) -> None:
     """Start this process's JVM as pyspark's session builder would (``launch_gateway`` of the same
     settings), its stderr forwarded line by line to ours but for JVM_NOISE: Spark 4.2's launcher adds
     ``--add-modules=jdk.incubator.vector`` to every JVM it starts, and the JVM announces it on stderr
-    at every start, a line that is not lakeivm's to show. Nothing to do under spark-submit (its JVM
+    at every start, a line that is not lakeivm's to show; so are the AWS SDK bundle's SLF4J lines. Nothing to do under spark-submit (its JVM
     runs already) or when this process has a SparkContext."""
     from subprocess import PIPE
 
