@@ -49,3 +49,14 @@ def test_a_build_within_the_probe_ratio_asks_for_a_probe_once_and_the_probe_deci
     assert full_seconds([BUILD, probed], "fivm")[0] == 1.5  # the probe + the run's shared 1.0 s
     mode = choose_mode([BUILD, probed], "fivm", 2.0, in_full=False)
     assert mode.full and not mode.probe and "a probe" in mode.reason
+
+
+def test_auto_leaves_incremental_only_for_a_recompute_predicted_clearly_cheaper():
+    """A recompute within SWITCH_GAIN of the incremental prediction is noise, and switching to it may cost a
+    full run and a rebuild back: auto stays."""
+    from lakeivm.planning.auto import SWITCH_GAIN
+
+    history = [BUILD, INCREMENTAL, row("full", "refresh", 1.0)]  # a recompute measured at 1.0 s
+    close = choose_mode(history, "fivm", 1.0 / (1 - SWITCH_GAIN) - 0.01, in_full=False)
+    assert not close.full and "not worth a switch" in close.reason
+    assert choose_mode(history, "fivm", 1.0 / (1 - SWITCH_GAIN) + 0.01, in_full=False).full

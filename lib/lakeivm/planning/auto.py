@@ -17,7 +17,11 @@ the view's own maintenance log, never from a guess in code:
 
 A full run leaves the incremental state behind (recovery removes it at the next run), so going
 back costs a rebuild: from full, auto returns to incremental maintenance only if the rebuild plus
-``HORIZON`` incremental runs cost less than ``HORIZON + 1`` recomputations.
+``HORIZON`` incremental runs cost less than ``HORIZON + 1`` recomputations. For the same reason it
+leaves incremental maintenance only for a recompute predicted ``SWITCH_GAIN`` cheaper or more: a
+smaller gain is within the predictions' noise (a probe does not write the result) and may cost a
+full run and that rebuild for nothing (``bench auto``, Q5-like at SF 0.01: a probe at 0.80 s
+against 0.85 s incremental, where the full policy's runs took 1.1 s on average, then a rebuild back).
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ HORIZON = 5  # runs a rebuild is amortized over when auto returns from full to i
 PROBE = "(full)"  # the table_seconds key of a probe: the view's SQL timed without writing its rows
 PROBE_RATIO = 4.0  # a build this many times the incremental prediction or more: no probe (a recompute will not win)
 RECENT = 5  # full recomputations the full estimate is the median of
+SWITCH_GAIN = 0.10  # the least share of the incremental prediction a recompute must save for auto to leave it
 BUILDS = ("bootstrap", "rebuild")
 
 
@@ -82,8 +87,11 @@ def choose_mode(history: Sequence[LogRow], kind: str, incremental_seconds: float
         return Mode(False, "auto: incremental (no incremental run measured yet)")
     seconds, source = full
     if not in_full:
-        if seconds < incremental_seconds:
+        if seconds < (1 - SWITCH_GAIN) * incremental_seconds:
             return Mode(True, f"auto: full, predicted {seconds:.2f} s ({source}) < incremental {incremental_seconds:.2f} s")
+        if seconds < incremental_seconds:
+            return Mode(False, f"auto: incremental, predicted {incremental_seconds:.2f} s; full {seconds:.2f} s ({source}) "
+                               f"saves under {SWITCH_GAIN:.0%}, not worth a switch and a rebuild back")
         if source.startswith("its last build") and seconds < PROBE_RATIO * incremental_seconds:
             return Mode(False, f"auto: incremental, predicted {incremental_seconds:.2f} s; a recompute is probed (its build "
                                f"took {seconds:.2f} s, under {PROBE_RATIO:g}x that)", probe=True)
