@@ -60,10 +60,6 @@ class Subquery:
     equal: tuple[tuple[int, int], ...]
     inequality: tuple[int, str, int] | None
 
-    @property
-    def correlated(self) -> bool:
-        return bool(self.equal) or self.inequality is not None
-
 
 @dataclass(frozen=True)
 class GeneralPlan:
@@ -261,22 +257,15 @@ def _compile(node: Ast) -> Compiled:
             return None if b is None else op(a, b)
         return binary
     left, right = _compile(node[1]), _compile(node[2])
-    if tag == "and":
-        def conjunction(key, sub, aggs):
-            a = left(key, sub, aggs)
-            if a is False:
-                return False
-            b = right(key, sub, aggs)
-            return False if b is False else (None if a is None or b is None else True)
-        return conjunction
+    decisive = tag == "or"  # the value that decides alone: FALSE for AND, TRUE for OR
 
-    def disjunction(key, sub, aggs):  # or
+    def logical(key, sub, aggs):
         a = left(key, sub, aggs)
-        if a is True:
-            return True
+        if a is decisive:
+            return decisive
         b = right(key, sub, aggs)
-        return True if b is True else (None if a is None or b is None else False)
-    return disjunction
+        return decisive if b is decisive else (None if a is None or b is None else not decisive)
+    return logical
 
 
 def _divide(a: Any, b: Any) -> Any:
