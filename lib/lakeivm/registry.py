@@ -340,7 +340,7 @@ def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str
         shape = nested_shape(query)
         if shape is None:
             raise UnsupportedQuery(f"{spec.source}: kind nested: {diagnose(query)}.")
-        inexact = shape.plan.inexact(schemas.get(shape.plan.table, {})) if shape.plan is not None else None
+        inexact = shape.plan.inexact(schemas) if shape.plan is not None else None
         if inexact:
             raise UnsupportedQuery(f"{spec.source}: kind nested: {inexact}.")
     if spec.upstreams and kind not in GROUP_KINDS:

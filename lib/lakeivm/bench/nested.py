@@ -173,9 +173,10 @@ def _general(book: list, stream: list) -> tuple[float, list]:
     from lakeivm.views.nested.queries import VWAP_SQL
 
     plan = general_plan(parse_query(VWAP_SQL, {"bids": {"broker_id": "bigint", "price": "bigint", "volume": "bigint"}}))
-    assert plan.keys == ("price",), plan.keys
+    (relation,) = plan.relations
+    assert relation.keys == ("price",), relation.keys
     distinct = sorted({(e.row.price, e.row.volume) for e in [*book, *stream]})
-    terms_sql = sqlglot.transpile(f"SELECT price, volume, {', '.join(sql for _, sql in plan.terms)} FROM bids",
+    terms_sql = sqlglot.transpile(f"SELECT price, volume, {', '.join(sql for _, sql in relation.terms)} FROM bids",
                                   read=DIALECT, write="sqlite")[0]
     con = sqlite3.connect(":memory:")
     con.execute("CREATE TABLE bids (price, volume)")
@@ -185,11 +186,11 @@ def _general(book: list, stream: list) -> tuple[float, list]:
         t0 = time.perf_counter()
         sums: dict = {}
         for e in book:
-            cell = sums.setdefault((e.row.price,), [0] * len(plan.sums))
+            cell = sums.setdefault((e.row.price,), [0] * len(relation.sums))
             for i, value in enumerate((1, *terms[(e.row.price, e.row.volume)])):
                 cell[i] += value
         general = General(plan)
-        general.load("bids", sums.items())
+        general.load(0, sums.items())
         out = []
         for e in stream:
             general.apply(RowEvent((e.row.price,), terms[(e.row.price, e.row.volume)], e.sign))

@@ -1,10 +1,12 @@
 """The general nested evaluator (RPAI §4.2) against SQLite running the same SQL, after every change.
 
-Random multisets over ``t(g, p, v, w)`` (small domains so ties, equal thresholds and empty ranges
-occur; NULLs included) change by inserts and deletes; after each change the evaluator, fed only
-each row's keys and term values, equals SQLite's answer to the view's SQL. Queries cover what the
-shipped shapes do not: a negative constant, both sides correlated (SQ1), a correlation between
-different columns (SQ2), equality plus inequality, OR/NOT, filtered subqueries and GROUP BY.
+Random multisets over ``t(g, p, v, w)`` and ``u`` alike (small domains so ties, equal thresholds and
+empty ranges occur; NULLs included) change by inserts and deletes; after each change the evaluator,
+fed only each row's keys and term values, equals SQLite's answer to the view's SQL. Queries cover
+what the shipped shapes do not: a negative constant, both sides correlated (SQ1), a correlation
+between different columns (SQ2), equality plus inequality, OR/NOT, filtered subqueries, GROUP BY,
+and cross products of independently filtered relations like PSP and MST (§4.3) summing other
+expressions.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import sqlglot
 from lakeivm.sql import DIALECT, parse_query
 from lakeivm.views.nested.general import General, NotInClass, RowEvent, general_plan
 
-SCHEMA = {"t": {"g": "int", "p": "int", "v": "int", "w": "int"}}
+SCHEMA = {"t": {"g": "int", "p": "int", "v": "int", "w": "int"}, "u": {"g": "int", "p": "int", "v": "int", "w": "int"}}
 QUERIES = {
     "vwap_of_v": "SELECT SUM(t.p * t.v) AS r FROM t WHERE 0.5 * (SELECT SUM(t1.v) FROM t t1) "
                  "< (SELECT SUM(t2.v) FROM t t2 WHERE t2.p <= t.p)",
@@ -33,6 +35,15 @@ QUERIES = {
     "linear_combination": "SELECT COUNT(t.w) AS n FROM t WHERE 3 * (SELECT SUM(t2.v) FROM t t2 WHERE t2.p >= t.p) "
                           "+ (SELECT SUM(t1.w) FROM t t1) >= 2 * (SELECT SUM(t3.w) FROM t t3 WHERE t3.p = t.p) + 5 "
                           "AND NOT (t.v > 3)",
+    # several relations (paper §4.3): a cross product, each relation filtered on its own
+    "psp_like": "SELECT SUM(u.p - t.p) AS s, COUNT(*) AS n FROM t, u WHERE t.v > 0.2 * (SELECT SUM(t1.v) FROM t t1) "
+                "AND u.w >= (SELECT COUNT(*) FROM u u1 WHERE u1.p <= u.p)",
+    "mst_like": "SELECT t.g, SUM(u.p * u.v - t.p) AS s, AVG(t.w + u.w) AS a FROM t, u WHERE (SELECT SUM(u2.v) FROM u u2 "
+                "WHERE u2.p > u.p) < 0.8 * (SELECT SUM(u1.v) FROM u u1) AND (SELECT SUM(t2.v) FROM t t2 WHERE t2.p > t.p) "
+                "< 0.8 * (SELECT SUM(t1.v) FROM t t1) GROUP BY t.g",
+    "other_tables_subquery": "SELECT COUNT(t.w) AS n, SUM(t.v + u.v + 1) AS s FROM t CROSS JOIN u "
+                             "WHERE t.p * 10 >= (SELECT COUNT(*) FROM u u1) AND u.v IS NOT NULL",
+    "one_relation_unfiltered": "SELECT SUM(t.v) AS s FROM t, u WHERE t.v > (SELECT SUM(t2.v) FROM t t2 WHERE t2.g = t.g) * 0.3",
 }
 
 
@@ -62,49 +73,57 @@ def same(actual: list[tuple], expected: list[tuple]) -> bool:
 def test_general_evaluator_equals_sqlite_after_every_change(name, seed):
     plan = general_plan(parse_query(QUERIES[name], SCHEMA))
     evaluator = General(plan)
-    terms_sql = ", ".join([*(f"`{k}`" for k in plan.keys), *(sql for _, sql in plan.terms)])
+    tables = [r.table for r in plan.relations]
     con = sqlite3.connect(":memory:")
-    con.execute("CREATE TABLE t (g, p, v, w)")
-    rng, live = random.Random(seed), Counter()
+    for table in SCHEMA:
+        con.execute(f"CREATE TABLE {table} (g, p, v, w)")
+    rng, live = random.Random(seed), {table: Counter() for table in SCHEMA}
     nonempty = 0
     for _ in range(40):
         changes = []
         for _ in range(rng.randint(1, 3)):
-            if live and rng.random() < 0.35:
-                old = rng.choice(sorted(live, key=repr))
-                live[old] -= 1
-                live += Counter()
-                changes.append((old, -1))
+            table = rng.choice(tables)
+            if live[table] and rng.random() < 0.35:
+                old = rng.choice(sorted(live[table], key=repr))
+                live[table][old] -= 1
+                live[table] += Counter()
+                changes.append((table, old, -1))
             else:
                 new = row(rng)
-                live[new] += 1
-                changes.append((new, 1))
-        for values, sign in changes:
-            (computed,) = sqlite_rows(con, f"WITH t(g, p, v, w) AS (VALUES (?, ?, ?, ?)) SELECT {terms_sql} FROM t", values)
-            evaluator.apply(RowEvent(computed[:len(plan.keys)], computed[len(plan.keys):], sign))
-        con.execute("DELETE FROM t")
-        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", list(live.elements()))
+                live[table][new] += 1
+                changes.append((table, new, 1))
+        for table, values, sign in changes:
+            i = tables.index(table)
+            relation = plan.relations[i]
+            computed_sql = ", ".join([*(f"`{k}`" for k in relation.keys), *(sql for _, sql in relation.terms)]) or "NULL"
+            (computed,) = sqlite_rows(con, f"WITH {table}(g, p, v, w) AS (VALUES (?, ?, ?, ?)) SELECT {computed_sql} FROM {table}",
+                                      values)
+            computed = computed if relation.keys or relation.terms else ()
+            evaluator.apply(RowEvent(computed[:len(relation.keys)], computed[len(relation.keys):], sign, i))
+        for table, rows in live.items():
+            con.execute(f"DELETE FROM {table}")
+            con.executemany(f"INSERT INTO {table} VALUES (?, ?, ?, ?)", list(rows.elements()))
         expected = sqlite_rows(con, QUERIES[name])
         actual = evaluator.result()
-        assert same(actual, expected), (name, sorted(live.elements(), key=repr), actual, expected)
+        assert same(actual, expected), (name, {t: sorted(r.elements(), key=repr) for t, r in live.items()}, actual, expected)
         nonempty += any(v not in (None, 0) for r in expected for v in r)
     assert nonempty >= 10, "the stream should reach non-trivial results"
 
 
 def test_loading_stored_sums_equals_replaying_rows():
     plan = general_plan(parse_query(QUERIES["both_correlated"], SCHEMA))
+    (relation,) = plan.relations
     rng = random.Random(3)
     replayed, loaded = General(plan), General(plan)
     stored: dict[tuple, list] = {}
     for _ in range(60):
-        keys, terms = (rng.randrange(3), rng.randrange(5), rng.randrange(4)), (1, rng.randrange(4))
-        keys = keys[:len(plan.keys)]
-        terms = tuple(rng.randrange(4) for _ in plan.terms)
+        keys = tuple(rng.randrange(4) for _ in relation.keys)
+        terms = tuple(rng.randrange(4) for _ in relation.terms)
         replayed.apply(RowEvent(keys, terms))
-        cell = stored.setdefault(keys, [0] * len(plan.sums))
+        cell = stored.setdefault(keys, [0] * len(relation.sums))
         for i, value in enumerate((1, *terms)):
             cell[i] += value
-    loaded.load("t", stored.items())
+    loaded.load(0, stored.items())
     assert replayed.result() == loaded.result()
 
 
@@ -125,5 +144,5 @@ def test_outside_the_class_names_the_construct(sql_text, construct):
 
 def test_double_columns_are_refused_as_inexact():
     plan = general_plan(parse_query(QUERIES["vwap_of_v"], SCHEMA))
-    assert plan.inexact(SCHEMA["t"]) is None
-    assert "DOUBLE" in plan.inexact({**SCHEMA["t"], "v": "double"})
+    assert plan.inexact(SCHEMA) is None
+    assert "t.v is DOUBLE" in plan.inexact({"t": {**SCHEMA["t"], "v": "double"}})

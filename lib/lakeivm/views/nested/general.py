@@ -1,26 +1,35 @@
-"""The nested kind's general algorithm (RPAI paper §4.2, Alg. 3; digest §1.4, §4.2) over one relation.
+"""The nested kind's general algorithm (RPAI paper §4.2, Alg. 3; §4.3 for several relations; digest §1.4).
 
-The class: one table ``R r`` in FROM; a WHERE built from AND, OR, NOT, comparisons, ``IS NULL``, ``+``,
-``-``, ``*``, literals, ``r``'s columns and scalar subqueries ``(SELECT e FROM R r2 WHERE ...)``, where
-``e`` is arithmetic over ``SUM``/``COUNT`` of ``r2``'s expressions, and the subquery's WHERE has
-uncorrelated filters on ``r2`` plus a correlation of equalities ``r2.a = r.b`` and at most one
-inequality ``r2.a θ r.b`` (θ one of ``<, <=, >, >=``), or none (an uncorrelated aggregate); an outer
-SELECT of ``SUM``/``COUNT``/``AVG`` over ``r`` with ``+``, ``-``, ``*`` and literals, a division or
-AVG only as a whole output (Spark rounds it once, at the output's type), and an optional GROUP BY of
-``r``'s columns. So both sides of a comparison may be correlated (the paper's SQ1), the correlated
-column may differ from the outer one (SQ2), and OR may join nested comparisons.
+The class: the cross product of one or more tables ``R1 a, R2 b, ...`` (distinct tables, no join
+condition), filtered by a WHERE whose top-level AND terms each read one relation (the paper's
+independent filters, §4.3), each built from AND, OR, NOT, comparisons, ``IS NULL``, ``+``, ``-``,
+``*``, literals, that relation's columns and scalar subqueries ``(SELECT e FROM R r2 WHERE ...)``
+over one of the tables, where ``e`` is arithmetic over ``SUM``/``COUNT`` of ``r2``'s expressions and
+the subquery's WHERE has uncorrelated filters on ``r2`` plus -- over the term's own relation's table
+-- a correlation of equalities ``r2.a = r.b`` and at most one inequality ``r2.a θ r.b`` (θ one of
+``<, <=, >, >=``), or none (an uncorrelated aggregate). The SELECT: ``SUM``/``COUNT``/``AVG`` of sums
+of per-relation expressions (``SUM(a.price - b.price)``), with ``+``, ``-``, ``*`` and literals; a
+division or AVG only as a whole output (Spark rounds it once, at the output's type); an optional
+GROUP BY of one relation's columns. So both sides of a comparison may be correlated (the paper's
+SQ1), the correlated column may differ from the outer one (SQ2), OR may join nested comparisons,
+and MST- and PSP-like queries may sum other expressions.
 
-State (the paper's bound maps, §4.2): rows of ``R`` grouped by every column the predicates, the
-correlations and the GROUP BY read (the *keys*), with per-key sums of the *terms*: the row count and
-each aggregate's per-row value and non-NULL count (a filtered one as ``CASE WHEN``). The maintainer
-keeps this index in Delta as absolute sums and feeds this evaluator each commit's signed rows.
+State (the paper's bound maps, §4.2): per relation, its table's rows grouped by every column its
+predicates, correlations and the GROUP BY read (the *keys*), with per-key sums of the *terms*: the
+row count and each aggregate's per-row value and non-NULL count (a filtered one as ``CASE WHEN``).
+The maintainer keeps these indexes in Delta as absolute sums and feeds this evaluator each commit's
+signed rows.
 
-Evaluation sweeps the keys (O(G log G) for G keys per result): each correlated subquery's sums are
-cumulated along its inequality column within its equality partition, and looked up by binary search
-per outer key; each key whose predicate holds adds its outer sums. This is the general algorithm's
-O(n) per update, with n the distinct keys, not the rows; the shipped shapes (VWAP, Example 2.1, MST,
-PSP, Q17) keep their O(log n) indexes (§4.3-4.7). Arithmetic is exact (Fraction); comparisons
-are only allowed where Spark's are exact too (no DOUBLE column, no AVG or division compared).
+Evaluation sweeps each relation's keys (O(G log G) for G keys per result): each correlated
+subquery's sums are cumulated along its inequality column within its equality partition and
+looked up by binary search per outer key; the keys whose filter holds add their sums; a sum over
+the cross product is ``Σ_i S_i · Π_{l≠i} C_l`` (S_i relation i's part of the summed expression over
+its qualifying rows, C_l the qualifying rows of l whose part is not NULL). This is the general
+algorithm's O(n) per update, with n the distinct keys, not the rows; the shipped shapes (VWAP,
+Example 2.1, MST, PSP, Q17) keep their O(log n) indexes (§4.3-4.7). With one result per commit
+and a batch of commits per run, a sweep costs about what the index's load does (digest §6.5).
+Arithmetic is exact (Fraction); comparisons are only allowed where Spark's are exact too (no DOUBLE
+column, no AVG or division compared).
 """
 from __future__ import annotations
 
@@ -29,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
+from math import prod
 from typing import Any
 
 COUNT_TERM = "cnt"
@@ -42,8 +52,8 @@ class NotInClass(Exception):
 
 @dataclass(frozen=True)
 class AggRef:
-    """A SUM, COUNT or AVG as the index terms that give it: ``value`` (None for a COUNT) and ``count``
-    (the non-NULL values counted; ``cnt`` for ``COUNT(*)``)."""
+    """A subquery's SUM, COUNT or AVG as the index terms that give it: ``value`` (None for a COUNT) and
+    ``count`` (the non-NULL values counted; ``cnt`` for ``COUNT(*)``)."""
 
     func: str
     value: str | None
@@ -51,107 +61,141 @@ class AggRef:
 
 
 @dataclass(frozen=True)
+class OuterAgg:
+    """An output's SUM, COUNT or AVG over the relations' cross product: per relation, the terms of its
+    part of the aggregated expression, (value, non-NULL count); (None, ``cnt``) for a relation it
+    does not read."""
+
+    func: str
+    parts: tuple[tuple[str | None, str], ...]
+
+
+@dataclass(frozen=True)
 class Subquery:
-    """A scalar subquery: ``expr`` over its aggregates ``aggs``; correlated by ``equal`` (inner key,
-    outer key) pairs and at most one ``inequality`` (inner key, θ, outer key) meaning ``inner θ outer``."""
+    """A scalar subquery over relation ``relation``'s table: ``expr`` over its aggregates ``aggs``;
+    correlated by ``equal`` (inner key, outer key) pairs and at most one ``inequality`` (inner key,
+    θ, outer key) meaning ``inner θ outer`` (keys of that same relation)."""
 
     expr: Ast
     aggs: tuple[AggRef, ...]
+    relation: int
     equal: tuple[tuple[int, int], ...]
     inequality: tuple[int, str, int] | None
 
 
 @dataclass(frozen=True)
-class GeneralPlan:
-    """A query of the class: the index layout (``keys``: the table's columns; ``terms``: name -> SQL of
-    a per-row value over the table), the predicate, its subqueries and the outputs."""
+class Relation:
+    """One relation of the cross product: its table, its index layout (``keys``: the table's columns;
+    ``terms``: name -> SQL of a per-row value over the table) and its filter."""
 
     table: str
     keys: tuple[str, ...]
     terms: tuple[tuple[str, str], ...]
     where: Ast | None
-    subqueries: tuple[Subquery, ...]
-    aggs: tuple[AggRef, ...]
-    group: tuple[int, ...]
-    outputs: tuple[tuple[str, Ast], ...]
-    compared: tuple[str, ...]  # the columns whose values are compared or summed into compared values
 
     @property
     def sums(self) -> tuple[str, ...]:
         """The index's per-key sums: the row count, then each term."""
         return (COUNT_TERM, *(name for name, _ in self.terms))
 
-    def inexact(self, schema: Mapping[str, str]) -> str | None:
-        """Why Spark's comparisons would not be exact on ``schema``'s types (a DOUBLE or FLOAT column), or None."""
-        for column in self.compared:
-            kind = str(schema.get(column, "")).lower()
+
+@dataclass(frozen=True)
+class GeneralPlan:
+    """A query of the class: its relations, subqueries, output aggregates, GROUP BY (key indices of
+    relation ``group_relation``) and outputs."""
+
+    relations: tuple[Relation, ...]
+    subqueries: tuple[Subquery, ...]
+    aggs: tuple[OuterAgg, ...]
+    group_relation: int
+    group: tuple[int, ...]
+    outputs: tuple[tuple[str, Ast], ...]
+    compared: tuple[tuple[str, str], ...]  # (table, column) of every value compared or summed
+
+    def inexact(self, schemas: Mapping[str, Mapping[str, str]]) -> str | None:
+        """Why Spark's arithmetic would not be exact on these types (a DOUBLE or FLOAT column), or None."""
+        for table, column in self.compared:
+            kind = str(schemas.get(table, {}).get(column, "")).lower()
             if kind in ("double", "float", "real"):
-                return (f"column {column!r} is {kind.upper()}: Spark compares it inexactly and the nested kind's exact "
-                        "arithmetic would disagree at ties; store it as DECIMAL")
+                return (f"column {table}.{column} is {kind.upper()}: Spark compares and sums it inexactly and the nested "
+                        "kind's exact arithmetic would disagree; store it as DECIMAL")
         return None
 
 
 @dataclass(frozen=True)
 class RowEvent:
-    """One source row (its keys and term values) inserted (+1) or deleted (-1)."""
+    """One source row of relation ``relation`` (its keys and term values) inserted (+1) or deleted (-1)."""
 
     keys: tuple[Any, ...]
     terms: tuple[Any, ...]
     sign: int = 1
+    relation: int = 0
 
 
 class General:
-    """The evaluator of a :class:`GeneralPlan`: per-key sums, and the sweep of the module doc."""
+    """The evaluator of a :class:`GeneralPlan`: per-key sums per relation, and the sweep of the module doc."""
 
     def __init__(self, plan: GeneralPlan) -> None:
         self.plan = plan
-        self._groups: dict[tuple, list[Any]] = {}
-        self._width = len(plan.sums)
-        self._where = _compile(plan.where) if plan.where is not None else None
+        self._groups: list[dict[tuple, list[Any]]] = [{} for _ in plan.relations]
+        self._positions = [{name: i for i, name in enumerate(r.sums)} for r in plan.relations]
+        self._where = [_compile(r.where) if r.where is not None else None for r in plan.relations]
         self._outputs = [_compile(expr) for _, expr in plan.outputs]
         self._subqueries = [_compile(sub.expr) for sub in plan.subqueries]
 
     def apply(self, event: RowEvent) -> None:
         x = event.sign
-        self._add(tuple(event.keys), [x, *(0 if t is None else x * t for t in event.terms)])
+        self._add(event.relation, tuple(event.keys), [x, *(0 if t is None else x * t for t in event.terms)])
 
-    def load(self, table: str, rows: Iterable[tuple[tuple, tuple]]) -> None:
-        """Add stored per-key sums ``(keys, sums)`` (layout ``plan.keys``, ``plan.sums``)."""
+    def load(self, relation: int | str, rows: Iterable[tuple[tuple, tuple]]) -> None:
+        """Add stored per-key sums ``(keys, sums)`` of a relation (its index, or role ``r<index>``)."""
+        index = int(relation[1:]) if isinstance(relation, str) else relation
         for keys, sums in rows:
-            self._add(tuple(keys), list(sums))
+            self._add(index, tuple(keys), list(sums))
 
-    def _add(self, key: tuple, sums: Sequence[Any]) -> None:
-        cell = self._groups.get(key)
+    def _add(self, relation: int, key: tuple, sums: Sequence[Any]) -> None:
+        groups = self._groups[relation]
+        cell = groups.get(key)
         if cell is None:
-            cell = self._groups[key] = [0] * self._width
+            cell = groups[key] = [0] * len(sums)
         for i, value in enumerate(sums):
             cell[i] += value
         if not cell[0]:
-            del self._groups[key]  # no row left: every term sums to zero too
+            del groups[key]  # no row left: every term sums to zero too
 
     def result(self) -> list[tuple]:
         """The query's rows, each a tuple of its outputs in SELECT order (exact numbers, None for NULL)."""
-        plan, position = self.plan, {name: i for i, name in enumerate(self.plan.sums)}
-        lookups = [_SubqueryLookup(s, expr, self._groups, position) for s, expr in zip(plan.subqueries, self._subqueries)]
+        plan = self.plan
+        lookups = [_SubqueryLookup(s, expr, self._groups[s.relation], self._positions[s.relation])
+                   for s, expr in zip(plan.subqueries, self._subqueries)]
         subquery = lambda i, key: lookups[i].value(key)  # noqa: E731
-        totals: dict[tuple, list[Any]] = {}
-        for key, sums in self._groups.items():
-            if self._where is not None and self._where(key, subquery, None) is not True:
-                continue
-            group = tuple(key[i] for i in plan.group)
-            cell = totals.setdefault(group, [0] * self._width)
-            for i, value in enumerate(sums):
-                cell[i] += value
-        if not plan.group and not totals:
-            totals[()] = [0] * self._width  # an ungrouped aggregate has one row over no rows
+        totals = [self._qualifying(r, subquery) for r in range(len(plan.relations))]
+        grouped = totals[plan.group_relation] if plan.group else {(): None}
+        if any(not totals[r] for r in range(len(totals)) if r != plan.group_relation or not plan.group):
+            grouped = {} if plan.group else grouped  # an empty relation: no pair, so no group
         rows = []
-        for group, sums in totals.items():
-            aggs = [_agg_value(a, sums, position) for a in plan.aggs]
-            key = [None] * len(plan.keys)
+        for group in grouped:
+            vectors = [totals[r].get(group if plan.group and r == plan.group_relation else (),
+                                     [0] * len(self._positions[r])) for r in range(len(totals))]
+            aggs = [_outer_value(a, vectors, self._positions) for a in plan.aggs]
+            key = [None] * len(plan.relations[plan.group_relation].keys)
             for i, value in zip(plan.group, group):
                 key[i] = value
             rows.append(tuple(output(tuple(key), None, aggs) for output in self._outputs))
         return rows
+
+    def _qualifying(self, r: int, subquery: Callable) -> dict[tuple, list[Any]]:
+        """Relation ``r``'s qualifying rows summed per GROUP BY value (``()`` unless it is grouped)."""
+        plan, where = self.plan, self._where[r]
+        by = plan.group if plan.group and r == plan.group_relation else ()
+        totals: dict[tuple, list[Any]] = {}
+        for key, sums in self._groups[r].items():
+            if where is not None and where(key, subquery, None) is not True:
+                continue
+            cell = totals.setdefault(tuple(key[i] for i in by), [0] * len(sums))
+            for i, value in enumerate(sums):
+                cell[i] += value
+        return totals
 
 
 class _SubqueryLookup:
@@ -217,6 +261,19 @@ def _agg_value(agg: AggRef, sums: Sequence[Any], position: Mapping[str, int]) ->
     return value if agg.func == "SUM" else value / count
 
 
+def _outer_value(agg: OuterAgg, vectors: Sequence[Sequence[Any]], positions: Sequence[Mapping[str, int]]) -> Any:
+    """An output aggregate over the cross product: ``Σ_i S_i · Π_{l≠i} C_l`` over ``Π C_l`` pairs."""
+    counts = [v[positions[r][count]] for r, (v, (_, count)) in enumerate(zip(vectors, agg.parts))]
+    pairs = prod(counts)
+    if agg.func == "COUNT":
+        return Fraction(pairs)
+    if not pairs:
+        return None
+    total = sum(_number(v[positions[r][value]]) * prod(counts[:r] + counts[r + 1:])
+                for r, (v, (value, _)) in enumerate(zip(vectors, agg.parts)) if value is not None)
+    return Fraction(total) if agg.func == "SUM" else Fraction(total) / pairs
+
+
 def _number(value: Any) -> Any:
     return Fraction(value) if isinstance(value, (int, Decimal, Fraction)) and not isinstance(value, bool) else value
 
@@ -278,16 +335,20 @@ _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * 
 
 
 def describe(plan: GeneralPlan) -> str:
-    """What ``lakeivm explain`` says of a general plan: the index's keys and each subquery's correlation."""
+    """What ``lakeivm explain`` says of a general plan: each relation's index keys and each subquery's correlation."""
+    relations = [f"{r.table}'s rows summed per ({', '.join(r.keys)}), {len(r.terms)} sums besides the count"
+                 for r in plan.relations]
     subs = []
     for i, sub in enumerate(plan.subqueries, 1):
-        parts = [f"{plan.keys[a]} = outer {plan.keys[b]}" for a, b in sub.equal]
+        keys = plan.relations[sub.relation].keys
+        parts = [f"{keys[a]} = outer {keys[b]}" for a, b in sub.equal]
         if sub.inequality:
             a, op, b = sub.inequality
-            parts.append(f"{plan.keys[a]} {op} outer {plan.keys[b]}")
+            parts.append(f"{keys[a]} {op} outer {keys[b]}")
         subs.append(f"subquery {i}: " + (" AND ".join(parts) if parts else "uncorrelated"))
-    return (f"nested, the general algorithm (RPAI §4.2): {plan.table}'s rows summed per ({', '.join(plan.keys)}), "
-            f"{len(plan.terms)} sums besides the count; {'; '.join(subs)}. Each commit's result sweeps the distinct keys "
+    product = " x ".join(r.table for r in plan.relations)
+    return (f"nested, the general algorithm (RPAI §4.2{', §4.3: the cross product ' + product if len(relations) > 1 else ''}): "
+            f"{'; '.join(relations)}; {'; '.join(subs)}. Each commit's result sweeps the distinct keys "
             "(the shipped shapes VWAP, Example 2.1, MST, PSP and TPC-H Q17 keep O(log n) indexes instead)")
 
 
@@ -302,67 +363,104 @@ _UNSUPPORTED_SELECT = ("having", "order", "limit", "offset", "distinct", "qualif
                        "laterals", "pivots")
 
 
+class _Relation:
+    """A relation's index layout and filter, as recognition builds them."""
+
+    def __init__(self, table: str, alias: str) -> None:
+        self.table, self.alias = table, alias
+        self.keys: dict[str, int] = {}
+        self.terms: dict[str, str] = {}  # SQL -> term name
+        self.conjuncts: list[Ast] = []
+
+    def key(self, column: str) -> int:
+        return self.keys.setdefault(column, len(self.keys))
+
+    def term(self, sql: str) -> str:
+        return self.terms.setdefault(sql, f"t{len(self.terms)}")
+
+    def built(self) -> Relation:
+        where = None
+        for conjunct in self.conjuncts:
+            where = conjunct if where is None else ("and", where, conjunct)
+        return Relation(self.table, tuple(self.keys), tuple((n, s) for s, n in self.terms.items()), where)
+
+
 class _Recognizer:
     def __init__(self, tree: Any) -> None:
         from sqlglot import exp
 
         self.exp = exp
         self.tree = tree
-        self.keys: dict[str, int] = {}
-        self.terms: dict[str, str] = {}  # SQL -> term name
+        self.relations: list[_Relation] = []
+        self.by_alias: dict[str, int] = {}
         self.subqueries: list[Subquery] = []
-        self.aggs: list[AggRef] = []
-        self.compared: dict[str, None] = {}
+        self.aggs: list[OuterAgg] = []
+        self.compared: dict[tuple[str, str], None] = {}
 
     def plan(self) -> GeneralPlan:
         exp, tree = self.exp, self.tree
         for arg in _UNSUPPORTED_SELECT:
             if tree.args.get(arg):
-                raise NotInClass(f"{arg.upper()} in a nested-aggregate query (the general class reads one table "
-                                 "with no JOIN, HAVING, DISTINCT, ORDER BY or LIMIT)")
-        table = _single_table(tree)
-        if table is None:
-            raise NotInClass("the query reads more than one table; the general nested class reads one (joins are "
-                             "maintained only in the shipped shapes MST, PSP and TPC-H Q17)")
-        self.table, self.alias = table.name, table.alias_or_name
+                raise NotInClass(f"{arg.upper()} in a nested-aggregate query (the general class is an aggregate over "
+                                 "one table, or a cross product of several, with no HAVING, DISTINCT, ORDER BY or LIMIT)")
+        for table in _cross_product(tree):
+            if table.name in {r.table for r in self.relations}:
+                raise NotInClass(f"table {table.name!r} occurs twice in FROM; the general nested class reads each "
+                                 "table once")
+            self.by_alias[table.alias_or_name] = len(self.relations)
+            self.relations.append(_Relation(table.name, table.alias_or_name))
+        group_aliases = {node.table for node in (tree.args["group"].expressions if tree.args.get("group") else [])
+                         if isinstance(node, exp.Column)}
+        group_relation = self.by_alias.get(next(iter(group_aliases)), 0) if len(group_aliases) == 1 else 0
         group = []
         for node in (tree.args["group"].expressions if tree.args.get("group") else []):
-            if not (isinstance(node, exp.Column) and node.table == self.alias):
-                raise NotInClass(f"GROUP BY {node.sql()} is not a column of {self.table}")
-            group.append(self._key(node.name))
+            if not (isinstance(node, exp.Column) and node.table in self.by_alias and len(group_aliases) == 1):
+                raise NotInClass(f"GROUP BY {node.sql()}: the general nested class groups by columns of one relation")
+            group.append(self._key(group_relation, node.name))
         where = tree.args.get("where")
-        where_ast = self._convert(where.this, "where") if where is not None else None
+        for conjunct in (list(where.this.flatten()) if where is not None and isinstance(where.this, exp.And)
+                         else [where.this] if where is not None else []):
+            read = self._outer_relations(conjunct)
+            if len(read) > 1:
+                names = " and ".join(self.relations[r].table for r in sorted(read))
+                raise NotInClass(f"the condition {_short(conjunct)} reads {names}: a join condition; the general nested class "
+                                 "filters each relation on its own (paper §4.3), an equi-join is maintained only in "
+                                 "TPC-H Q17's shape")
+            r = read.pop() if read else 0
+            self.relations[r].conjuncts.append(self._convert(conjunct, "where", r))
         outputs = []
         for item in tree.expressions:
             node = item.this if isinstance(item, exp.Alias) else item
-            outputs.append((item.alias_or_name, self._output(node, group)))
+            outputs.append((item.alias_or_name, self._output(node, group_relation, group)))
         if not self.subqueries:
             raise NotInClass("no nested aggregate in WHERE")
-        return GeneralPlan(self.table, tuple(self.keys), tuple((n, s) for s, n in self.terms.items()), where_ast,
-                           tuple(self.subqueries), tuple(self.aggs), tuple(group), tuple(outputs), tuple(self.compared))
+        return GeneralPlan(tuple(r.built() for r in self.relations), tuple(self.subqueries), tuple(self.aggs),
+                           group_relation, tuple(group), tuple(outputs), tuple(self.compared))
 
     # -- pieces -----------------------------------------------------------------------------------
-    def _key(self, column: str) -> int:
-        self.compared[column] = None
-        return self.keys.setdefault(column, len(self.keys))
+    def _key(self, r: int, column: str) -> int:
+        self.compared[self.relations[r].table, column] = None
+        return self.relations[r].key(column)
 
-    def _term(self, sql: str) -> str:
-        return self.terms.setdefault(sql, f"t{len(self.terms)}")
+    def _outer_relations(self, node: Any) -> set[int]:
+        """The outer relations whose columns ``node`` reads (in its subqueries' correlations too)."""
+        return {self.by_alias[c.table] for c in node.find_all(self.exp.Column) if c.table in self.by_alias}
 
-    def _output(self, node: Any, group: list[int]) -> Ast:
+    def _output(self, node: Any, group_relation: int, group: list[int]) -> Ast:
         exp = self.exp
         if isinstance(node, exp.Div):  # rounded once by Spark, at the output's type: exact then rounded here
-            return ("bin", "/", self._convert(node.this, "output", group=group), self._convert(node.expression, "output", group=group))
+            return ("bin", "/", self._convert(node.this, "output", group_relation, group=group),
+                    self._convert(node.expression, "output", group_relation, group=group))
         if isinstance(node, exp.Avg):
-            return ("agg", self._aggregate(node, self.alias, None, self.aggs, allow_avg=True))
-        return self._convert(node, "output", group=group)
+            return ("agg", self._outer_aggregate(node, allow_avg=True))
+        return self._convert(node, "output", group_relation, group=group)
 
-    def _convert(self, node: Any, scope: str, alias: str | None = None, filt: str | None = None,
+    def _convert(self, node: Any, scope: str, r: int, alias: str | None = None, filt: str | None = None,
                  aggs: list[AggRef] | None = None, group: list[int] | None = None) -> Ast:
-        """A WHERE (``where``), a subquery's value (``sub``, rows of ``alias`` filtered by ``filt``) or an
-        output (``output``) as an Ast."""
+        """A WHERE term of relation ``r`` (``where``), a subquery's value over relation ``r`` (``sub``, rows of
+        ``alias`` filtered by ``filt``) or an output (``output``; ``r`` the grouped relation) as an Ast."""
         exp = self.exp
-        convert = lambda n: self._convert(n, scope, alias, filt, aggs, group)  # noqa: E731
+        convert = lambda n: self._convert(n, scope, r, alias, filt, aggs, group)  # noqa: E731
         if isinstance(node, exp.Paren):
             return convert(node.this)
         if isinstance(node, exp.Literal):
@@ -386,13 +484,15 @@ class _Recognizer:
         if isinstance(node, exp.AggFunc):
             if scope == "where":
                 raise NotInClass(f"the aggregate {node.sql()} in WHERE")
-            owner, into = (self.alias, self.aggs) if scope == "output" else (alias, aggs)
-            return ("agg", self._aggregate(node, owner, filt if scope == "sub" else None, into))
+            if scope == "output":
+                return ("agg", self._outer_aggregate(node))
+            return ("agg", self._aggregate(node, r, alias, filt, aggs))
         if isinstance(node, exp.Column):
-            if scope == "where" and node.table == self.alias:
-                return ("col", self._key(node.name))
-            if scope == "output" and node.table == self.alias and self.keys.get(node.name) in (group or []):
-                return ("col", self.keys[node.name])
+            own = self.relations[r].alias
+            if scope == "where" and node.table == own:
+                return ("col", self._key(r, node.name))
+            if scope == "output" and node.table == own and self.relations[r].keys.get(node.name) in (group or []):
+                return ("col", self.relations[r].keys[node.name])
             raise NotInClass(f"the column {node.sql()} outside an aggregate in "
                              f"{'a subquery' if scope == 'sub' else 'the SELECT (not a GROUP BY column)'}")
         if scope == "where":
@@ -408,12 +508,11 @@ class _Recognizer:
             if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
                 return ("isnull", convert(node.this))
             if isinstance(node, exp.Subquery):
-                return ("sub", self._subquery(node))
+                return ("sub", self._subquery(node, r))
         raise NotInClass(f"{node.sql()} ({type(node).__name__}) is outside the general nested class")
 
-    def _aggregate(self, node: Any, alias: str, filt: str | None, into: list[AggRef], allow_avg: bool = False) -> int:
+    def _streamable(self, node: Any, allow_avg: bool) -> None:
         exp = self.exp
-        name = node.sql_name() if hasattr(node, "sql_name") else type(node).__name__.upper()
         if isinstance(node, (exp.Min, exp.Max)):
             raise NotInClass(f"the nested aggregate {node.sql()} is not streamable under deletes (paper §4.3: only "
                              "SUM, COUNT and AVG); use SUM, COUNT or AVG")
@@ -422,36 +521,72 @@ class _Recognizer:
         if isinstance(node, exp.Avg) and not allow_avg:
             raise NotInClass(f"{node.sql()} compared or combined: Spark rounds AVG (DECIMAL to 4 more digits, else DOUBLE); "
                              "compare SUM with a multiple of COUNT instead")
-        arg = node.this
-        if isinstance(arg, exp.Distinct):
+        if isinstance(node.this, exp.Distinct):
             raise NotInClass(f"{node.sql()}: DISTINCT inside a nested-aggregate query")
+
+    def _aggregate(self, node: Any, r: int, alias: str, filt: str | None, into: list[AggRef]) -> int:
+        """A subquery's aggregate over relation ``r``'s rows (``alias``), filtered by ``filt``: its terms."""
+        exp = self.exp
+        self._streamable(node, allow_avg=False)
+        relation, arg = self.relations[r], node.this
         if isinstance(node, exp.Count) and (arg is None or isinstance(arg, exp.Star)):
-            ref = AggRef("COUNT", None, COUNT_TERM if filt is None else self._term(f"CASE WHEN {filt} THEN 1 ELSE 0 END"))
+            ref = AggRef("COUNT", None, COUNT_TERM if filt is None else relation.term(f"CASE WHEN {filt} THEN 1 ELSE 0 END"))
         else:
-            value = self._row_sql(arg, alias, f"the argument of {node.sql()}")
+            value = self._row_sql(arg, {alias: r}, f"the argument of {node.sql()}")
             cond = f"({value}) IS NOT NULL" if filt is None else f"({filt}) AND ({value}) IS NOT NULL"
-            count = self._term(f"CASE WHEN {cond} THEN 1 ELSE 0 END")
+            count = relation.term(f"CASE WHEN {cond} THEN 1 ELSE 0 END")
             ref = (AggRef("COUNT", None, count) if isinstance(node, exp.Count)
-                   else AggRef(name.upper(), self._term(f"CASE WHEN {cond} THEN {value} ELSE 0 END"), count))
+                   else AggRef("SUM", relation.term(f"CASE WHEN {cond} THEN {value} ELSE 0 END"), count))
         into.append(ref)
         return len(into) - 1
 
-    def _row_sql(self, node: Any, alias: str, what: str) -> str:
-        """``node``, an expression over ``alias``'s row, as SQL over the table's own columns."""
+    def _outer_aggregate(self, node: Any, allow_avg: bool = False) -> int:
+        """An output aggregate over the cross product: its argument split into per-relation parts (a sum of
+        terms that each read one relation; a literal term goes with the first relation)."""
+        exp = self.exp
+        self._streamable(node, allow_avg)
+        func = "AVG" if isinstance(node, exp.Avg) else "COUNT" if isinstance(node, exp.Count) else "SUM"
+        arg = node.this
+        parts: dict[int, list[str]] = {}
+        if not (isinstance(node, exp.Count) and (arg is None or isinstance(arg, exp.Star))):
+            for negated, addend in _addends(arg, exp):
+                read = self._outer_relations(addend)
+                if len(read) > 1:
+                    raise NotInClass(f"{node.sql()} multiplies or combines columns of two relations in {addend.sql()}; "
+                                     "the general nested class sums per-relation terms over the cross product")
+                r = read.pop() if read else 0
+                sql = self._row_sql(addend, {self.relations[r].alias: r}, f"the argument of {node.sql()}")
+                parts.setdefault(r, []).append(f"-({sql})" if negated else f"({sql})")
+        refs = []
+        for r, relation in enumerate(self.relations):
+            if r not in parts:
+                refs.append((None, COUNT_TERM))
+                continue
+            value = " + ".join(parts[r])
+            count = relation.term(f"CASE WHEN ({value}) IS NOT NULL THEN 1 ELSE 0 END")
+            refs.append((None if func == "COUNT" else relation.term(f"CASE WHEN ({value}) IS NOT NULL THEN {value} ELSE 0 END"),
+                         count))
+        self.aggs.append(OuterAgg(func, tuple(refs)))
+        return len(self.aggs) - 1
+
+    def _row_sql(self, node: Any, aliases: Mapping[str, int], what: str) -> str:
+        """``node``, an expression over one relation's row (``aliases``: its alias -> relation), as SQL over
+        the table's own columns."""
         exp = self.exp
         if node.find(exp.Subquery, exp.AggFunc, exp.Select):
             raise NotInClass(f"{what} nests a subquery or an aggregate")
         node = node.copy()
         for column in node.find_all(exp.Column):
-            if column.table != alias:
+            if column.table not in aliases:
                 raise NotInClass(f"{what} reads {column.sql()}, a column of another relation")
-            self.compared[column.name] = None
+            self.compared[self.relations[aliases[column.table]].table, column.name] = None
             column.set("table", None)
         from lakeivm.sql import DIALECT
 
         return node.sql(DIALECT)
 
-    def _subquery(self, node: Any) -> int:
+    def _subquery(self, node: Any, r: int) -> int:
+        """A scalar subquery in relation ``r``'s filter."""
         exp = self.exp
         inner = node.this
         if not isinstance(inner, exp.Select) or len(inner.expressions) != 1:
@@ -460,23 +595,25 @@ class _Recognizer:
             if inner.args.get(arg):
                 raise NotInClass(f"{arg.upper()} inside the subquery {_short(node)}")
         table = _single_table(inner)
-        if table is None or table.name != self.table:
+        over = next((i for i, rel in enumerate(self.relations) if table is not None and rel.table == table.name), None)
+        if over is None:
             name = table.name if table is not None else "more than one table"
             raise NotInClass(f"the subquery {_short(node)} reads {name!r}, a table the outer query does not read "
-                             "(the general nested class reads one table)")
-        alias = table.alias_or_name
+                             "(the general nested class sums over the outer query's tables)")
+        alias, outer = table.alias_or_name, self.relations[r].alias
         filters, equal, inequality = [], [], None
         where = inner.args.get("where")
         for conjunct in (list(where.this.flatten()) if where is not None and isinstance(where.this, exp.And)
                          else [where.this] if where is not None else []):
             if conjunct.find(exp.Subquery):
                 raise NotInClass(f"a nested aggregate inside a nested aggregate ({_short(node)}; the paper's NQ1/NQ2 shapes)")
-            outer = [c for c in conjunct.find_all(exp.Column) if c.table != alias]
-            if not outer:
-                filters.append(self._row_sql(conjunct, alias, f"the filter {conjunct.sql()}"))
+            others = [c for c in conjunct.find_all(exp.Column) if c.table != alias]
+            if not others:
+                filters.append(self._row_sql(conjunct, {alias: over}, f"the filter {conjunct.sql()}"))
                 continue
-            if any(c.table != self.alias for c in outer):
-                raise NotInClass(f"the correlation {conjunct.sql()} reads a relation that is not the outer one")
+            if any(c.table != outer for c in others) or over != r:
+                raise NotInClass(f"the correlation {conjunct.sql()} ties the subquery over {table.name} to another relation's "
+                                 "row; a subquery is correlated with the rows of its own table only")
             ops = {exp.EQ: "=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
             op = ops.get(type(conjunct))
             if op is None:
@@ -484,11 +621,11 @@ class _Recognizer:
             left, right = conjunct.this, conjunct.expression
             if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
                 raise NotInClass(f"the correlation {conjunct.sql()} compares expressions, not columns (the paper's SQ2 shape)")
-            if left.table == self.alias and right.table == alias:
+            if left.table == outer and right.table == alias:
                 left, right, op = right, left, {"=": "=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}[op]
-            if not (left.table == alias and right.table == self.alias):
+            if not (left.table == alias and right.table == outer):
                 raise NotInClass(f"the correlation {conjunct.sql()} does not compare the subquery's row with the outer row")
-            pair = (self._key(left.name), self._key(right.name))
+            pair = (self._key(r, left.name), self._key(r, right.name))
             if op == "=":
                 equal.append(pair)
             elif inequality is not None:
@@ -499,11 +636,39 @@ class _Recognizer:
         filt = " AND ".join(f"({f})" for f in filters) or None
         aggs: list[AggRef] = []
         value = inner.expressions[0]
-        expr = self._convert(value.this if isinstance(value, exp.Alias) else value, "sub", alias, filt, aggs)
+        expr = self._convert(value.this if isinstance(value, exp.Alias) else value, "sub", over, alias, filt, aggs)
         if not aggs:
             raise NotInClass(f"the subquery {_short(node)} is not an aggregate")
-        self.subqueries.append(Subquery(expr, tuple(aggs), tuple(equal), inequality))
+        self.subqueries.append(Subquery(expr, tuple(aggs), over, tuple(equal), inequality))
         return len(self.subqueries) - 1
+
+
+def _addends(node: Any, exp: Any, negated: bool = False) -> list[tuple[bool, Any]]:
+    """The terms of a sum, each with whether it is subtracted: ``a.x - (b.y + 1)`` -> [(F, a.x), (T, b.y), (T, 1)]."""
+    if isinstance(node, exp.Paren):
+        return _addends(node.this, exp, negated)
+    if isinstance(node, exp.Add):
+        return _addends(node.this, exp, negated) + _addends(node.expression, exp, negated)
+    if isinstance(node, exp.Sub):
+        return _addends(node.this, exp, negated) + _addends(node.expression, exp, not negated)
+    return [(negated, node)]
+
+
+def _cross_product(select: Any) -> list[Any]:
+    """The tables of ``select``'s FROM and of its joins without a condition (comma, CROSS JOIN)."""
+    from sqlglot import exp
+
+    from_ = select.args.get("from") or select.args.get("from_")
+    tables = [from_.this] if from_ is not None else []
+    for join in select.args.get("joins") or []:
+        if join.args.get("on") is not None or join.args.get("using") or join.side or join.kind not in ("", "CROSS", None):
+            raise NotInClass(f"the join {_short(join)}: the general nested class takes a cross product of tables filtered "
+                             "each on its own (paper §4.3); an equi-join is maintained only in TPC-H Q17's shape")
+        tables.append(join.this)
+    for table in tables:
+        if not isinstance(table, exp.Table):
+            raise NotInClass(f"{_short(table)} in FROM is not a table")
+    return tables
 
 
 def _single_table(select: Any) -> Any:

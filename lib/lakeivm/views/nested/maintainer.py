@@ -495,7 +495,8 @@ def layout(shape: NestedShape, role: str) -> tuple[tuple[str, ...], tuple[tuple[
     """The index's key fields and per-key sums (products of fields) for ``role``: the evaluator's
     ``STATE``, or for the ``general`` shape its keys ``k<i>`` and the row count plus each term."""
     if shape.plan is not None:
-        return tuple(f"k{i}" for i in range(len(shape.plan.keys))), ((), *((name,) for name, _ in shape.plan.terms))
+        relation = shape.plan.relations[int(role[1:])]
+        return tuple(f"k{i}" for i in range(len(relation.keys))), ((), *((name,) for name, _ in relation.terms))
     return EVALUATORS[shape.name].STATE[role]
 
 
@@ -503,7 +504,8 @@ def row_values(shape: NestedShape, role: str) -> dict[str, str]:
     """{name in a change frame: its SQL over the table's row}: the shape's columns, or for the ``general``
     shape its keys and terms (a term is an expression, computed as the feed is read)."""
     if shape.plan is not None:
-        return {**{f"k{i}": f"`{c}`" for i, c in enumerate(shape.plan.keys)}, **dict(shape.plan.terms)}
+        relation = shape.plan.relations[int(role[1:])]
+        return {**{f"k{i}": f"`{c}`" for i, c in enumerate(relation.keys)}, **dict(relation.terms)}
     return {c: f"`{c}`" for c in shape.columns[role].values()}
 
 
@@ -554,7 +556,7 @@ def _grouped_sql(shape: NestedShape, table: str, source: str, multiplicity: str,
     key_sql = [f"{values[columns[k]]} AS `{k}`" for k in keys]
     sum_sql = [f"SUM({' * '.join([multiplicity, *(f'({values[columns[f]]})' for f in s)])}) AS `{sum_name(s)}`" for s in sums]
     group = ", ".join(values[columns[k]] for k in keys)
-    return f"SELECT {', '.join(key_sql + sum_sql)} FROM {source} GROUP BY {group}"
+    return f"SELECT {', '.join(key_sql + sum_sql)} FROM {source}" + (f" GROUP BY {group}" if keys else f" HAVING COUNT(*) > 0")
 
 
 def read_versions(ctx: Context, table: str, start: int, end: int, values: Mapping[str, str], local: bool = False):
@@ -591,7 +593,7 @@ def _events_by_version(shape: NestedShape, table: str, frame) -> dict[int, list[
     if shape.plan is not None:
         keys, (_, *terms) = layout(shape, role)
         for row in sorted(rows, key=lambda r: r["_commit_version"]):
-            event = RowEvent(tuple(row[k] for k in keys), tuple(row[t] for (t,) in terms), row[MULTIPLICITY])
+            event = RowEvent(tuple(row[k] for k in keys), tuple(row[t] for (t,) in terms), row[MULTIPLICITY], int(role[1:]))
             by_version.setdefault(row["_commit_version"], []).append(event)
         return by_version
     columns, fields = shape.columns[role], ROW_TYPES[role].__dataclass_fields__

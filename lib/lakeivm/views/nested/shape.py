@@ -10,10 +10,10 @@ trees unify: every pattern table, column and relation occurrence maps to exactly
 (so any table and column names work), every placeholder to a literal, and ``=``, ``+``, ``*``,
 ``AND``, the order of FROM and of the conjuncts, and the direction of ``<``/``>`` may differ.
 
-A nested query over one table that matches no pattern but is in the paper's class gets the
+A nested query that matches no pattern but is in the paper's class gets the
 ``general`` shape (:mod:`lakeivm.views.nested.general`, the general algorithm of §4.2); anything
 else gets :func:`diagnose`: the first construct outside the class (MIN/MAX, IN/EXISTS, two
-correlated inequalities, another table, ...).
+correlated inequalities, a join condition, ...).
 """
 from __future__ import annotations
 
@@ -99,12 +99,11 @@ def nested_shape(query: Query) -> NestedShape | None:
         plan = general_plan(query)
     except NotInClass:
         return None
-    names = [f"k{i}" for i in range(len(plan.keys))] + [name for name, _ in plan.terms]
-    return NestedShape("general", {GENERAL_ROLE: plan.table}, {GENERAL_ROLE: {n: n for n in names}}, {},
+    roles = {f"r{i}": relation for i, relation in enumerate(plan.relations)}  # a relation's role: r<its index>
+    columns = {role: {n: n for n in [*(f"k{i}" for i in range(len(r.keys))), *(name for name, _ in r.terms)]}
+               for role, r in roles.items()}
+    return NestedShape("general", {role: r.table for role, r in roles.items()}, columns, {},
                        tuple(o.name for o in query.outputs), None, plan)
-
-
-GENERAL_ROLE = "r"
 
 
 def diagnose(query: Query) -> str:
