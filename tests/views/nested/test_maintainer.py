@@ -163,6 +163,7 @@ def test_general_nested_views_emit_the_sql_result_for_every_version(lake, spark,
             change_book(lake, rng, "bids")
         for spec in specs:
             run_view(lake, spec)
+    sql(lake, "INSERT INTO {t} VALUES (1, NULL, 2), (NULL, 10.01, NULL), (NULL, 10.02, 3)", "bids")  # NULL keys and values
     change_book(lake, rng, "bids")
     with pytest.raises(InjectedFailure):
         run_view(lake, specs[0], fail_at="flush:index_bids")
