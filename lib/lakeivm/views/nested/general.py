@@ -142,6 +142,12 @@ class General:
         self._where = [_compile(r.where) if r.where is not None else None for r in plan.relations]
         self._outputs = [_compile(expr) for _, expr in plan.outputs]
         self._subqueries = [_compile(sub.expr) for sub in plan.subqueries]
+        # what a result may keep from the last: a relation's filtered sums while no relation it reads changed
+        self._reads = [{r, *(plan.subqueries[i].relation for i in _subqueries_in(rel.where))}
+                       for r, rel in enumerate(plan.relations)]
+        self._changed: set[int] = set(range(len(plan.relations)))
+        self._lookups: list[_SubqueryLookup | None] = [None] * len(plan.subqueries)
+        self._totals: list[dict[tuple, list[Any]] | None] = [None] * len(plan.relations)
 
     def apply(self, event: RowEvent) -> None:
         x = event.sign
@@ -154,6 +160,7 @@ class General:
             self._add(index, tuple(keys), list(sums))
 
     def _add(self, relation: int, key: tuple, sums: Sequence[Any]) -> None:
+        self._changed.add(relation)
         groups = self._groups[relation]
         cell = groups.get(key)
         if cell is None:
@@ -165,11 +172,16 @@ class General:
 
     def result(self) -> list[tuple]:
         """The query's rows, each a tuple of its outputs in SELECT order (exact numbers, None for NULL)."""
-        plan = self.plan
-        lookups = [_SubqueryLookup(s, expr, self._groups[s.relation], self._positions[s.relation])
-                   for s, expr in zip(plan.subqueries, self._subqueries)]
+        plan, lookups = self.plan, self._lookups
+        for i, (sub, expr) in enumerate(zip(plan.subqueries, self._subqueries)):
+            if lookups[i] is None or sub.relation in self._changed:
+                lookups[i] = _SubqueryLookup(sub, expr, self._groups[sub.relation], self._positions[sub.relation])
         subquery = lambda i, key: lookups[i].value(key)  # noqa: E731
-        totals = [self._qualifying(r, subquery) for r in range(len(plan.relations))]
+        for r in range(len(plan.relations)):
+            if self._totals[r] is None or self._reads[r] & self._changed:
+                self._totals[r] = self._qualifying(r, subquery)
+        self._changed.clear()
+        totals = self._totals
         grouped = totals[plan.group_relation] if plan.group else {(): None}
         if any(not totals[r] for r in range(len(totals)) if r != plan.group_relation or not plan.group):
             grouped = {} if plan.group else grouped  # an empty relation: no pair, so no group
@@ -259,6 +271,15 @@ def _agg_value(agg: AggRef, sums: Sequence[Any], position: Mapping[str, int]) ->
         return None
     value = _number(sums[position[agg.value]])
     return value if agg.func == "SUM" else value / count
+
+
+def _subqueries_in(node: Ast | None) -> set[int]:
+    """The subqueries an Ast reads."""
+    if node is None or node[0] == "lit":
+        return set()
+    if node[0] == "sub":
+        return {node[1]}
+    return set().union(*(_subqueries_in(child) for child in node[1:] if isinstance(child, tuple)))
 
 
 def _outer_value(agg: OuterAgg, vectors: Sequence[Sequence[Any]], positions: Sequence[Mapping[str, int]]) -> Any:
