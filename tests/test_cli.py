@@ -155,8 +155,7 @@ def test_explain_and_status_say_why_a_view_is_recomputed_in_full(lake, spark, tm
     assert [out[0], out[-1]] == [
         "ranked: refresh policy auto: incremental, kind nested",
         "nested, the general algorithm (RPAI §4.2): r's rows summed per (x), 2 sums besides the count; subquery 1: "
-        "x <= outer x. Each commit's result sweeps the distinct keys (the shipped shapes VWAP, Example 2.1, MST, PSP "
-        "and TPC-H Q17 keep O(log n) indexes instead)"]
+        "x <= outer x. Per commit: r's passing rows are one range of x, found in an ordered index (§4.3, O(log n))"]
     assert main([*common, "refresh", "left_rows"]) == 0
     capsys.readouterr()
     assert main([*common, "status"]) == 0

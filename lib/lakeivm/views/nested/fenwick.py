@@ -119,7 +119,7 @@ class FenwickSums:
 
         ``pred`` must be monotone in the running sum and the component non-negative. O(log G).
         """
-        self._check_searchable(component)
+        self.check_searchable(component)
         if not self._live:
             return None, self.total()
         if pred(0):
@@ -131,7 +131,7 @@ class FenwickSums:
 
     def last_key_where(self, component: int, pred: Predicate) -> tuple[Key | None, Sums]:
         """Largest live key k with ``pred(sum_ge(k)[component])``, and the sums over keys > k. O(log G)."""
-        self._check_searchable(component)
+        self.check_searchable(component)
         total = self.total()
         if not self._live or not pred(total[component]):
             return None, total
@@ -186,7 +186,8 @@ class FenwickSums:
             step >>= 1
         return pos
 
-    def _check_searchable(self, component: int) -> None:
+    def check_searchable(self, component: int) -> None:
+        """InvalidInput unless every key's ``component`` is non-negative (its running sum monotone)."""
         if self._negatives[component]:
             raise InvalidInput(
                 f"threshold search on sum #{component} needs non-negative weights, but "

@@ -25,9 +25,13 @@ subquery's sums are cumulated along its inequality column within its equality pa
 looked up by binary search per outer key; the keys whose filter holds add their sums; a sum over
 the cross product is ``Σ_i S_i · Π_{l≠i} C_l`` (S_i relation i's part of the summed expression over
 its qualifying rows, C_l the qualifying rows of l whose part is not NULL). This is the general
-algorithm's O(n) per update, with n the distinct keys, not the rows; the shipped shapes (VWAP,
-Example 2.1, MST, PSP, Q17) keep their O(log n) indexes (§4.3-4.7). With one result per commit
-and a batch of commits per run, a sweep costs about what the index's load does (digest §6.5).
+algorithm's O(n) per update, with n the distinct keys, not the rows. Where a relation's filter is
+§4.3's case -- one comparison ``a·q + d θ e``, ``q`` a SUM or COUNT correlated by one inequality on
+the relation's only key column, ``a`` a non-zero constant, ``d`` and ``e`` uncorrelated -- and no
+weight is negative, ``q`` is monotone in the key, so the passing keys are one range, found in an
+ordered index of the per-key sums (the column-keyed RPAI, digest §0.4) in O(log n), as the shipped
+shapes (VWAP, Example 2.1, MST, PSP, Q17) do with their hand-written indexes (§4.3-4.7); a
+negative weight falls back to the sweep. Uncorrelated aggregates are kept as running totals.
 Arithmetic is exact (Fraction); comparisons are only allowed where Spark's are exact too (no DOUBLE
 column, no AVG or division compared).
 """
@@ -40,6 +44,8 @@ from decimal import Decimal
 from fractions import Fraction
 from math import prod
 from typing import Any
+
+from lakeivm.errors import InvalidInput
 
 COUNT_TERM = "cnt"
 Ast = tuple  # ("lit", v) | ("col", key index) | ("agg", i) | ("sub", i) | ("bin", op, a, b) | ("neg", a)
@@ -148,6 +154,8 @@ class General:
         self._changed: set[int] = set(range(len(plan.relations)))
         self._lookups: list[_SubqueryLookup | None] = [None] * len(plan.subqueries)
         self._totals: list[dict[tuple, list[Any]] | None] = [None] * len(plan.relations)
+        self._monotone = [_Monotone.of(plan, r) for r in range(len(plan.relations))]  # §4.3's O(log n) case, if it is one
+        self._all = [[0] * len(r.sums) for r in plan.relations]  # each relation's sums over all its rows
 
     def apply(self, event: RowEvent) -> None:
         x = event.sign
@@ -161,6 +169,9 @@ class General:
 
     def _add(self, relation: int, key: tuple, sums: Sequence[Any]) -> None:
         self._changed.add(relation)
+        self._all[relation] = [a + b for a, b in zip(self._all[relation], sums)]
+        if self._monotone[relation] is not None and key[0] is not None:
+            self._monotone[relation].index.add(key[0], sums)
         groups = self._groups[relation]
         cell = groups.get(key)
         if cell is None:
@@ -173,10 +184,20 @@ class General:
     def result(self) -> list[tuple]:
         """The query's rows, each a tuple of its outputs in SELECT order (exact numbers, None for NULL)."""
         plan, lookups = self.plan, self._lookups
-        for i, (sub, expr) in enumerate(zip(plan.subqueries, self._subqueries)):
-            if lookups[i] is None or sub.relation in self._changed:
-                lookups[i] = _SubqueryLookup(sub, expr, self._groups[sub.relation], self._positions[sub.relation])
-        subquery = lambda i, key: lookups[i].value(key)  # noqa: E731
+        for i, sub in enumerate(plan.subqueries):
+            if sub.relation in self._changed:
+                lookups[i] = None
+
+        def subquery(i: int, key: tuple) -> Any:  # a subquery's prefix sums built when first read
+            if lookups[i] is None:
+                sub = plan.subqueries[i]
+                if not sub.equal and sub.inequality is None:  # uncorrelated: the relation's sums over all its rows
+                    whole = {(): self._all[sub.relation]}
+                    lookups[i] = _SubqueryLookup(sub, self._subqueries[i], whole, self._positions[sub.relation])
+                else:
+                    lookups[i] = _SubqueryLookup(sub, self._subqueries[i], self._groups[sub.relation],
+                                                 self._positions[sub.relation])
+            return lookups[i].value(key)
         for r in range(len(plan.relations)):
             if self._totals[r] is None or self._reads[r] & self._changed:
                 self._totals[r] = self._qualifying(r, subquery)
@@ -199,6 +220,16 @@ class General:
     def _qualifying(self, r: int, subquery: Callable) -> dict[tuple, list[Any]]:
         """Relation ``r``'s qualifying rows summed per GROUP BY value (``()`` unless it is grouped)."""
         plan, where = self.plan, self._where[r]
+        if self._monotone[r] is not None:
+            try:
+                sums = self._monotone[r].qualifying(subquery)
+            except InvalidInput:  # a negative weight: the cut is not one range, so sweep (below)
+                pass
+            else:
+                null = self._groups[r].get((None,))  # a NULL key matches no correlated row: evaluated on its own
+                if null is not None and where((None,), subquery, None) is True:
+                    sums = [a + b for a, b in zip(sums, null)]
+                return {(): sums} if sums[0] else {}
         by = plan.group if plan.group and r == plan.group_relation else ()
         totals: dict[tuple, list[Any]] = {}
         for key, sums in self._groups[r].items():
@@ -208,6 +239,153 @@ class General:
             for i, value in enumerate(sums):
                 cell[i] += value
         return totals
+
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+class _Monotone:
+    """A relation's filter ``a·q + d θ e`` (paper §4.3: one comparison with a nested SUM or COUNT ``q``
+    correlated by one inequality on the relation's only key column ``k``; ``a`` a non-zero literal; ``d``
+    and ``e`` uncorrelated): with non-negative weights ``q`` is monotone in ``k``, so the rows that pass
+    are one range of keys, found in an ordered index of the per-key sums in O(log n) (the column-keyed
+    RPAI of the digest, §0.4) instead of a sweep."""
+
+    def __init__(self, sub: Subquery, position: Mapping[str, int], op: str, bound: Ast, width: int) -> None:
+        from lakeivm.views.nested.index import TreapSums
+
+        self.index = TreapSums(width)
+        agg = sub.aggs[0]
+        self._weight = position[agg.value if agg.func == "SUM" else agg.count]
+        self._nonnull = position[agg.count] if agg.func == "SUM" else None  # SUM over no value is NULL
+        self._inner = sub.inequality[1]  # q(k) sums the rows k' with k' θ k
+        self._op, self._bound = op, _compile(bound)  # the filter is q(k) op bound
+
+    @staticmethod
+    def of(plan: GeneralPlan, r: int) -> _Monotone | None:
+        relation = plan.relations[r]
+        where = relation.where
+        if (len(relation.keys) != 1 or (plan.group and plan.group_relation == r) or where is None
+                or where[0] != "cmp" or where[1] not in _FLIP or _reads_columns(where)):
+            return None
+        correlated = {i for i, sub in enumerate(plan.subqueries) if sub.equal or sub.inequality}
+        left, right = (_subqueries_in(side) & correlated for side in where[2:])
+        if len(left | right) != 1 or (left and right):
+            return None
+        op, side, other = (where[1], where[2], where[3]) if left else (_FLIP[where[1]], where[3], where[2])
+        (i,) = left | right
+        sub = plan.subqueries[i]
+        if sub.equal or sub.inequality[0] != 0 or sub.inequality[2] != 0 or sub.expr != ("agg", 0):
+            return None
+        affine = _affine(side, i)
+        if affine is None or affine[0] == 0 or sub.aggs[0].func not in ("SUM", "COUNT"):
+            return None
+        coefficient, rest = affine
+        bound = ("bin", "/", ("bin", "-", other, rest), ("lit", coefficient))
+        position = {name: j for j, name in enumerate(relation.sums)}
+        return _Monotone(sub, position, _FLIP[op] if coefficient < 0 else op, bound, len(relation.sums))
+
+    def qualifying(self, subquery: Callable) -> list[Any]:
+        """The sums of the keys that pass; InvalidInput if a weight is negative (no single range then)."""
+        index = self.index
+        width = index.width
+        index.check_searchable(self._weight)  # a negative weight: q is not monotone, no single range
+        bound = self._bound((), subquery, None)
+        if bound is None or not len(index):
+            return [0] * width
+        prefix = self._inner in ("<", "<=")  # q = R(k) (prefix sums), else q = total - R(k)
+        inclusive = self._inner in ("<=", ">")  # R(k) sums the keys <= k, else the keys < k
+        if prefix:
+            span = self._range(self._weight, inclusive, self._op, bound)
+        else:
+            span = self._range(self._weight, inclusive, _FLIP[self._op], _number(index.total()[self._weight]) - bound)
+        if self._nonnull is not None:  # and q not NULL: some non-NULL value in the summed rows
+            nonnull = (self._range(self._nonnull, inclusive, ">", 0) if prefix
+                       else self._range(self._nonnull, inclusive, "<", index.total()[self._nonnull]))
+            span = _intersect(span, nonnull)
+        return self._sums(span)
+
+    def _range(self, component: int, inclusive: bool, op: str, value: Any) -> tuple | None:
+        """The keys with ``R(k) op value``, as (low, high) bounds each None or (key, inclusive), or None for
+        no key. R(k), the running sum of ``component`` over the keys <= k (``inclusive``) or < k, never
+        decreases: ``>``/``>=`` hold from the first key that passes on, ``<=``/``<`` before it."""
+        strict = op in (">", "<=")  # {R > value} and its complement, else {R >= value} and its complement
+        test = (lambda run: run > value) if strict else (lambda run: run >= value)
+        if test(0):
+            upper = (None, None)  # R >= 0 at every key
+        else:
+            first, _ = self.index.first_key_where(component, test)
+            upper = None if first is None else ((first, inclusive), None)  # R over keys < k: from the key after
+        if op in (">", ">="):
+            return upper
+        if upper is None:
+            return (None, None)
+        if upper == (None, None):
+            return None
+        key, closed = upper[0]
+        return (None, (key, not closed))
+
+    def _sums(self, span: tuple | None) -> list[Any]:
+        index = self.index
+        if span is None:
+            return [0] * index.width
+        low, high = span
+        if low is not None and high is not None and (low[0] > high[0] or (low[0] == high[0] and not (low[1] and high[1]))):
+            return [0] * index.width
+        top = index.total() if high is None else (index.sum_le(high[0]) if high[1] else index.sum_lt(high[0]))
+        bottom = (0,) * index.width if low is None else (index.sum_lt(low[0]) if low[1] else index.sum_le(low[0]))
+        return [a - b for a, b in zip(top, bottom)]
+
+
+def _intersect(a: tuple | None, b: tuple | None) -> tuple | None:
+    """Two key ranges' intersection (bounds as in ``_Monotone._range``)."""
+    if a is None or b is None:
+        return None
+    low = max((x for x in (a[0], b[0]) if x is not None), key=lambda x: (x[0], not x[1]), default=None)
+    high = min((x for x in (a[1], b[1]) if x is not None), key=lambda x: (x[0], x[1]), default=None)
+    return (low, high)
+
+
+def _reads_columns(node: Ast) -> bool:
+    return node[0] == "col" or any(isinstance(child, tuple) and _reads_columns(child) for child in node[1:])
+
+
+def _affine(node: Ast, i: int) -> tuple[Fraction, Ast] | None:
+    """``node`` as ``a·sub_i + rest`` with a literal ``a`` and ``rest`` free of ``sub_i``, or None."""
+    if node == ("sub", i):
+        return Fraction(1), ("lit", Fraction(0))
+    if i not in _subqueries_in(node):
+        return Fraction(0), node
+    tag = node[0]
+    if tag == "neg":
+        inner = _affine(node[1], i)
+        return None if inner is None else (-inner[0], ("neg", inner[1]))
+    if tag == "bin" and node[1] in ("+", "-"):
+        left, right = _affine(node[2], i), _affine(node[3], i)
+        if left is None or right is None:
+            return None
+        a = left[0] + right[0] if node[1] == "+" else left[0] - right[0]
+        return a, ("bin", node[1], left[1], right[1])
+    if tag == "bin" and node[1] == "*":
+        for constant, factor in ((node[2], node[3]), (node[3], node[2])):
+            value = _constant(constant)
+            if value is not None:
+                inner = _affine(factor, i)
+                return None if inner is None else (value * inner[0], ("bin", "*", constant, inner[1]))
+    return None
+
+
+def _constant(node: Ast) -> Fraction | None:
+    """The value of an Ast of number literals, ``-``, ``+`` and ``*`` (``-1``, ``2 * 0.5``), or None."""
+    if node[0] == "lit":
+        return node[1] if isinstance(node[1], Fraction) else None
+    if node[0] == "neg":
+        inner = _constant(node[1])
+        return None if inner is None else -inner
+    if node[0] == "bin" and node[1] in ("+", "-", "*"):
+        left, right = _constant(node[2]), _constant(node[3])
+        return None if left is None or right is None else _OPS[node[1]](left, right)
+    return None
 
 
 class _SubqueryLookup:
@@ -368,9 +546,11 @@ def describe(plan: GeneralPlan) -> str:
             parts.append(f"{keys[a]} {op} outer {keys[b]}")
         subs.append(f"subquery {i}: " + (" AND ".join(parts) if parts else "uncorrelated"))
     product = " x ".join(r.table for r in plan.relations)
+    per_commit = [f"{r.table}'s passing rows are one range of {r.keys[0]}, found in an ordered index (§4.3, O(log n))"
+                  if _Monotone.of(plan, i) is not None else f"{r.table}'s distinct keys are swept (O(keys))"
+                  for i, r in enumerate(plan.relations)]
     return (f"nested, the general algorithm (RPAI §4.2{', §4.3: the cross product ' + product if len(relations) > 1 else ''}): "
-            f"{'; '.join(relations)}; {'; '.join(subs)}. Each commit's result sweeps the distinct keys "
-            "(the shipped shapes VWAP, Example 2.1, MST, PSP and TPC-H Q17 keep O(log n) indexes instead)")
+            f"{'; '.join(relations)}; {'; '.join(subs)}. Per commit: {'; '.join(per_commit)}")
 
 
 # -- recognition ------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ class OrderedSums(Protocol):
     def sum_gt(self, key: Key) -> Sums: ...
     def first_key_where(self, component: int, pred: Predicate) -> tuple[Key | None, Sums]: ...
     def last_key_where(self, component: int, pred: Predicate) -> tuple[Key | None, Sums]: ...
+    def check_searchable(self, component: int) -> None: ...
     def items(self) -> Iterator[tuple[Key, Sums]]: ...
     def __len__(self) -> int: ...
     def check_invariants(self) -> None: ...
@@ -156,7 +157,7 @@ class TreapSums:
         ``pred`` must be monotone (False then True) in the running sum; the component must be
         non-negative at every key. Returns ``(None, total())`` if no key passes. O(log n).
         """
-        self._check_searchable(component)
+        self.check_searchable(component)
         acc = [0] * self.width
         node = self._root
         while node is not None:
@@ -177,7 +178,7 @@ class TreapSums:
 
         The mirror of :meth:`first_key_where`, searching from the top end. O(log n).
         """
-        self._check_searchable(component)
+        self.check_searchable(component)
         acc = [0] * self.width
         node = self._root
         while node is not None:
@@ -245,7 +246,8 @@ class TreapSums:
                 node = node.left
         return tuple(acc)
 
-    def _check_searchable(self, component: int) -> None:
+    def check_searchable(self, component: int) -> None:
+        """InvalidInput unless every key's ``component`` is non-negative (its running sum monotone)."""
         if self._negatives[component]:
             raise InvalidInput(
                 f"threshold search on sum #{component} needs non-negative weights, but "
