@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType, StructType
 
-EVALUATORS = {"example_2_1": Example21, "vwap": Vwap, "mst": Mst, "psp": Psp, "q17": Q17, "general": General}
+EVALUATORS = {"example_2_1": Example21, "vwap": Vwap, "mst": Mst, "psp": Psp, "q17": Q17}  # the general shape: General(plan)
 ROW_TYPES = {"bids": BookRow, "asks": BookRow, "lineitem": LineitemRow, "part": PartRow}
 SEQ, EMPTY = "_lakeivm_seq", "_lakeivm_empty"
 PRECISION = 100  # decimal digits for the driver-side sums (Spark's DECIMAL stops at 38)
