@@ -191,12 +191,9 @@ class General:
         def subquery(i: int, key: tuple) -> Any:  # a subquery's prefix sums built when first read
             if lookups[i] is None:
                 sub = plan.subqueries[i]
-                if not sub.equal and sub.inequality is None:  # uncorrelated: the relation's sums over all its rows
-                    whole = {(): self._all[sub.relation]}
-                    lookups[i] = _SubqueryLookup(sub, self._subqueries[i], whole, self._positions[sub.relation])
-                else:
-                    lookups[i] = _SubqueryLookup(sub, self._subqueries[i], self._groups[sub.relation],
-                                                 self._positions[sub.relation])
+                uncorrelated = not sub.equal and sub.inequality is None  # then: the relation's sums over all its rows
+                groups = {(): self._all[sub.relation]} if uncorrelated else self._groups[sub.relation]
+                lookups[i] = _SubqueryLookup(sub, self._subqueries[i], groups, self._positions[sub.relation])
             return lookups[i].value(key)
         for r in range(len(plan.relations)):
             if self._totals[r] is None or self._reads[r] & self._changed:
