@@ -109,8 +109,8 @@ def _start_jvm(options: dict[str, str]) -> None:
     """Start this process's JVM as pyspark's session builder would (``launch_gateway`` of the same
     settings), its stderr forwarded line by line to ours but for JVM_NOISE: Spark 4.2's launcher adds
     ``--add-modules=jdk.incubator.vector`` to every JVM it starts, and the JVM announces it on stderr
-    at every start, a line that is not lakeivm's to show; so are the AWS SDK bundle's SLF4J lines. Nothing to do under spark-submit (its JVM
-    runs already) or when this process has a SparkContext."""
+    at every start, a line that is not lakeivm's to show; so are the AWS SDK bundle's SLF4J lines.
+    Nothing to do under spark-submit (its JVM runs already) or when this process has a SparkContext."""
     from subprocess import PIPE
 
     from pyspark import SparkConf, SparkContext

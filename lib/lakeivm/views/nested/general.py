@@ -58,8 +58,8 @@ class NotInClass(Exception):
 
 @dataclass(frozen=True)
 class AggRef:
-    """A subquery's SUM, COUNT or AVG as the index terms that give it: ``value`` (None for a COUNT) and
-    ``count`` (the non-NULL values counted; ``cnt`` for ``COUNT(*)``)."""
+    """A subquery's SUM or COUNT as the index terms that give it: ``value`` (None for a COUNT) and
+    ``count`` (the non-NULL values counted; ``cnt`` for ``COUNT(*)``). AVG is refused inside a comparison."""
 
     func: str
     value: str | None
@@ -387,7 +387,12 @@ def _constant(node: Ast) -> Fraction | None:
 
 class _SubqueryLookup:
     """One subquery's value per outer key: its sums partitioned by the equality columns and cumulated
-    along the inequality column (the bound map of §4.2, with prefix sums for the range)."""
+    along the inequality column (the bound map of §4.2, with prefix sums for the range).
+
+    A static prefix-sum array per partition, built once per result and then only read (a bisect and
+    a lookup), not the project's dynamic ``FenwickSums``: built with ``FenwickSums.from_items`` and
+    read by ``sum_le``/``sum_lt`` instead, the sweep of ``bench nested`` took 23-30% longer (8.1 ->
+    10.0 s at 10^4 rows, 13.8 -> 17.9 s at 10^5, same day, same machine)."""
 
     def __init__(self, sub: Subquery, expr: Compiled, groups: Mapping[tuple, Sequence[Any]],
                  position: Mapping[str, int]) -> None:
@@ -439,13 +444,11 @@ class _SubqueryLookup:
 
 
 def _agg_value(agg: AggRef, sums: Sequence[Any], position: Mapping[str, int]) -> Any:
+    """A subquery's SUM (NULL over no value) or COUNT from its terms' sums."""
     count = sums[position[agg.count]]
     if agg.func == "COUNT":
         return Fraction(count)
-    if not count:
-        return None
-    value = _number(sums[position[agg.value]])
-    return value if agg.func == "SUM" else value / count
+    return _number(sums[position[agg.value]]) if count else None
 
 
 def _subqueries_in(node: Ast | None) -> set[int]:
