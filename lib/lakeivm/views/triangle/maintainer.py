@@ -6,33 +6,34 @@ the degree of x -- and ``w`` (role, x, z, cnt) -- the views W[R] = V_RS(a,c), W[
 W[T] = V_TR(c,b). ``result`` holds the count Q with the threshold base N, |D| and ε.
 
 A run collects the batch's netted changes to the driver and applies them there, relation by
-relation (telescoped rule, digest §7.2), over a *slice* of the state: the rows along the bounded
-fan-outs of the steps (§7.3) and of the values that move (§7.4), fetched from ``rel`` and ``w``
-(``slices.py``, whose pure run is checked against the whole-state batch rule). Tables of up to
+relation (telescoped rule, digest §7.2), as SQL run by DuckDB over the stored rows the batch reads
+(``sql_batch.py``, checked against the whole-state batch rule): the rows of ``rel`` and ``w``
+named by the batch's values, fetched as Arrow, never as Python objects. Tables of up to
 ``LOCAL_STATE_ROWS`` rows are read by delta-rs in the run's process and rewritten whole; larger
 ones are bags of appended changes (an append is one cheap commit, a MERGE into millions of rows
-~10 s), scanned by delta-rs by the slice's keys and summed per key by DuckDB, and compacted now and
-then (``AdditiveTable``): no Spark job but the change feed's. A lake whose large state was written
-with deletion vectors (before appends) keeps a Spark fetch and MERGEs; a bag too large for delta-rs
-to scan is fetched by Spark. When |D| leaves [N/4, N) (major rebalancing, N := 2|D|+1), ε
+~10 s), scanned by delta-rs by the batch's values and summed per key by DuckDB, and compacted now
+and then (``AdditiveTable``): no Spark job but the change feed's. A lake whose large state was
+written with deletion vectors (before appends) is fetched by Spark and MERGEd; so is a bag too
+large for delta-rs to scan. When |D| leaves [N/4, N) (major rebalancing, N := 2|D|+1), ε
 changes, or a batch has more than DRIVER_ROWS changed keys, parts and views are rebuilt strictly
 on Spark. An edge table joined with itself is kept as three
 logical copies R, S, T. Classes never affect correctness, only cost (§7.1).
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from lakeivm.sql import MULTIPLICITY
 from lakeivm.views.base import Context
 from lakeivm.views import state
-from lakeivm.views.state import AdditiveTable, consolidate, duckdb_connection, read_result
-from lakeivm.views.triangle.core import HEAVY, LIGHT, add_all
+from lakeivm.views.state import AdditiveTable, consolidate, read_result
+from lakeivm.views.triangle.core import HEAVY, LIGHT
 from lakeivm.views.triangle.shape import NEXT, ROLES, TriangleShape, triangle_shape
-from lakeivm.views.triangle.slices import Requests, Slice, SliceRun, first_requests, run_on_slice, second_requests
+from lakeivm.views.triangle.sql_batch import BatchRun, run_batch
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 REL_KEYS, VIEW_KEYS = ("x", "y", "part"), ("x", "z")
@@ -47,7 +48,7 @@ class TriangleMaintainer:
         self._reset()
 
     def _reset(self) -> None:
-        self._changes: dict[str, dict[Any, int]] = {role: {} for role in ROLES}  # netted ΔK on the driver, no zeros
+        self._changes: list[pa.Table] = []  # ΔK on the driver (role, x, y, m), each table's netted
         self._frames: dict[str, list[DataFrame]] = {role: [] for role in ROLES}  # the same ΔK on Spark
         self._too_large = False
 
@@ -71,7 +72,9 @@ class TriangleMaintainer:
 
     def apply(self, ctx: Context, table: str, delta: DataFrame) -> None:
         """Collect the table's netted change of each relation it plays (once per column pair)."""
-        collected: dict[tuple[str, str], dict[Any, int] | None] = {}
+        import pyarrow as pa
+
+        collected: dict[tuple[str, str], pa.Table | None] = {}
         for side in _shape(ctx).sides_of(table):
             rows = delta.selectExpr(f"`{side.x}` AS x", f"`{side.y}` AS y", MULTIPLICITY)
             self._frames[side.role].append(rows)
@@ -81,7 +84,7 @@ class TriangleMaintainer:
             if changes is None:
                 self._too_large = True
             else:
-                add_all(self._changes[side.role], changes.items())
+                self._changes.append(changes.add_column(0, "role", pa.array([side.role] * changes.num_rows, pa.string())))
         ctx.checkpoint(f"apply:{table}")
 
     def flush(self, ctx: Context) -> None:
@@ -111,27 +114,26 @@ class TriangleMaintainer:
         return read_result(ctx, version).select(_shape(ctx).output)
 
     # -- the two ways of a run ------------------------------------------------------------------
-    def _run_on_driver(self, ctx: Context, base: int, epsilon: float, size: int) -> SliceRun:
-        """Fetch the slice of the state the batch reads, apply the batch rule to it on the driver
-        (``slices.run_on_slice``) and buffer the resulting changes of ``rel`` and ``w``."""
+    def _run_on_driver(self, ctx: Context, base: int, epsilon: float, size: int) -> BatchRun:
+        """Apply the batch on the driver to the stored rows it reads (``sql_batch.run_batch``,
+        fetched by delta-rs, else by Spark) and buffer the resulting changes of ``rel`` and ``w``."""
+        import pyarrow as pa
+
         shared = self._shared_tables(ctx)
-        local = shared["rel"].readable_locally() and shared["w"].readable_locally()  # read by delta-rs: no Spark job
-        if local:
-            fetch = lambda req: _fetch_local(shared["rel"], shared["w"], req)  # noqa: E731
+        if shared["rel"].readable_locally() and shared["w"].readable_locally():  # read by delta-rs: no Spark job
+            types = shared["rel"].arrow_schema()
+            fetch_rel = lambda xs, ys: _local_where(shared["rel"], x=xs, y=ys)  # noqa: E731
+            fetch_views = lambda xs: _local_where(shared["w"], x=xs)  # noqa: E731
         else:
-            rel, view = (_stored(ctx, shared[name]) for name in ("rel", "w"))
-            fetch = lambda req: _fetch(ctx, rel, view, req)  # noqa: E731
-        fetched = fetch(first_requests(self._changes))
-        fetched.update(fetch(second_requests(self._changes, fetched, base ** epsilon, epsilon)))
-        run = run_on_slice(self._changes, fetched, base, epsilon, size)
-        rel_delta = [(role, x, y, part, m) for (role, part, x, y), m in run.rel_delta.items()]
-        view_delta = [(role, x, z, c) for (role, x, z), c in run.view_delta.items()]
-        if local:
-            shared["rel"].add(_arrow(shared["rel"].arrow_schema(), ("role", "x", "y", "part", MULTIPLICITY), rel_delta))
-            shared["w"].add(_arrow(shared["w"].arrow_schema(), ("role", "x", "z", "cnt"), view_delta))
-        else:
-            shared["rel"].add(_frame(ctx, rel.schema, ("role", "x", "y", "part", MULTIPLICITY), rel_delta))
-            shared["w"].add(_frame(ctx, view.schema, ("role", "x", "z", "cnt"), view_delta))
+            rel, view = (ctx.lake.read(shared[name].path) for name in ("rel", "w"))
+            types = _arrow_schema(rel)
+            fetch_rel = lambda xs, ys: _spark_where(ctx, rel, x=xs, y=ys)  # noqa: E731
+            fetch_views = lambda xs: _spark_where(ctx, view, x=xs)  # noqa: E731
+        schema = pa.schema([types.field(name) for name in ("role", "x", "y", MULTIPLICITY)])
+        changes = pa.concat_tables([t.select(schema.names).cast(schema) for t in self._changes]) if self._changes else schema.empty_table()
+        run = run_batch(changes, fetch_rel, fetch_views, base, epsilon, size, MULTIPLICITY)
+        shared["rel"].add(run.rel_delta)
+        shared["w"].add(run.view_delta)
         return run
 
     def _rebuild(self, ctx: Context, relations: Mapping[str, DataFrame], epsilon: float,
@@ -156,148 +158,43 @@ class TriangleMaintainer:
         return self._shared
 
 
-def _fetch(ctx: Context, rel: DataFrame, view: DataFrame, req: Requests) -> Slice:
-    """The requested rows of the stored ``rel`` and ``view`` (``w``), in one query (semantics:
-    ``slices.answer``). A single scan of ``rel`` marks the rows each request wants through broadcast
-    joins with the driver's key sets; a value's degree comes back as the count of its rows."""
+def _local_where(table: AdditiveTable, **values):
+    """The stored rows of ``table`` whose column (a keyword) is in its values (any column matching),
+    scanned by delta-rs (``AdditiveTable.local_where``); NULL matches NULL."""
+    import pyarrow.compute as pc
+
+    types = table.arrow_schema()
+    wanted = pc.scalar(False)
+    for column, among in values.items():
+        wanted |= pc.field(column).isin(among.cast(types.field(column).type))
+    return table.local_where(wanted)
+
+
+def _spark_where(ctx: Context, stored: DataFrame, **values) -> pa.Table:
+    """``_local_where`` by Spark: null-safe broadcast semi joins, each column's rows once."""
     from pyspark.sql import functions as F
 
-    on_x, on_y = _Flags(), _Flags()
-    on_x.add("light_out", req.light_out)
-    on_x.add("rows_of", req.rows_of)
-    on_x.add("degree", req.degrees)
-    on_y.add("heavy_into", req.heavy_into)
-    for grid in ("a", "c"):
-        on_x.add(f"grid_{grid}_x", ((role, x) for g, role, x in req.grid_x if g == grid))
-        on_y.add(f"grid_{grid}_y", ((role, y) for g, role, y in req.grid_y if g == grid))
-    pairs = _Flags()
-    pairs.add("pair", req.pairs)
-    marked = rel
-    for flags, on in ((on_x, ["role", "x"]), (on_y, ["role", "y"]), (pairs, ["role", "x", "y"])):
-        marked = flags.join(ctx, marked, on)
-    flag = lambda name: F.coalesce(F.col(name), F.lit(False))  # noqa: E731
-    wanted = ((flag("light_out") & (F.col("part") == LIGHT)) | flag("rows_of") | flag("pair")
-              | (flag("heavy_into") & (F.col("part") == HEAVY))
-              | (flag("grid_a_x") & flag("grid_a_y")) | (flag("grid_c_x") & flag("grid_c_y")))
-    marked = marked.withColumn("row", wanted).where(F.col("row") | flag("degree"))
-    parts = [marked.groupBy("role", "x", F.when(F.col("row"), F.col("y")).alias("y"), "part",
-                            F.when(F.col("row"), F.col(MULTIPLICITY)).alias(MULTIPLICITY), "row",
-                            flag("degree").alias("degree"))
-             .agg(F.count("*").alias("n")).withColumn("cnt", F.lit(None).cast("bigint"))]
-    if req.light_after:
-        movers = rel.join(F.broadcast(_frame(ctx, rel.schema, ("role", "x"), list(req.light_after))), ["role", "x"])
-        successors = movers.select(_next_role().alias("role"), F.col("y").alias("x")).distinct()
-        parts.append(rel.where(rel["part"] == LIGHT).join(F.broadcast(successors), ["role", "x"]).select(
-            "role", "x", "y", "part", MULTIPLICITY, F.lit(True).alias("row"), F.lit(False).alias("degree"),
-            F.lit(1).cast("bigint").alias("n"), F.lit(None).cast("bigint").alias("cnt")))
-    if req.views:
-        keys = _frame(ctx, rel.schema, ("role", "x", "y"), list(req.views))
-        parts.append(view.withColumnRenamed("z", "y").join(F.broadcast(keys), ["role", "x", "y"]).select(
-            "role", "x", "y", F.lit(None).cast("string").alias("part"), F.lit(None).cast("bigint").alias(MULTIPLICITY),
-            F.lit(False).alias("row"), F.lit(False).alias("degree"), F.lit(0).cast("bigint").alias("n"), "cnt"))
-    union = parts[0]
-    for frame in parts[1:]:
+    picked, rest = [], stored
+    for column, among in values.items():
+        keys = F.broadcast(state.local_frame(ctx.spark, _named(among, "v")))
+        picked.append(rest.join(keys, rest[column].eqNullSafe(keys["v"]), "left_semi"))
+        rest = rest.join(keys, rest[column].eqNullSafe(keys["v"]), "left_anti")
+    union = picked[0]
+    for frame in picked[1:]:
         union = union.unionByName(frame)
-    table = union.toArrow()
-    fetched = Slice()
-    names = ("role", "x", "y", "part", MULTIPLICITY, "row", "degree", "n", "cnt")
-    for role, x, y, part, m, row, degree, n, cnt in zip(*(table.column(name).to_pylist() for name in names)):
-        if row:
-            fetched.rows[role, x, y] = (part, m)
-        if degree:
-            fetched.degrees[role, x] = (part, fetched.degrees.get((role, x), (part, 0))[1] + n)
-        if cnt is not None:
-            fetched.views[role, x, y] = cnt
-    return fetched
+    return union.toArrow()
 
 
-def _fetch_local(rel: AdditiveTable, view: AdditiveTable, req: Requests) -> Slice:
-    """``_fetch`` in this process: the stored rows whose x or y a request names, scanned by delta-rs
-    (``AdditiveTable.local_where``), summed per key (a large table is a bag of appended changes;
-    every row of a key shares its x and y, so a scan by either finds all of them) and marked as
-    ``_fetch`` marks them, by DuckDB: only the rows a request wants come to Python (a hub's
-    degree is counted there, not fetched)."""
-    import pyarrow.compute as pc
-
-    grid = {g: ({(r, x) for h, r, x in req.grid_x if h == g}, {(r, y) for h, r, y in req.grid_y if h == g}) for g in ("a", "c")}
-    on_x = {"degree": req.degrees, "light_out": req.light_out, "rows_of": req.rows_of, "a_x": grid["a"][0], "c_x": grid["c"][0]}
-    on_y = {"heavy_into": req.heavy_into, "a_y": grid["a"][1], "c_y": grid["c"][1]}
-    types = rel.arrow_schema()
-    xs = {x for keys in on_x.values() for _, x in keys} | {x for _, x, _ in req.pairs}
-    ys = {y for keys in on_y.values() for _, y in keys}
-    picked = rel.local_where(pc.field("x").isin(_values(xs, types, "x")) | pc.field("y").isin(_values(ys, types, "y")))
-    m, flag = MULTIPLICITY, lambda name: f"COALESCE({name}, FALSE)"  # noqa: E731
-    wanted = (f"{flag('rows_of')} OR ({flag('light_out')} AND part = '{LIGHT}') OR ({flag('heavy_into')} AND part = '{HEAVY}')"
-              f" OR p.role IS NOT NULL OR ({flag('a_x')} AND {flag('a_y')}) OR ({flag('c_x')} AND {flag('c_y')})")
-    with duckdb_connection(picked=picked, on_x=_flags(on_x, "x", types), on_y=_flags(on_y, "y", types),
-                           pairs=_arrow(types, ("role", "x", "y"), req.pairs)) as con:
-        con.execute(f"""CREATE TEMP TABLE marked AS SELECT r.*, {flag('degree')} AS degree, {wanted} AS wanted
-            FROM ({_summed_sql("picked", ("role", "x", "y", "part"), m)}) r
-            LEFT JOIN on_x ON r.role = on_x.role AND r.x IS NOT DISTINCT FROM on_x.x
-            LEFT JOIN on_y ON r.role = on_y.role AND r.y IS NOT DISTINCT FROM on_y.y
-            LEFT JOIN pairs p ON r.role = p.role AND r.x IS NOT DISTINCT FROM p.x AND r.y IS NOT DISTINCT FROM p.y""")
-        degrees = con.sql("SELECT role, x, part, COUNT(*) FROM marked WHERE degree GROUP BY role, x, part").fetchall()
-        rows = con.sql(f'SELECT role, x, y, part, "{m}" FROM marked WHERE wanted').fetchall()
-    fetched = Slice()
-    fetched.degrees = {(role, x): (part, n) for role, x, part, n in degrees}
-    fetched.rows = {(role, x, y): (part, m) for role, x, y, part, m in rows}
-    if req.light_after:  # the light rows out of every successor y of a mover x
-        successors = {(NEXT[role], y) for role, x, y, _, _ in _summed_where(rel, "x", req.light_after)}
-        for role, x, y, part, m in _summed_where(rel, "x", successors):
-            if part == LIGHT:
-                fetched.rows[role, x, y] = (part, m)
-    if req.views:
-        for role, x, z, cnt in _summed_where(view, "x", {(r, x) for r, x, _ in req.views}):
-            if (role, x, z) in req.views:
-                fetched.views[role, x, z] = cnt
-    return fetched
-
-
-def _summed_where(table: AdditiveTable, column: str, keys: set[tuple]) -> list[tuple]:
-    """The stored rows of ``table`` whose (role, ``column``) is in ``keys``, summed per key."""
-    import pyarrow.compute as pc
-
-    if not keys:
-        return []
-    types = table.arrow_schema()
-    picked = table.local_where(pc.field(column).isin(_values({v for _, v in keys}, types, column)))
-    summed = _summed_sql("picked", table.keys, *table.payloads)
-    with duckdb_connection(picked=picked, keys=_arrow(types, ("role", column), keys)) as con:
-        return con.sql(f"SELECT r.* FROM ({summed}) r SEMI JOIN keys k ON r.role = k.role"
-                       f" AND r.{column} IS NOT DISTINCT FROM k.{column}").fetchall()
-
-
-def _summed_sql(name: str, keys: tuple[str, ...], payload: str) -> str:
-    """DuckDB SQL: the rows of ``name`` summed per key, zero sums dropped."""
-    group = ", ".join(keys)
-    return f'SELECT {group}, SUM("{payload}") AS "{payload}" FROM {name} GROUP BY {group} HAVING SUM("{payload}") <> 0'
-
-
-def _values(values: set, types, column: str):
+def _named(values, name: str):
     import pyarrow as pa
 
-    return pa.array(list(values), types.field(column).type)
+    return pa.table({name: values})
 
 
-def _flags(requests: Mapping[str, set[tuple]], column: str, types):
-    """The (role, ``column``) keys the requests name, with one boolean column per request (NULL
-    where it does not name the key)."""
-    import pyarrow as pa
+def _arrow_schema(frame: DataFrame):
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    flags: dict[tuple, set[str]] = {}
-    for name, keys in requests.items():
-        for key in keys:
-            flags.setdefault(key, set()).add(name)
-    table = _arrow(types, ("role", column), list(flags))
-    for name in requests:
-        table = table.append_column(name, pa.array([name in named or None for named in flags.values()], pa.bool_()))
-    return table
-
-
-def _stored(ctx: Context, table: AdditiveTable) -> DataFrame:
-    """A stored state table read by Spark, summed per key if it is a bag of appended changes."""
-    stored = ctx.lake.read(table.path)
-    return consolidate(stored, table.keys, table.payloads, table.alive) if table.append_only else stored
+    return to_arrow_schema(frame.schema)
 
 
 def _appends(table: AdditiveTable) -> bool:
@@ -305,14 +202,6 @@ def _appends(table: AdditiveTable) -> bool:
     rather than MERGEs: yes, unless the table has deletion vectors -- a lake whose large state
     was written before appends, which keeps its MERGEs (delta-rs scans no such table)."""
     return not table.has_reader_features()
-
-
-def _arrow(schema, names: tuple[str, ...], rows: Collection[tuple]):
-    """Driver rows (or key tuples) as an Arrow table with the given columns typed as in the Arrow ``schema``."""
-    import pyarrow as pa
-
-    columns = list(zip(*rows)) if rows else [() for _ in names]
-    return pa.table({name: pa.array(list(values), schema.field(name).type) for name, values in zip(names, columns)})
 
 
 def _stored_result(ctx: Context) -> dict:
@@ -323,46 +212,10 @@ def _stored_result(ctx: Context) -> dict:
     return ctx.lake.read(ctx.lake.view_path(ctx.view)).first().asDict()
 
 
-class _Flags:
-    """Keys held on the driver, each with the boolean flags of the requests that name it; joined
-    (broadcast, left) to a stored table, it adds one column per flag (NULL for rows no key names)."""
-
-    def __init__(self) -> None:
-        self.flags: list[str] = []
-        self.keys: dict[tuple, set[str]] = {}
-
-    def add(self, flag: str, keys: Iterable[tuple]) -> None:
-        self.flags.append(flag)
-        for key in keys:
-            self.keys.setdefault(key, set()).add(flag)
-
-    def join(self, ctx: Context, table: DataFrame, on: list[str]) -> DataFrame:
-        from pyspark.sql import functions as F
-        from pyspark.sql.types import BooleanType, StructField
-
-        rows = [(*key, *(flag in wanted for flag in self.flags)) for key, wanted in self.keys.items()]
-        types = {**{n: table.schema[n] for n in on}, **{f: StructField(f, BooleanType()) for f in self.flags}}
-        return table.join(F.broadcast(_frame(ctx, types, (*on, *self.flags), rows)), on, "left")
-
-
-def _frame(ctx: Context, schema: Any, names: tuple[str, ...], rows: list[tuple]) -> DataFrame:
-    """A Spark frame of driver rows with the given columns typed as in ``schema`` (via Arrow)."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_type
-    from pyspark.sql.types import StructType
-
-    columns = list(zip(*rows)) if rows else [() for _ in names]
-    arrays = {name: pa.array(list(values), to_arrow_type(schema[name].dataType)) for name, values in zip(names, columns)}
-    # The schema too: Spark Connect cannot infer one from an empty table.
-    return ctx.spark.createDataFrame(pa.table(arrays), schema=StructType([schema[name] for name in names]))
-
-
-def _collect_changes(rows: DataFrame) -> dict[Any, int] | None:
-    """The netted (x, y) -> Δm of a delta on the driver, or None beyond DRIVER_ROWS keys."""
+def _collect_changes(rows: DataFrame) -> pa.Table | None:
+    """The netted (x, y, Δm) of a delta on the driver, or None beyond DRIVER_ROWS keys."""
     table = consolidate(rows, ("x", "y"), (MULTIPLICITY,)).limit(DRIVER_ROWS + 1).toArrow()
-    if table.num_rows > DRIVER_ROWS:
-        return None
-    return {(x, y): m for x, y, m in zip(*(table.column(c).to_pylist() for c in ("x", "y", MULTIPLICITY)))}
+    return None if table.num_rows > DRIVER_ROWS else table
 
 
 def _live(rel: AdditiveTable, role: str, deltas: Iterable[DataFrame] = ()) -> DataFrame:
@@ -374,15 +227,6 @@ def _live(rel: AdditiveTable, role: str, deltas: Iterable[DataFrame] = ()) -> Da
     for delta in deltas:
         frame = frame.unionByName(delta.select("x", "y", F.col(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY)))
     return consolidate(frame, ("x", "y"), (MULTIPLICITY,))
-
-
-def _next_role():
-    from pyspark.sql import functions as F
-
-    expr = F.when(F.col("role") == ROLES[0], NEXT[ROLES[0]])
-    for role in ROLES[1:]:
-        expr = expr.when(F.col("role") == role, NEXT[role])
-    return expr
 
 
 def _by_role(frames: Mapping[str, DataFrame]) -> DataFrame:
