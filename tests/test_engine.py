@@ -94,6 +94,39 @@ def test_crash_at_any_write_then_rerun_equals_crash_free_run(lake, spark, point)
     assert len(commit.log_rows(lake, "by_g")) == 2
 
 
+def test_a_read_broken_by_a_late_write_is_reported_as_the_late_write(lake, spark, monkeypatch):
+    """A late write can break the run before its commit check: e.g. a killed first run's Spark
+    Connect write committing into the state folder that the rerun's recovery had just removed,
+    naming data files that are gone. The run's failure then names the late write (refresh again),
+    not the missing file; a failure with no foreign commit is left as it is."""
+    from lakeivm.engine import WRITER_TAG
+
+    make_tables(lake, spark)
+    run_view(lake, JOIN_VIEW)
+    sql(lake, "INSERT INTO {t} VALUES (0, 7), (3, 1)", "r")
+    result, check = lake.view_path("by_g"), commit.Lease.check
+    broken = RuntimeError("[FAILED_READ_FILE.NO_HINT] Encountered error while reading file file:/lake/views/by_g/part-0.parquet")
+
+    def failing_read(self, stray: bool):
+        if stray:
+            own = spark.conf.get(WRITER_TAG)
+            spark.conf.set(WRITER_TAG, "lakeivm:by_g:a-killed-run")
+            spark.sql(f"INSERT INTO delta.`{result}` SELECT * FROM delta.`{result}`")
+            spark.conf.set(WRITER_TAG, own)
+        raise broken
+
+    monkeypatch.setattr(commit.Lease, "check", lambda self: failing_read(self, stray=False))
+    with pytest.raises(RuntimeError, match="FAILED_READ_FILE"):
+        run_view(lake, JOIN_VIEW)
+    monkeypatch.setattr(commit.Lease, "check", lambda self: failing_read(self, stray=True))
+    with pytest.raises(StateError, match="written by lakeivm:by_g:a-killed-run .* the late write of a killed or paused run") as raised:
+        run_view(lake, JOIN_VIEW)
+    assert raised.value.__cause__ is broken
+    monkeypatch.setattr(commit.Lease, "check", check)
+    assert run_view(lake, JOIN_VIEW).applied == ("r",)
+    assert_matches_sql(lake, JOIN_VIEW)
+
+
 def test_crash_during_bootstrap_then_rerun(lake, spark):
     make_tables(lake, spark)
     with pytest.raises(InjectedFailure):

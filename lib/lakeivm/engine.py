@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from lakeivm import changes, commit, storage, upstream
 from lakeivm.config import Settings, load_settings
-from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError
+from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError, known_failure
 from lakeivm.fingerprint import fingerprint
 from lakeivm.lake import WRITER_TAG, Lake
 from lakeivm.spec import FULL, ViewSpec, cached_specs, find_spec
@@ -167,6 +167,11 @@ def run_view(
         lake.spark.conf.set(WRITER_TAG, writer_tag(claim))  # every Delta commit of this run names it
         try:
             return _run(ctx, maintainer, claim, mode, tables, started, progress)
+        except Exception as err:  # a late write can also break the run before its commit: say so, not what broke
+            late = _late_write(ctx, maintainer) if ctx.bases and known_failure(err) else None
+            if late is not None:
+                raise late from err
+            raise
         finally:
             lake.spark.conf.unset(WRITER_TAG)
             ctx.release()
@@ -367,17 +372,27 @@ def _check_sole_writer(ctx: Context, maintainer: Maintainer, versions: Mapping[s
     """Refuse to commit if a state table has a commit this run did not make since its recovery: the
     late write of a run that was killed (its Spark Connect operation went on without it) or paused
     past its claim. The next run's recovery undoes it."""
+    late = _late_write(ctx, maintainer, versions)
+    if late is not None:
+        raise late
+
+
+def _late_write(ctx: Context, maintainer: Maintainer, versions: Mapping[str, int] | None = None) -> StateError | None:
+    """The error naming a state table's first commit since the run's recovery that the run did not
+    make (up to ``versions``, default the heads), or None. A late write may also have broken the run
+    before its commit: one whose files the recovery had removed with an uncommitted table fails a read."""
     mine = writer_tag(ctx.lease)
     for name, path in maintainer.state_tables(ctx).items():
+        head = versions[name] if versions is not None else (ctx.lake.head_version(path) if ctx.lake.is_delta(path) else -1)
         base = ctx.bases.get(name, -1)  # a table the run re-created (bootstrap) is checked from its first version
-        foreign = [info for info in storage.history(path, base if versions[name] >= base else -1, versions[name])
-                   if info["userMetadata"] != mine]
+        foreign = [info for info in storage.history(path, base if head >= base else -1, head) if info["userMetadata"] != mine]
         if foreign:
             info = foreign[0]
-            raise StateError(
+            return StateError(
                 f"view {ctx.view!r}: {path} version {info['version']} was written by {info['userMetadata'] or 'a writer outside lakeivm'} "
                 f"({info['operation']}) while this run held the view -- the late write of a killed or paused run. "
                 "This run commits nothing; refresh again (recovery undoes that write).")
+    return None
 
 
 def _kind(maintainer: Maintainer) -> str:
