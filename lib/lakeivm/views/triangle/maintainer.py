@@ -125,8 +125,10 @@ class TriangleMaintainer:
             fetch_rel = lambda xs, ys: _local_where(shared["rel"], x=xs, y=ys)  # noqa: E731
             fetch_views = lambda xs: _local_where(shared["w"], x=xs)  # noqa: E731
         else:
+            from pyspark.sql.pandas.types import to_arrow_schema
+
             rel, view = (ctx.lake.read(shared[name].path) for name in ("rel", "w"))
-            types = _arrow_schema(rel)
+            types = to_arrow_schema(rel.schema)
             fetch_rel = lambda xs, ys: _spark_where(ctx, rel, x=xs, y=ys)  # noqa: E731
             fetch_views = lambda xs: _spark_where(ctx, view, x=xs)  # noqa: E731
         schema = pa.schema([types.field(name) for name in ("role", "x", "y", MULTIPLICITY)])
@@ -172,29 +174,18 @@ def _local_where(table: AdditiveTable, **values):
 
 def _spark_where(ctx: Context, stored: DataFrame, **values) -> pa.Table:
     """``_local_where`` by Spark: null-safe broadcast semi joins, each column's rows once."""
+    import pyarrow as pa
     from pyspark.sql import functions as F
 
     picked, rest = [], stored
     for column, among in values.items():
-        keys = F.broadcast(state.local_frame(ctx.spark, _named(among, "v")))
+        keys = F.broadcast(state.local_frame(ctx.spark, pa.table({"v": among})))
         picked.append(rest.join(keys, rest[column].eqNullSafe(keys["v"]), "left_semi"))
         rest = rest.join(keys, rest[column].eqNullSafe(keys["v"]), "left_anti")
     union = picked[0]
     for frame in picked[1:]:
         union = union.unionByName(frame)
     return union.toArrow()
-
-
-def _named(values, name: str):
-    import pyarrow as pa
-
-    return pa.table({name: values})
-
-
-def _arrow_schema(frame: DataFrame):
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(frame.schema)
 
 
 def _appends(table: AdditiveTable) -> bool:
