@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -168,7 +169,10 @@ def run_view(
         try:
             return _run(ctx, maintainer, claim, mode, tables, started, progress)
         except Exception as err:  # a late write can also break the run before its commit: say so, not what broke
-            late = _late_write(ctx, maintainer) if ctx.bases and known_failure(err) else None
+            late = None
+            if ctx.bases and known_failure(err):
+                with contextlib.suppress(Exception):  # the history unreadable too: the run's own error stands
+                    late = _late_write(ctx, maintainer)
             if late is not None:
                 raise late from err
             raise
@@ -348,7 +352,9 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
 
     lake = ctx.lake
     versions = {name: lake.head_version(path) for name, path in maintainer.state_tables(ctx).items()}
-    _check_sole_writer(ctx, maintainer, versions)
+    late = _late_write(ctx, maintainer, versions)  # never commit over another writer's commit
+    if late is not None:
+        raise late
     seconds = time.perf_counter() - started
     pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
     row = commit.LogRow(
@@ -368,19 +374,13 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
     return row
 
 
-def _check_sole_writer(ctx: Context, maintainer: Maintainer, versions: Mapping[str, int]) -> None:
-    """Refuse to commit if a state table has a commit this run did not make since its recovery: the
-    late write of a run that was killed (its Spark Connect operation went on without it) or paused
-    past its claim. The next run's recovery undoes it."""
-    late = _late_write(ctx, maintainer, versions)
-    if late is not None:
-        raise late
-
-
 def _late_write(ctx: Context, maintainer: Maintainer, versions: Mapping[str, int] | None = None) -> StateError | None:
     """The error naming a state table's first commit since the run's recovery that the run did not
-    make (up to ``versions``, default the heads), or None. A late write may also have broken the run
-    before its commit: one whose files the recovery had removed with an uncommitted table fails a read."""
+    make (up to ``versions``, default the heads), or None: the late write of a run that was killed
+    (its Spark Connect operation went on without it) or paused past its claim, which the next run's
+    recovery undoes. The run must not commit over it; it may also have broken the run before its
+    commit (a write into the folder of an uncommitted table the recovery removed names files that
+    are gone)."""
     mine = writer_tag(ctx.lease)
     for name, path in maintainer.state_tables(ctx).items():
         head = versions[name] if versions is not None else (ctx.lake.head_version(path) if ctx.lake.is_delta(path) else -1)
