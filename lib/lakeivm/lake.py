@@ -10,6 +10,7 @@ views/<view>/sample         reservoir samples    _system/log (runs and claims), 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 CDF = "delta.enableChangeDataFeed"
 MULTIPLICITY = "_lakeivm_m"  # the column of a delta's signed multiplicity (a change feed netted: changes.read_delta)
+MERGE_ROWS = 200_000  # rows up to which a MERGE's source is brought to this process and merged by delta-rs (merge_small)
 WRITER_TAG = "spark.databricks.delta.commitInfo.userMetadata"  # set per run: every Delta commit of the run names it
 
 
@@ -92,6 +94,35 @@ class Lake:
         """
         self.spark.sql(f"MERGE INTO delta.`{path}` AS t USING {{source}} AS s ON {on} {' '.join(clauses)}",
                        source=source).collect()
+
+    def merge_small(self, path: str, source: DataFrame, keys: Sequence[str], delete_when: str | None = None,
+                    insert_when: str | None = None, max_rows: int = MERGE_ROWS) -> bool:
+        """``merge`` of few rows by delta-rs in this process: ``source`` (at most ``max_rows``, brought
+        here as Arrow) matched on ``keys`` (NULL matching NULL), deleted where ``delete_when`` holds,
+        else updated whole; unmatched inserted where ``insert_when`` holds (conditions over ``s.``,
+        columns double-quoted). One commit carrying the run's writer tag, with its change data where
+        the table has CDF. A Spark MERGE of a few thousand rows into millions reads and rewrites
+        for seconds (10 s at 4.8 M rows in ``bench upstream``); delta-rs took ~1 s. False, nothing
+        written, if the table has a reader feature delta-rs lacks (deletion vectors) or the source
+        is larger: the caller MERGEs with Spark."""
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        table = DeltaTable(path)
+        if table.protocol().reader_features:
+            return False
+        rows = source.limit(max_rows + 1).toArrow()
+        if rows.num_rows > max_rows:
+            return False
+        schema = pa.schema(table.schema().to_arrow())
+        quote = lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
+        on = " AND ".join(f"(t.{quote(k)} IS NOT DISTINCT FROM s.{quote(k)})" for k in keys) or "true"
+        merge = table.merge(rows.select(schema.names).cast(schema), on, source_alias="s", target_alias="t",
+                            commit_properties=self._tagged())
+        if delete_when:
+            merge = merge.when_matched_delete(delete_when)
+        merge.when_matched_update_all().when_not_matched_insert_all(insert_when).execute()
+        return True
 
     def read(self, path: str, version: int | None = None) -> DataFrame:
         reader = self.spark.read.format("delta")

@@ -279,6 +279,8 @@ def merge_state(ctx: Context, change: DataFrame, stored: tuple[DataFrame, object
     if small is not None:
         _rewrite(ctx, path, rows, in_stored_types(updated, small).toArrow(), keys)
         return
+    if keys and ctx.lake.merge_small(path, updated, keys, f's."{COUNT}" = 0', f's."{COUNT}" > 0'):
+        return
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true"
     if keys:
         clauses = (f"WHEN MATCHED AND s.{COUNT} = 0 THEN DELETE", "WHEN MATCHED THEN UPDATE SET *",
