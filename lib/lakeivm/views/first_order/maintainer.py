@@ -267,7 +267,8 @@ def merge_state(ctx: Context, change: DataFrame, stored: tuple[DataFrame, object
     small, rows = stored or (None, None)
     on = " AND ".join(f"c.`{k}` <=> d.`{k}`" for k in keys) or "true"
     added = [f"COALESCE(c.`{s}`, 0) + COALESCE(d.`{s}`, 0) AS `{s}`" for s in query.additive_columns]
-    joined = change.alias("d").join((small if small is not None else ctx.lake.read(path)).alias("c"), on=F.expr(on), how="left")
+    joined = change.alias("d").join((small if small is not None else _stored_matching(ctx, path, change, keys)).alias("c"),
+                                    on=F.expr(on), how="left")
     touched = joined.selectExpr(*[f"d.`{k}` AS `{k}`" for k in keys], *added)
     for agg, multiset in multisets.items():
         # computed once: the touched groups occur twice in the join that adds an extremum, so an
@@ -288,6 +289,33 @@ def merge_state(ctx: Context, change: DataFrame, stored: tuple[DataFrame, object
     else:
         clauses = ("WHEN MATCHED THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *")
     ctx.lake.merge(path, updated, on, *clauses)
+
+
+def _stored_matching(ctx: Context, path: str, change: DataFrame, keys: list[str]) -> DataFrame:
+    """The stored view's rows that may match ``change``'s groups: a delta-rs scan in this process
+    filtered by each key column's changed values (a superset; the join that reads it is exact),
+    handed to Spark as local rows -- where Spark would scan the whole view to join a few thousand
+    changed groups (4.8 of a 6.7 s run at 4.8 M rows, ``bench upstream`` SF 1). The whole view
+    through Spark where delta-rs cannot scan it (a reader feature, over SCAN_ROWS rows), with no
+    keys, or with a float key (a NaN matches as Spark's ``<=>`` has it only there)."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from lakeivm import storage
+    from lakeivm.changes import plain_field
+    from lakeivm.views import state
+
+    table = DeltaTable(path)
+    schema = pa.schema(table.schema().to_arrow())
+    if (not keys or table.protocol().reader_features or any(pa.types.is_floating(schema.field(k).type) for k in keys)
+            or storage.rows_in(table, unknown=state.SCAN_ROWS + 1) > state.SCAN_ROWS):
+        return ctx.lake.read(path)
+    changed = change.select(*[f"`{k}`" for k in keys]).toArrow()
+    wanted = pc.scalar(True)
+    for key in keys:
+        wanted &= pc.field(key).isin(pc.unique(changed[key]).cast(schema.field(key).type))
+    rows = table.to_pyarrow_dataset().to_table(filter=wanted)
+    return local_frame(ctx.spark, rows.cast(pa.schema([plain_field(f) for f in rows.schema])))
 
 
 def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, object],
