@@ -103,18 +103,18 @@ class Lake:
         columns double-quoted). One commit carrying the run's writer tag, with its change data where
         the table has CDF. A Spark MERGE of a few thousand rows into millions reads and rewrites
         for seconds (10 s at 4.8 M rows in ``bench upstream``); delta-rs took ~1 s. False, nothing
-        written, if the table has a reader feature delta-rs lacks (deletion vectors) or the source
-        is larger: the caller MERGEs with Spark."""
+        written, if the table has a reader feature delta-rs lacks (deletion vectors), a float key,
+        or the source is larger: the caller MERGEs with Spark."""
         import pyarrow as pa
         from deltalake import DeltaTable
 
         table = DeltaTable(path)
-        if table.protocol().reader_features:
-            return False
+        schema = pa.schema(table.schema().to_arrow())
+        if table.protocol().reader_features or any(pa.types.is_floating(schema.field(k).type) for k in keys):
+            return False  # (a float key: NaN matches NaN under Spark's <=>, which the caller's MERGE keeps)
         rows = source.limit(max_rows + 1).toArrow()
         if rows.num_rows > max_rows:
             return False
-        schema = pa.schema(table.schema().to_arrow())
         quote = lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
         on = " AND ".join(f"(t.{quote(k)} IS NOT DISTINCT FROM s.{quote(k)})" for k in keys) or "true"
         merge = table.merge(rows.select(schema.names).cast(schema), on, source_alias="s", target_alias="t",
