@@ -191,8 +191,7 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
     """run_view once the run holds the view's claim: recover, pin, plan, apply, commit."""
     lake, spec, definition, seq = ctx.lake, ctx.spec, ctx.fingerprint, claim.seq
     restored, last = commit.recover(lake, commit.last_of(claim.history), maintainer.state_tables(ctx), claim)
-    ctx.bases = {name: lake.head_version(path) if lake.is_delta(path) else -1
-                 for name, path in maintainer.state_tables(ctx).items()}
+    ctx.bases = _state_heads(ctx, maintainer)
     if restored:
         progress(f"{spec.name}: recovered from an interrupted run ({'; '.join(restored)})")
     changed = last is not None and last.fingerprint is not None and last.fingerprint != definition
@@ -374,6 +373,11 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
     return row
 
 
+def _state_heads(ctx: Context, maintainer: Maintainer) -> dict[str, int]:
+    """Each state table's newest version (-1: not written yet)."""
+    return {name: ctx.lake.head_version(path) if ctx.lake.is_delta(path) else -1 for name, path in maintainer.state_tables(ctx).items()}
+
+
 def _late_write(ctx: Context, maintainer: Maintainer, versions: Mapping[str, int] | None = None) -> StateError | None:
     """The error naming a state table's first commit since the run's recovery that the run did not
     make (up to ``versions``, default the heads), or None: the late write of a run that was killed
@@ -381,9 +385,9 @@ def _late_write(ctx: Context, maintainer: Maintainer, versions: Mapping[str, int
     recovery undoes. The run must not commit over it; it may also have broken the run before its
     commit (a write into the folder of an uncommitted table the recovery removed names files that
     are gone)."""
-    mine = writer_tag(ctx.lease)
+    mine, heads = writer_tag(ctx.lease), versions if versions is not None else _state_heads(ctx, maintainer)
     for name, path in maintainer.state_tables(ctx).items():
-        head = versions[name] if versions is not None else (ctx.lake.head_version(path) if ctx.lake.is_delta(path) else -1)
+        head = heads[name]
         base = ctx.bases.get(name, -1)  # a table the run re-created (bootstrap) is checked from its first version
         foreign = [info for info in storage.history(path, base if head >= base else -1, head) if info["userMetadata"] != mine]
         if foreign:

@@ -101,13 +101,7 @@ class AdditiveTable:
         exact); with no shared key, every row. A table too large to read whole is scanned by
         delta-rs with the key filter (a few hundred ms for millions of rows, where Spark takes a
         snapshot, a scan and a job). Call only when ``readable_locally(whole=not shared)``."""
-        import pyarrow.compute as pc
-
-        wanted = pc.scalar(True)
-        types = self.arrow_schema()
-        for key in shared:  # the change's values in the stored type (a filter compares like types)
-            wanted &= pc.field(key).isin(pc.unique(change[key]).cast(types.field(key).type))
-        return self.local_where(wanted)
+        return self.local_where(key_filter(change, shared, self.arrow_schema()))
 
     def local_where(self, wanted):
         """``current()``'s rows that satisfy the Arrow expression ``wanted``, as Arrow in this
@@ -299,6 +293,19 @@ def as_frames(spark, deltas: Sequence) -> list[DataFrame]:
     import pyarrow as pa
 
     return [local_frame(spark, d) if isinstance(d, pa.Table) else d for d in deltas]
+
+
+def key_filter(change, keys: Sequence[str], types):
+    """A pyarrow filter of the rows whose every ``keys`` column holds one of that column's values in
+    ``change`` (an Arrow table): a superset of the rows matching a change row (each column filtered on
+    its own; the join that reads them is exact). The values cast to the stored ``types`` (a filter
+    compares like types); NULL matches NULL."""
+    import pyarrow.compute as pc
+
+    wanted = pc.scalar(True)
+    for key in keys:
+        wanted &= pc.field(key).isin(pc.unique(change[key]).cast(types.field(key).type))
+    return wanted
 
 
 def duckdb_query(text: str, **tables):

@@ -352,10 +352,14 @@ def _render(plan: FivmPlan, root: DataFrame, types: Mapping[str, str], exact: Ma
 
 
 def _merge_result(ctx: Context, plan: FivmPlan, rows: DataFrame) -> None:
-    """Touched groups into the result: updated, inserted, or deleted when their count is gone."""
-    on = " AND ".join(f"t.`{name}` <=> s.`{name}`" for name, _ in plan.group_key_variables()) or "true"
+    """Touched groups into the result: updated, inserted, or deleted when their count is gone (by
+    delta-rs in this process where it can: ``Lake.merge_small``)."""
+    path, keys = ctx.lake.view_path(ctx.view), [name for name, _ in plan.group_key_variables()]
+    if keys and ctx.lake.merge_small(path, rows, keys, f's."{COUNT}" = 0', f'NOT (s."{COUNT}" = 0)'):
+        return
+    on = " AND ".join(f"t.`{name}` <=> s.`{name}`" for name in keys) or "true"
     gone = f"s.`{COUNT}` = 0"
-    ctx.lake.merge(ctx.lake.view_path(ctx.view), rows, on, f"WHEN MATCHED AND {gone} THEN DELETE",
+    ctx.lake.merge(path, rows, on, f"WHEN MATCHED AND {gone} THEN DELETE",
                    "WHEN MATCHED THEN UPDATE SET *", f"WHEN NOT MATCHED AND NOT ({gone}) THEN INSERT *")
 
 

@@ -70,7 +70,8 @@ def run_batch(changes: pa.Table, fetch_rel: FetchRel, fetch_views: FetchViews, b
         con.execute("CREATE TEMP VIEW cur AS SELECT * FROM stored UNION ALL SELECT * FROM rel_d")
         con.execute("CREATE TEMP VIEW wcur AS SELECT * FROM w0 UNION ALL SELECT * FROM w_d")
         count_delta = sum(_step(con, role) for role in ROLES)
-        size += _size_change(con)
+        con.execute(f"CREATE TEMP TABLE key_changes AS {_KEY_CHANGES}")
+        size += int(_scalar(con, "SELECT COALESCE(SUM(change), 0) FROM key_changes"))
         major = not base // 4 <= size < base
         moved = () if major else _rebalance(con, fetch_rel, theta, default, payload)
         rel_delta = con.sql(f"""SELECT role, x, y, part, SUM(m)::BIGINT AS {m} FROM rel_d GROUP BY ALL
@@ -113,23 +114,18 @@ def _scalar(con, text: str):
     return con.execute(text).fetchall()[0][0]
 
 
-def _size_change(con) -> int:
-    """The change of |D| (distinct keys): a Δ row creates or removes its key or neither."""
-    return int(_scalar(con, _KEY_CHANGES.format(select="COALESCE(SUM(change), 0)", group="")))
-
-
-# each Δ row's change of its key's existence: +1 created, -1 removed, 0 neither
-_KEY_CHANGES = """SELECT {select} FROM (
-    SELECT dc.role, dc.x, (COALESCE(s.b, 0) + dc.p <> 0)::INT - (COALESCE(s.b, 0) <> 0)::INT AS change FROM dc
+# each Δ row's change of its key's existence (+1 created, -1 removed, 0 neither): the change of |D|
+# (distinct keys) and of each value's degree
+_KEY_CHANGES = """SELECT dc.role, dc.x, (COALESCE(s.b, 0) + dc.p <> 0)::INT - (COALESCE(s.b, 0) <> 0)::INT AS change FROM dc
     LEFT JOIN (SELECT role, x, y, SUM(m) AS b FROM stored GROUP BY ALL) s
-      ON s.role = dc.role AND s.x IS NOT DISTINCT FROM dc.x AND s.y IS NOT DISTINCT FROM dc.y) {group}"""
+      ON s.role = dc.role AND s.x IS NOT DISTINCT FROM dc.x AND s.y IS NOT DISTINCT FROM dc.y"""
 
 
 def _rebalance(con, fetch_rel: FetchRel, theta: float, default: str, payload: str) -> tuple[tuple[str, Hashable], ...]:
     """Minor rebalancing (digest §7.4): the batch's values whose degree left [½θ, 3/2θ) move, R's
     then S's then T's (a move of K reads NEXT_l and PREV_h only, so K's movers move at once)."""
     con.execute(f"""CREATE TEMP TABLE movers AS SELECT k.role, k.x, COALESCE(c.part, '{default}') AS src
-        FROM ({_KEY_CHANGES.format(select="role, x, SUM(change) AS change", group="GROUP BY role, x")}) k
+        FROM (SELECT role, x, SUM(change) AS change FROM key_changes GROUP BY role, x) k
         LEFT JOIN classes c ON c.role = k.role AND c.x IS NOT DISTINCT FROM k.x
         WHERE (COALESCE(c.part, '{default}') = '{LIGHT}' AND COALESCE(c.n, 0) + k.change >= $high)
            OR (COALESCE(c.part, '{default}') = '{HEAVY}' AND COALESCE(c.n, 0) + k.change > 0
