@@ -34,6 +34,28 @@ def pin(lake: Lake, tables: Iterable[str]) -> dict[str, int]:
             for t in tables}
 
 
+def identities(lake: Lake, tables: Iterable[str]) -> dict[str, str]:
+    """Each base table's Delta id (``storage.table_id``); a view read as a source has none: its
+    runs are numbered by the log the reading view shares, so they cannot be replaced under it."""
+    return {t: storage.table_id(lake.table_path(t)) for t in tables if t not in lake.upstreams}
+
+
+def replaced(lake: Lake, recorded: Mapping[str, str], ids: Mapping[str, str] | None = None) -> ChangeRangeError | None:
+    """The error naming a table that is not the one the view last read -- deleted and created anew
+    at the same path, so its versions number another history -- or None. ``recorded``: the ids a
+    committed run logged (none in rows of older lakes: nothing to compare); ``ids``: the current
+    ones, read if not given."""
+    ids = identities(lake, recorded) if ids is None else ids
+    for table, was in recorded.items():
+        now = ids.get(table, was)
+        if now != was:
+            return ChangeRangeError(
+                f"table {table!r} was deleted and created anew (its Delta table id is {now}, the view last read {was}): "
+                "its versions number another history, so no change range continues the old one. Rebuild the view "
+                "from the new table (policy rebuild does it; else `lakeivm refresh VIEW --rebuild`).")
+    return None
+
+
 def pending_rows(lake: Lake, table: str, watermark: int, head: int, path: str | None = None) -> int:
     """Change-feed rows in (watermark, head], from the commits' operation metrics (no data read).
 
@@ -147,30 +169,33 @@ def _read_small_delta(lake: Lake, table: str, watermark: int, head: int, columns
     metrics): read by delta-rs and netted with Arrow in this process, handed to Spark as local rows.
     Spark then loads no snapshot of the changed table at its new version (on a warm session the
     Spark read of a few changed rows costs jobs and a snapshot of every new table version). None:
-    Spark reads it -- a commit without metrics, a table with reader features (deletion vectors:
-    delta-rs 1.6 netted a DV table's UPDATE wrong once in the suite; column mapping), a key type
-    Arrow cannot group, or any read error (Spark's read names it)."""
+    Spark reads it -- a commit without metrics, a table the gate refuses (``fastpath``: deletion
+    vectors, column mapping, ...), a range with a commit that changes the table's protocol or
+    metadata (the gate judges the head's), a key type Arrow cannot group, or any read error
+    (Spark's read names it)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from deltalake import DeltaTable
+
+    from lakeivm import fastpath
 
     commits = history(lake, table, watermark, head, path)
     unknown = any(not row["operationMetrics"] and row["operation"] not in _NO_ROWS for row in commits)
-    if not columns or unknown or pending_rows(lake, table, watermark, head, path) > SMALL_DELTA_ROWS:
+    reshaped = any(row.get("reshapes") for row in commits)
+    if not columns or unknown or reshaped or pending_rows(lake, table, watermark, head, path) > SMALL_DELTA_ROWS:
         return None
     types = lake.schema_at(path, head)
     try:
-        delta_table = DeltaTable(path)
-        if delta_table.protocol().reader_features:  # deletion vectors (delta-rs reads their CDF wrong), column mapping, ...
+        delta_table = fastpath.load(path, version=head)
+        if delta_table is None:
             return None
         reader = delta_table.load_cdf(starting_version=watermark + 1, ending_version=head, columns=[*columns, "_change_type"])
         changes = pa.RecordBatchReader.from_stream(reader).read_all()
         kind = changes["_change_type"].cast(pa.string())
         signs = pc.if_else(pc.is_in(kind, value_set=pa.array(["insert", "update_postimage"])), 1, -1).cast(pa.int64())
-        rows = changes.select(columns).append_column(MULTIPLICITY, signs)
+        rows = changes.select(columns)  # string views as plain strings: Arrow's filter has no kernel for them
+        rows = rows.cast(pa.schema([plain_field(f) for f in rows.schema])).append_column(MULTIPLICITY, signs)
         netted = rows.group_by(columns, use_threads=False).aggregate([(MULTIPLICITY, "sum")])
         netted = netted.filter(pc.not_equal(netted[f"{MULTIPLICITY}_sum"], 0)).select([*columns, f"{MULTIPLICITY}_sum"])
-        netted = netted.cast(pa.schema([plain_field(f) for f in netted.schema]))
     except Exception:  # noqa: BLE001 -- the Spark read below raises the error a user can act on
         return None
     ddl = ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint"

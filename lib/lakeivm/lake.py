@@ -103,14 +103,17 @@ class Lake:
         columns double-quoted). One commit carrying the run's writer tag, with its change data where
         the table has CDF. A Spark MERGE of a few thousand rows into millions reads and rewrites
         for seconds (10 s at 4.8 M rows in ``bench upstream``); delta-rs took ~1 s. False, nothing
-        written, if the table has a reader feature delta-rs lacks (deletion vectors), a float key,
-        or the source is larger: the caller MERGEs with Spark."""
+        written, if the gate refuses the table (``fastpath``: deletion vectors, column mapping,
+        constraints, ...), a float key, or the source is larger: the caller MERGEs with Spark."""
         import pyarrow as pa
-        from deltalake import DeltaTable
 
-        table = DeltaTable(path)
+        from lakeivm import fastpath
+
+        table = fastpath.load(path, write=True)
+        if table is None:
+            return False
         schema = pa.schema(table.schema().to_arrow())
-        if table.protocol().reader_features or any(pa.types.is_floating(schema.field(k).type) for k in keys):
+        if any(pa.types.is_floating(schema.field(k).type) for k in keys):
             return False  # (a float key: NaN matches NaN under Spark's <=>, which the caller's MERGE keeps)
         rows = source.limit(max_rows + 1).toArrow()
         if rows.num_rows > max_rows:
@@ -155,14 +158,15 @@ class Lake:
                 self.cache[key] = {f.name: f.dataType.simpleString() for f in self.read(path, version).schema.fields}
         return self.cache[key]
 
-    def read_small(self, path: str, max_rows: int, version: int | None = None) -> tuple[DataFrame, object] | None:
+    def read_small(self, path: str, max_rows: int, version: int | None = None, write: bool = False) -> tuple[DataFrame, object] | None:
         """The Delta table (at ``version``, else its newest) read in this process (delta-rs, one load
         of its log) and handed to Spark as local rows: ``(frame, the Arrow table)``; None if it holds
         more than ``max_rows`` rows (by its files' statistics; a file without them counts as too
         many) or delta-rs cannot read it (a table feature it lacks, e.g. deletion vectors). Spark
         reads no Delta snapshot of it (a snapshot of a table that changes every run costs Spark jobs
-        and seconds, however few its rows; one of an older version reconstructs its file list)."""
-        read = read_with_delta_rs(path, max_rows, version)
+        and seconds, however few its rows; one of an older version reconstructs its file list).
+        ``write``: read to be rewritten by delta-rs, so None also where the gate refuses its writes."""
+        read = read_with_delta_rs(path, max_rows, version, write=write)
         if read is None:
             return None
         table, rows = read
@@ -170,10 +174,10 @@ class Lake:
         return self.spark.createDataFrame(rows, schema=ddl), rows
 
     @staticmethod
-    def read_small_arrow(path: str, max_rows: int, version: int | None = None):
+    def read_small_arrow(path: str, max_rows: int, version: int | None = None, write: bool = False):
         """``read_small``'s Arrow table alone, at ``version`` if given: no Spark at all (a frame's
         typed schema costs a Spark Connect round trip)."""
-        read = read_with_delta_rs(path, max_rows, version)
+        read = read_with_delta_rs(path, max_rows, version, write=write)
         return None if read is None else read[1]
 
     def overwrite_small(self, path: str, rows: object, schema: object) -> None:
@@ -202,16 +206,16 @@ class Lake:
 
     def restore(self, path: str, version: int) -> None:
         """Roll the Delta table at ``path`` back to ``version``: one RESTORE commit, carrying the run's
-        writer tag like its other commits. delta-rs compares the two file lists in this process (tens
-        of ms); a table with a reader feature it lacks (deletion vectors), or one it fails on, is
-        restored by Spark's RESTORE instead, which reconstructs both snapshots in Spark jobs (seconds:
-        in the fault suite, whose reruns recover killed runs, over half the Connect server's SQL time)."""
-        from deltalake import DeltaTable
+        writer tag like its other commits. delta-rs compares the two file lists in this process; a
+        table the gate refuses (``fastpath``), or one delta-rs fails on, is restored by Spark's
+        RESTORE instead, which reconstructs both snapshots in Spark jobs."""
         from deltalake.exceptions import DeltaError
 
+        from lakeivm import fastpath
+
         try:
-            table = DeltaTable(path)
-            if not table.protocol().reader_features:
+            table = fastpath.load(path, write=True)
+            if table is not None:
                 table.restore(version, commit_properties=self._tagged())
                 return
         except DeltaError:  # a writer feature delta-rs lacks, a file gone, a concurrent commit: Spark restores it or says why not
@@ -230,14 +234,19 @@ class Lake:
         storage.delete_tree(path)
 
 
-def read_with_delta_rs(path: str, max_rows: int, version: int | None = None, table=None):
+def read_with_delta_rs(path: str, max_rows: int, version: int | None = None, table=None, write: bool = False):
     """(delta-rs table, its rows as Arrow) if it holds at most ``max_rows`` rows and delta-rs reads
-    it, else None (see ``Lake.read_small``); ``table``: the table already loaded by delta-rs. Also
-    None when delta-rs fails to read the files (a table feature it lacks, a file gone): the Spark
-    read the caller falls back to raises the error a user can act on (FAILED_READ_FILE, ...)."""
+    it, else None (see ``Lake.read_small``); ``table``: the table already loaded by delta-rs. None
+    too where the gate refuses the table (``fastpath``), or delta-rs fails to read its files (a file
+    gone): the Spark read the caller falls back to raises the error a user can act on. ``write``:
+    also None where the gate refuses delta-rs's writes (the caller rewrites what it reads)."""
     from deltalake import DeltaTable
 
+    from lakeivm import fastpath
+
     table = table if table is not None else DeltaTable(path, version=version)
+    if not fastpath.admits(table, write=write):
+        return None
     try:
         if storage.rows_in(table, unknown=max_rows + 1) > max_rows:
             return None

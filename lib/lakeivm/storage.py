@@ -28,6 +28,18 @@ def exists(uri: str) -> bool:
     return fs.get_file_info(path).type != FileType.NotFound
 
 
+def modified_at(uri: str) -> float | None:
+    """When the file was last written, in seconds since the epoch by the store's clock (its mtime,
+    an object store's Last-Modified); None if it does not exist."""
+    from pyarrow.fs import FileType
+
+    fs, path = _resolve(uri)
+    info = fs.get_file_info(path)
+    if info.type == FileType.NotFound or info.mtime_ns is None:
+        return None
+    return info.mtime_ns / 1e9
+
+
 def list_names(uri: str, directories: bool | None = None) -> list[str]:
     """Names of the entries directly under ``uri`` (only folders, only files, or all); [] if absent."""
     from pyarrow.fs import FileSelector, FileType
@@ -166,6 +178,19 @@ class DamagedCommit(StateError):
         self.why = why
 
 
+def table_id(table: str) -> str:
+    """The Delta table's identity (``metaData.id``): set when the table is created and kept by every
+    later commit, so a table deleted and created anew at the same path has another. Read from
+    commit 0 (one small file), or by delta-rs from the checkpoint once log cleanup removed it."""
+    actions = commit_actions(table, 0)
+    for action in actions or ():
+        if "metaData" in action:
+            return action["metaData"]["id"]
+    from deltalake import DeltaTable
+
+    return DeltaTable(table).metadata().id
+
+
 def history(table: str, after: int, upto: int) -> list[dict[str, Any]]:
     """The commitInfo of versions ``after``+1..``upto`` that still exist, oldest first (see ``commit_info``)."""
     return [info for version in range(after + 1, upto + 1) if (info := commit_info(table, version)) is not None]
@@ -173,7 +198,8 @@ def history(table: str, after: int, upto: int) -> list[dict[str, Any]]:
 
 def commit_info(table: str, version: int) -> dict[str, Any] | None:
     """What ``DESCRIBE HISTORY`` says of commit ``version``: version, timestamp (UTC), operation,
-    operationParameters, operationMetrics, userMetadata; None if its commit file is gone."""
+    operationParameters, operationMetrics, userMetadata; and ``reshapes``: whether the commit changes
+    the table's protocol or metadata (schema, properties). None if its commit file is gone."""
     actions = commit_actions(table, version)
     if actions is None:
         return None
@@ -181,7 +207,8 @@ def commit_info(table: str, version: int) -> dict[str, Any] | None:
     stamp = info.get("inCommitTimestamp") or info.get("timestamp") or 0
     return {"version": version, "timestamp": datetime.fromtimestamp(stamp / 1000, timezone.utc),
             "operation": info.get("operation", ""), "operationParameters": info.get("operationParameters") or {},
-            "operationMetrics": info.get("operationMetrics") or {}, "userMetadata": info.get("userMetadata")}
+            "operationMetrics": info.get("operationMetrics") or {}, "userMetadata": info.get("userMetadata"),
+            "reshapes": any("metaData" in action or "protocol" in action for action in actions)}
 
 
 def schema_at(table: str, version: int | None = None) -> dict[str, str]:

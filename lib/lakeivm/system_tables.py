@@ -57,9 +57,12 @@ def read(path: str, where: Sequence[tuple[str, str, Any]] = (), version: int | N
         raise ValueError(f"only '=' filters: {where}")
     try:
         delta = DeltaTable(path, version=version)
+        _check_gate(path, delta)
         rows = _local_rows(delta, where)
         if rows is None:
             rows = [from_arrow(row) for row in delta.to_pyarrow_table(filters=list(where) or None).to_pylist()]
+    except StateError:
+        raise
     except Exception as err:
         raise StateError(f"system table {path} cannot be read ({str(err).splitlines()[0]}); if its _delta_log "
                          "was damaged, run `lakeivm repair`.") from err
@@ -76,9 +79,7 @@ def _local_rows(delta, where: Sequence[tuple[str, str, Any]]) -> list[dict[str, 
     Timestamps are read as their microseconds since the epoch instead.
     """
     uris = delta.file_uris()
-    protocol = delta.protocol()
-    if (protocol.reader_features or protocol.min_reader_version > 1 or delta.metadata().partition_columns
-            or not all(u.startswith("/") for u in uris)):
+    if delta.protocol().min_reader_version > 1 or delta.metadata().partition_columns or not all(u.startswith("/") for u in uris):
         return None
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -144,11 +145,11 @@ def append(path: str, schema_file: str, rows: Iterable[Mapping[str, Any]], after
     schema = arrow_schema(schema_file)
     data = pa.Table.from_pylist([{c: _to_arrow(row.get(c)) for c in schema.names} for row in rows], schema=schema)
     if after is None:
-        write_deltalake(path, data, mode="append", schema_mode="merge")
+        write_deltalake(_check_gate(path, DeltaTable(path), write=True), data, mode="append", schema_mode="merge")
         version = DeltaTable(path).version()
     else:
         try:
-            write_deltalake(DeltaTable(path, version=after), data, mode="append", schema_mode="merge",
+            write_deltalake(_check_gate(path, DeltaTable(path, version=after), write=True), data, mode="append", schema_mode="merge",
                             commit_properties=CommitProperties(max_commit_retries=0))
         except CommitFailedError:
             return None
@@ -156,6 +157,20 @@ def append(path: str, schema_file: str, rows: Iterable[Mapping[str, Any]], after
     if version % COMPACT_EVERY == 0:
         compact(path)
     return version
+
+
+def _check_gate(path: str, delta, write: bool = False):
+    """``delta`` (a loaded delta-rs table of a system table) if delta-rs reads (``write``: and writes)
+    it exactly as Spark does (``fastpath``), else a StateError naming the feature: lakeivm reads and
+    writes its system tables with delta-rs alone, and creates them without such features."""
+    from lakeivm import fastpath
+
+    why = fastpath.refusal(delta, write)
+    if why is not None:
+        raise StateError(f"system table {path} uses {why}, which lakeivm does not {'write' if write else 'read'} there "
+                         "(it reads and writes its system tables without Spark). Undo the ALTER TABLE that enabled it, or "
+                         "move the folder aside to start a new log (every view then rebuilds).")
+    return delta
 
 
 COMPACT_EVERY = 20  # commits: a system table holds at most about this many small files beside its compacted ones

@@ -180,14 +180,13 @@ class TpchChangeStream:
 
     def _local_table(self, table: str):
         """The table loaded by delta-rs when this process reads and changes it itself: on a local lake,
-        with no reader feature (deletion vectors, column mapping: delta-rs handles them wrong or not at
-        all); else None, and Spark does (an s3a:// lake too)."""
+        admitted by the gate for writes (``fastpath``: no deletion vectors, column mapping, ...); else
+        None, and Spark does (an s3a:// lake too)."""
         if urlparse(self.lake.root).scheme:
             return None
-        from deltalake import DeltaTable
+        from lakeivm import fastpath
 
-        loaded = DeltaTable(self.lake.table_path(table))
-        return None if loaded.protocol().reader_features else loaded
+        return fastpath.load(self.lake.table_path(table), write=True)
 
 
 def _column(table, column: str) -> list:

@@ -51,14 +51,14 @@ class AdditiveTable:
 
     def stored_arrow(self):
         """The stored rows as an Arrow table in this process if the table is small (at most
-        ``local_rows``, by its statistics) and delta-rs reads it, else None. Read once (one run's
-        maintainer is the table's only writer); after a flush that rewrote it small, the rows it
-        wrote. Spark takes no snapshot of a table that changes every run."""
+        ``local_rows``, by its statistics) and delta-rs may read and rewrite it (``fastpath``), else
+        None. Read once (one run's maintainer is the table's only writer); after a flush that
+        rewrote it small, the rows it wrote. Spark takes no snapshot of a table that changes every run."""
         if self._small is None:
             from lakeivm import storage
             from lakeivm.lake import read_with_delta_rs
 
-            read = read_with_delta_rs(self.path, self._local_rows(), table=self._delta_table())
+            read = read_with_delta_rs(self.path, self._local_rows(), table=self._delta_table(), write=True)
             if read is not None:
                 self._columns = storage.spark_columns(read[0])
             self._small, self._small_frame = (None if read is None else read[1],), None
@@ -131,24 +131,26 @@ class AdditiveTable:
     def readable_locally(self, whole: bool = False) -> bool:
         """Whether ``local_matching`` reads the table in this process: no replacement and no buffered
         Spark delta, and the stored table small (``stored_arrow``) or, unless ``whole``, scannable by
-        delta-rs (no reader features such as deletion vectors, at most SCAN_ROWS rows)."""
+        delta-rs (admitted by ``fastpath``, at most SCAN_ROWS rows)."""
         import pyarrow as pa
 
         if self._replacement is not None or not all(isinstance(d, pa.Table) for d in self._deltas):
             return False
         return self.stored_arrow() is not None or (not whole and self._dataset() is not None)
 
-    def has_reader_features(self) -> bool:
-        """Whether the stored table has reader features delta-rs lacks (deletion vectors, column
-        mapping); False for a table not written yet. Read afresh, not kept: a maintainer asks
-        before the run's recovery may restore the table."""
+    def writable_locally(self) -> bool:
+        """Whether delta-rs may read and write the stored table (``fastpath``: no deletion vectors,
+        column mapping, constraints, ...); True for a table not written yet. Read afresh, not kept:
+        a maintainer asks before the run's recovery may restore the table."""
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
+        from lakeivm import fastpath
+
         try:
-            return bool(DeltaTable(self.path).protocol().reader_features)
+            return fastpath.admits(DeltaTable(self.path), write=True)
         except TableNotFoundError:
-            return False
+            return True
 
     def _delta_table(self):
         if self._loaded is None:
@@ -160,11 +162,11 @@ class AdditiveTable:
     def _dataset(self):
         """The stored table as a delta-rs (pyarrow) dataset for filtered scans, or None (see
         ``readable_locally``); built once per load of the table."""
-        from lakeivm import storage
+        from lakeivm import fastpath, storage
 
         table = self._delta_table()
         if self._scans is None or self._scans[0] is not table:
-            scannable = not table.protocol().reader_features and storage.rows_in(table) <= SCAN_ROWS
+            scannable = fastpath.admits(table) and storage.rows_in(table) <= SCAN_ROWS
             self._scans = (table, table.to_pyarrow_dataset() if scannable else None)
         return self._scans[1]
 
@@ -233,7 +235,7 @@ class AdditiveTable:
         appended by delta-rs in one commit. False (nothing written) otherwise."""
         import pyarrow as pa
 
-        dataset = self._dataset() if self.readable_locally() else None
+        dataset = self._dataset() if self.readable_locally() and self.writable_locally() else None
         if dataset is None:
             return False
         schema = pa.schema([dataset.schema.field(c) for c in (*self.keys, *self.payloads)])
@@ -246,7 +248,7 @@ class AdditiveTable:
         DuckDB, written by delta-rs in one commit: no Spark job); False (nothing written) where
         delta-rs cannot scan it."""
         self._loaded = None  # the table as its last append left it
-        dataset = self._dataset()
+        dataset = self._dataset() if self.writable_locally() else None
         if dataset is None:
             return False
         schema = self.arrow_schema()
@@ -343,7 +345,7 @@ def overwrite(lake: Lake, rows: DataFrame, path: str, max_rows: int | None = Non
     creates, e.g. CDF on a view's result) with ``rows``, computed once; returns their number. At
     most ``max_rows`` (default REWRITE_ROWS) of them are written by delta-rs in one commit (a Spark
     write of a new small Delta table costs ~1 s, collecting and writing it here ~0.3 s); more, a
-    table with a reader feature delta-rs lacks (deletion vectors) or a type it does not write are
+    table the gate refuses (``fastpath``: deletion vectors, ...) or a type it does not write are
     written by Spark."""
     computed = rows.localCheckpoint(eager=True)
     count = computed.count()
@@ -361,10 +363,12 @@ def _overwrite_locally(lake: Lake, rows: DataFrame, path: str, configuration: di
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    from lakeivm import fastpath
+
     if any(set(name) & set(" ,;{}()\n\t=") for name in rows.columns):  # Spark's Delta writer refuses them, naming the fix
         return False
     try:
-        if DeltaTable(path).protocol().reader_features:  # deletion vectors, column mapping: delta-rs does not write them
+        if not fastpath.admits(DeltaTable(path), write=True):
             return False
     except TableNotFoundError:  # a new table
         pass
@@ -427,7 +431,7 @@ def read_if_small(lake: Lake, path: str, max_rows: int | None = None) -> tuple[D
     enough to rewrite whole (at most ``max_rows``, default REWRITE_ROWS, by its Delta statistics)
     and delta-rs reads it, else None: MERGE or write it with Spark (a MERGE costs seconds whatever
     it touches)."""
-    return lake.read_small(path, REWRITE_ROWS if max_rows is None else max_rows)
+    return lake.read_small(path, REWRITE_ROWS if max_rows is None else max_rows, write=True)
 
 
 def read_result(ctx: Context, version: int | None = None) -> DataFrame:

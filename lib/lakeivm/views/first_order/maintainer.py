@@ -296,17 +296,17 @@ def _stored_matching(ctx: Context, path: str, change: DataFrame, keys: list[str]
     filtered by each key column's changed values (a superset; the join that reads it is exact),
     handed to Spark as local rows -- where Spark would scan the whole view to join a few thousand
     changed groups (4.8 of a 6.7 s run at 4.8 M rows, ``bench upstream`` SF 1). The whole view
-    through Spark where delta-rs cannot scan it (a reader feature, over SCAN_ROWS rows), with no
-    keys, or with a float key (a NaN matches as Spark's ``<=>`` has it only there)."""
+    through Spark where the gate refuses it (``fastpath``), over SCAN_ROWS rows, with no keys, or
+    with a float key (a NaN matches as Spark's ``<=>`` has it only there)."""
     from deltalake import DeltaTable
 
-    from lakeivm import storage
+    from lakeivm import fastpath, storage
     from lakeivm.changes import plain_field
     from lakeivm.views import state
 
     table = DeltaTable(path)
     schema = pa.schema(table.schema().to_arrow())
-    if (not keys or table.protocol().reader_features or any(pa.types.is_floating(schema.field(k).type) for k in keys)
+    if (not keys or not fastpath.admits(table) or any(pa.types.is_floating(schema.field(k).type) for k in keys)
             or storage.rows_in(table, unknown=state.SCAN_ROWS + 1) > state.SCAN_ROWS):
         return ctx.lake.read(path)
     changed = change.select(*[f"`{k}`" for k in keys]).toArrow()

@@ -681,8 +681,12 @@ def _newest_emission(ctx: Context) -> Mapping[str, Any] | None:
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaProtocolError
 
+    from lakeivm import fastpath
+
     try:
         table = DeltaTable(ctx.lake.view_path(ctx.view))
+        if not fastpath.admits(table):
+            raise KeyError(SEQ)  # read through Spark
         seqs = table.get_add_actions(flatten=True).column(f"max.{SEQ}").to_pylist()
         if None in seqs:
             raise KeyError(SEQ)  # a file without statistics could hold the newest

@@ -193,9 +193,9 @@ def _spark_where(ctx: Context, stored: DataFrame, **values) -> pa.Table:
 
 def _appends(table: AdditiveTable) -> bool:
     """Whether a state table takes its changes as appends (a bag, summed per key by its readers)
-    rather than MERGEs: yes, unless the table has deletion vectors -- a lake whose large state
-    was written before appends, which keeps its MERGEs (delta-rs scans no such table)."""
-    return not table.has_reader_features()
+    rather than MERGEs: yes, unless delta-rs may not read and write it (``fastpath``) -- e.g. a lake
+    whose large state got deletion vectors before appends, which keeps its MERGEs."""
+    return table.writable_locally()
 
 
 def _stored_result(ctx: Context) -> dict:
@@ -305,7 +305,7 @@ def _write_result(ctx: Context, shape: TriangleShape, count: int, base: int, siz
 
         schema = pa.schema([(shape.output, pa.int64()), ("_lakeivm_base", pa.int64()), ("_lakeivm_size", pa.int64()),
                             ("_lakeivm_epsilon", pa.float64())])
-        stored = ctx.lake.read_small_arrow(path, 10)
+        stored = ctx.lake.read_small_arrow(path, 10, write=True)
         if stored is not None and stored.schema.names == schema.names:
             ctx.lake.overwrite_small(path, pa.Table.from_pylist([dict(zip(schema.names, row))], schema), schema)
             return

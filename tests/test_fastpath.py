@@ -1,0 +1,190 @@
+"""The gate of the non-Spark paths (``lakeivm.fastpath``), proved against Spark feature by feature.
+
+For each Delta table feature, a table that uses it -- built by Spark, with inserts, an update and a
+delete after the feature is on -- and every fast path of lakeivm against Spark's answer on the
+same version: the schema, a read of the head and of an older version, a filtered scan, the change
+feed of a range, a MERGE, an overwrite and a RESTORE. A path the gate admits must give exactly what
+Spark gives (and must be taken: the commit it writes is delta-rs's); a path it refuses must leave
+the work to Spark and write nothing itself. ``ADMITTED`` is the gate's expected answer per feature:
+a feature moves into it with this test, not before.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from decimal import Decimal
+
+import pyarrow.compute as pc
+import pytest
+
+from lakeivm import changes, fastpath, storage
+from lakeivm.changes import net
+from lakeivm.views import state
+
+BASE = "k INT, a INT, b INT, s STRING, d DECIMAL(10,2), dt DATE"
+# feature -> (extra column DDL or "", its value for a new row as SQL over k or None: generated, table clause)
+FEATURES: dict[str, tuple[str, str | None, str]] = {
+    "plain": ("", None, ""),
+    "partitioned": ("", None, "PARTITIONED BY (s)"),
+    "column_mapping_name": ("", None, ""),  # upgraded in place after data, then two columns swapped by RENAME
+    "column_mapping_id": ("", None, "TBLPROPERTIES ('delta.columnMapping.mode' = 'id')"),
+    "deletion_vectors": ("", None, "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"),
+    "type_widening": ("", None, "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"),  # a: INT -> BIGINT after data
+    "timestamp_ntz": ("t TIMESTAMP_NTZ", "to_timestamp_ntz(concat('2024-01-0', k % 9 + 1, ' 10:30:00'))", ""),
+    "row_tracking": ("", None, "TBLPROPERTIES ('delta.enableRowTracking' = 'true')"),
+    "check_constraint": ("", None, ""),  # ADD CONSTRAINT before data
+    "generated_column": ("g INT GENERATED ALWAYS AS (k * 2)", None, ""),
+    "identity_column": ("id BIGINT GENERATED ALWAYS AS IDENTITY", None, ""),
+    "append_only": ("", None, "TBLPROPERTIES ('delta.appendOnly' = 'true')"),
+    "in_commit_timestamps": ("", None, "TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')"),
+    "v2_checkpoint": ("", None, "TBLPROPERTIES ('delta.checkpointPolicy' = 'v2', 'delta.checkpointInterval' = '2')"),
+    "clustering": ("", None, "CLUSTER BY (k)"),
+}
+# feature -> (delta-rs may read it, delta-rs may write it): the gate's answer
+ADMITTED = {name: (True, True) for name in ("plain", "partitioned")}
+ADMITTED.update({name: (True, False) for name in ("row_tracking", "check_constraint", "generated_column", "identity_column",
+                                                  "append_only", "in_commit_timestamps", "clustering")})
+
+
+def build(spark, feature: str, path: str) -> int:
+    """Create the feature's table at ``path`` with Spark and change it; returns the version after
+    its first insert that a change range may start from (its later commits keep the schema)."""
+    extra, value, clause = FEATURES[feature]
+    columns = BASE + (f", {extra}" if extra else "")
+    props = "" if "TBLPROPERTIES" in clause else " TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    clause = clause.replace("TBLPROPERTIES (", "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true', ")
+    table = f"delta.`{path}`"
+    spark.sql(f"CREATE TABLE {table} ({columns}) USING delta {clause}{props}")
+    if feature == "check_constraint":
+        spark.sql(f"ALTER TABLE {table} ADD CONSTRAINT k_non_negative CHECK (k >= 0)")
+    named = "k, a, b, s, d, dt" + (f", {extra.split()[0]}" if value else "")
+
+    def insert(keys: range) -> None:
+        spark.sql(f"INSERT INTO {table} ({named}) SELECT k, k * 10, 100 - k, CASE WHEN k % 3 = 0 THEN NULL ELSE "
+                  f"concat('s', k % 3) END, CAST(k * 1.25 AS DECIMAL(10,2)), date_add(DATE'2024-01-01', k)"
+                  f"{', ' + value if value else ''} FROM (SELECT explode(sequence({keys.start}, {keys.stop - 1})) AS k)")
+
+    insert(range(0, 6))
+    if feature == "column_mapping_name":
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name', "
+                  "'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')")
+        for old, new in (("a", "tmp"), ("b", "a"), ("tmp", "b")):
+            spark.sql(f"ALTER TABLE {table} RENAME COLUMN {old} TO {new}")
+    if feature == "type_widening":
+        spark.sql(f"ALTER TABLE {table} ALTER COLUMN a TYPE BIGINT")
+    start = storage.head_version(path)
+    if feature != "append_only":
+        spark.sql(f"UPDATE {table} SET a = a + 1000 WHERE k = 1")
+        spark.sql(f"DELETE FROM {table} WHERE k = 2")
+    insert(range(6, 9))
+    if feature == "v2_checkpoint":
+        insert(range(9, 10))
+    return start
+
+
+@pytest.mark.parametrize("feature", list(FEATURES))
+def test_every_fast_path_reads_what_spark_reads(lake, feature):
+    spark, path = lake.spark, lake.table_path(feature)
+    start = build(spark, feature, path)
+    head = storage.head_version(path)
+    loaded = fastpath.load(path)
+    readable, writable = ADMITTED.get(feature, (False, False))
+    assert (loaded is not None, fastpath.admits(loaded or _delta(path), write=True)) == (readable, writable), \
+        fastpath.refusal(_delta(path), write=True)
+
+    # the schema (read off the log, never gated: a column's name and type are metadata)
+    assert storage.schema_at(path) == {f.name: f.dataType.simpleString() for f in lake.read(path).schema.fields}
+
+    # reads of the head and of an older version
+    for version in (head, start):
+        local = lake.read_small_arrow(path, 1000, version)
+        assert (local is not None) == readable
+        if local is not None:
+            assert _bag(local.to_pylist(), local.column_names) == _spark_bag(lake.read(path, version), local.column_names)
+
+    # a filtered scan (the stored rows of changed keys: AdditiveTable.local_where, first_order)
+    if loaded is not None:
+        scanned = loaded.to_pyarrow_dataset().to_table(filter=pc.field("k") >= 3)
+        assert _bag(scanned.to_pylist(), scanned.column_names) == _spark_bag(lake.read(path).where("k >= 3"), scanned.column_names)
+
+    # the change feed of (start, head], netted (Spark's where a commit in it changes the metadata: an
+    # identity column's high-water mark is metadata, written by every insert)
+    columns = ["k", "a", "b", "s", "d", "dt"]
+    fast = changes._read_small_delta(lake, feature, start, head, columns, path)
+    assert (fast is not None) == (readable and not any(c["reshapes"] for c in storage.history(path, start, head)))
+    if fast is not None:
+        frame, count = fast
+        got = {tuple(r[:-1]): r[-1] for r in frame.collect()}
+        assert got == _spark_changes(lake, path, start, head, columns) and count == len(got)
+
+    # a MERGE (update k=1, delete k=3, insert k=50) by delta-rs, checked by Spark's read and change feed
+    before = _spark_rows(lake.read(path))
+    source = spark.sql(f"SELECT * FROM delta.`{path}` WHERE k IN (1, 3) UNION ALL SELECT * FROM delta.`{path}` WHERE k = 4")
+    source = source.selectExpr(*[f"CASE WHEN k = 1 THEN 99 WHEN k = 3 THEN -1 ELSE a END AS a" if c == "a" else
+                                 "CASE WHEN k = 4 THEN 50 ELSE k END AS k" if c == "k" else f"`{c}`" for c in source.columns])
+    changed = {r[0]: r for r in _spark_rows(source)}  # read before the MERGE changes what the source reads
+    merged = lake.merge_small(path, source, ["k"], delete_when='s."a" < 0')
+    assert merged == writable
+    if merged:
+        expected = Counter(before)
+        for row in list(expected):
+            if row[0] in changed:
+                del expected[row]
+        for k, row in changed.items():
+            if row[1] >= 0:
+                expected[row] += 1
+        assert Counter(_spark_rows(lake.read(path))) == expected
+        assert _engine(path, head + 1) == "delta-rs"
+        assert _spark_changes(lake, path, head, head + 1, None) == {r: m for r, m in (expected - Counter(before)).items()} | \
+            {r: -m for r, m in (Counter(before) - expected).items()}
+    else:
+        assert storage.head_version(path) == head
+
+    # an overwrite (a state table rewritten whole), then a RESTORE to the older version
+    now = storage.head_version(path)
+    rows = lake.read(path).where("k >= 4")
+    wanted = Counter(_spark_rows(rows.localCheckpoint(eager=True)))
+    if writable:
+        state.overwrite(lake, rows, path)
+        assert Counter(_spark_rows(lake.read(path))) == wanted and _engine(path, now + 1) == "delta-rs"
+    else:
+        assert not state._overwrite_locally(lake, rows, path, None) and storage.head_version(path) == now
+    now = storage.head_version(path)
+    lake.restore(path, start)
+    assert Counter(_spark_rows(lake.read(path))) == Counter(_spark_rows(lake.read(path, start)))
+    assert _engine(path, now + 1) == ("delta-rs" if writable else "spark")
+
+
+def _delta(path: str):
+    from deltalake import DeltaTable
+
+    return DeltaTable(path)
+
+
+def _spark_rows(frame) -> list[tuple]:
+    return [tuple(row) for row in frame.collect()]
+
+
+def _bag(rows: list[dict], names: list[str]) -> Counter:
+    return Counter(tuple(_plain(row[n]) for n in names) for row in rows)
+
+
+def _spark_bag(frame, names: list[str]) -> Counter:
+    return Counter(tuple(_plain(row[n]) for n in names) for row in frame.collect())
+
+
+def _plain(value):
+    return Decimal(value) if isinstance(value, Decimal) else value
+
+
+def _spark_changes(lake, path: str, after: int, upto: int, columns: list[str] | None) -> dict[tuple, int]:
+    """Spark's change feed of (after, upto], netted per row (``columns``, default every column)."""
+    feed = (lake.spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", after + 1)
+            .option("endingVersion", upto).load(path))
+    names = columns or [c for c in feed.columns if not c.startswith("_")]
+    return net(({n: row[n] for n in names}, row["_change_type"]) for row in feed.collect())
+
+
+def _engine(path: str, version: int) -> str:
+    """Which writer made commit ``version``: ``delta-rs`` or ``spark``."""
+    info = next(a["commitInfo"] for a in storage.commit_actions(path, version) if "commitInfo" in a)
+    return "spark" if "Apache-Spark" in str(info.get("engineInfo", "")) else "delta-rs"
