@@ -11,6 +11,7 @@ a feature moves into it with this test, not before.
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime, timezone
 from decimal import Decimal
 
 import pyarrow.compute as pc
@@ -25,6 +26,8 @@ BASE = "k INT, a INT, b INT, s STRING, d DECIMAL(10,2), dt DATE"
 FEATURES: dict[str, tuple[str, str | None, str]] = {
     "plain": ("", None, ""),
     "partitioned": ("", None, "PARTITIONED BY (s)"),
+    # partition values are strings in the log: a timestamp's, written under a session time zone other than UTC
+    "timestamp_partitioned": ("ts TIMESTAMP", "to_timestamp(concat('2024-03-1', k % 9, ' 23:30:00'))", "PARTITIONED BY (ts)"),
     "column_mapping_name": ("", None, ""),  # upgraded in place after data, then two columns swapped by RENAME
     "column_mapping_id": ("", None, "TBLPROPERTIES ('delta.columnMapping.mode' = 'id')"),
     "deletion_vectors": ("", None, "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"),
@@ -39,8 +42,10 @@ FEATURES: dict[str, tuple[str, str | None, str]] = {
     "v2_checkpoint": ("", None, "TBLPROPERTIES ('delta.checkpointPolicy' = 'v2', 'delta.checkpointInterval' = '2')"),
     "clustering": ("", None, "CLUSTER BY (k)"),
 }
+# feature -> why an admitted table's change feed is read by Spark all the same (delta-rs fails, the path falls back)
+FALLS_BACK = {"timestamp_partitioned": "delta-rs's change feed escapes the partition folder's name twice: file not found"}
 # feature -> (delta-rs may read it, delta-rs may write it): the gate's answer
-ADMITTED = {name: (True, True) for name in ("plain", "partitioned")}
+ADMITTED = {name: (True, True) for name in ("plain", "partitioned", "timestamp_partitioned", "timestamp_ntz")}
 ADMITTED.update({name: (True, False) for name in ("row_tracking", "check_constraint", "generated_column", "identity_column",
                                                   "append_only", "in_commit_timestamps", "clustering")})
 
@@ -48,6 +53,16 @@ ADMITTED.update({name: (True, False) for name in ("row_tracking", "check_constra
 def build(spark, feature: str, path: str) -> int:
     """Create the feature's table at ``path`` with Spark and change it; returns the version after
     its first insert that a change range may start from (its later commits keep the schema)."""
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    if feature == "timestamp_partitioned":
+        spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    try:
+        return _create_and_change(spark, feature, path)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+
+
+def _create_and_change(spark, feature: str, path: str) -> int:
     extra, value, clause = FEATURES[feature]
     columns = BASE + (f", {extra}" if extra else "")
     props = "" if "TBLPROPERTIES" in clause else " TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
@@ -110,7 +125,8 @@ def test_every_fast_path_reads_what_spark_reads(lake, feature):
     # identity column's high-water mark is metadata, written by every insert)
     columns = ["k", "a", "b", "s", "d", "dt"]
     fast = changes._read_small_delta(lake, feature, start, head, columns, path)
-    assert (fast is not None) == (readable and not any(c["reshapes"] for c in storage.history(path, start, head)))
+    taken = readable and not any(c["reshapes"] for c in storage.history(path, start, head)) and feature not in FALLS_BACK
+    assert (fast is not None) == taken
     if fast is not None:
         frame, count = fast
         got = {tuple(r[:-1]): r[-1] for r in frame.collect()}
@@ -173,6 +189,10 @@ def _spark_bag(frame, names: list[str]) -> Counter:
 
 
 def _plain(value):
+    """A value as both readers give it: an aware timestamp (delta-rs: UTC) as Spark's naive one
+    (the Python process's local time; tests run with TZ=UTC)."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
     return Decimal(value) if isinstance(value, Decimal) else value
 
 

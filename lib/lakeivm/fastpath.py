@@ -9,9 +9,9 @@ table read by logical name where Spark reads physical names swapped two columns'
 So every such path asks here first, and only a table whose protocol and features delta-rs is known
 to handle exactly as Spark does is admitted; everything else goes through Spark. Admitted:
 
-- reads: reader version 1, or 3 with no reader feature; no column mapping in any mode (reader
-  version 2 needs no reader feature, so the protocol alone does not show it). Refused among others:
-  deletion vectors, column mapping, type widening, timestamp without time zone, v2 checkpoints.
+- reads: reader version 1, or 3 with no reader feature but timestamps without time zone; no column
+  mapping in any mode (reader version 2 needs no reader feature, so the protocol alone does not show
+  it). Refused among others: deletion vectors, column mapping, type widening, v2 checkpoints.
 - writes, also: no writer feature beyond ``WRITABLE`` and none of the features that constrain or
   generate values in use (append-only, CHECK constraints, invariants, generated and identity
   columns), no row tracking, in-commit timestamps or clustering -- Spark enforces or maintains them
@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-READABLE_FEATURES: frozenset[str] = frozenset()  # reader features delta-rs reads exactly as Spark (none proven yet)
-WRITABLE = frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"})  # when not in use
+READABLE_FEATURES = frozenset({"timestampNtz"})  # reader features delta-rs reads exactly as Spark (tests/test_fastpath.py)
+WRITABLE = frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",  # when not in use
+                      "timestampNtz"})
 _CONSTRAINING = {"delta.appendOnly": "append-only", "delta.enableRowTracking": "row tracking",
                  "delta.enableInCommitTimestamps": "in-commit timestamps", "delta.enableDeletionVectors": "deletion vectors"}
 _FIELD_FEATURES = {"delta.generationExpression": "a generated column", "delta.invariants": "a column invariant",
