@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from lakeivm.errors import InvalidInput
 from lakeivm.views.nested.fenwick import FenwickSums
-from lakeivm.views.nested.index import TreapSums, new_index
+from lakeivm.views.nested.index import TreapSums
 
 WIDTH = 3
 
@@ -172,7 +172,7 @@ def test_bad_input_named(factory) -> None:
 
 
 def test_decimal_keys_and_fraction_thresholds() -> None:
-    for index in (new_index(2), new_index(2, [Decimal("1.10"), Decimal("2.25")])):
+    for index in (TreapSums(2), FenwickSums(2, [Decimal("1.10"), Decimal("2.25")])):
         index.add(Decimal("1.10"), [Decimal("0.5"), 1])
         index.add(Decimal("2.25"), [Decimal("1.5"), 1])
         assert index.sum_le(Fraction(11, 10)) == (Decimal("0.5"), 1)

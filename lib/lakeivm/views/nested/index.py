@@ -31,7 +31,7 @@ count component when a key with zero weight must stay visible.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, Protocol
 
 from lakeivm.errors import InvalidInput
@@ -59,15 +59,6 @@ class OrderedSums(Protocol):
     def items(self) -> Iterator[tuple[Key, Sums]]: ...
     def __len__(self) -> int: ...
     def check_invariants(self) -> None: ...
-
-
-def new_index(width: int, domain: Iterable[Key] | None = None) -> OrderedSums:
-    """Return a Fenwick index over ``domain`` if the keys are known in advance, else a treap."""
-    if domain is None:
-        return TreapSums(width)
-    from lakeivm.views.nested.fenwick import FenwickSums
-
-    return FenwickSums(width, domain)
 
 
 class _Node:
