@@ -53,15 +53,33 @@ _KNOWN_FAILURES = (
     (("ChecksumException", "DELTA_CHECKSUM"),
      "a file of the lake failed its checksum ({marker}: written partly, or damaged); refresh again, and if it "
      "persists restore the file or rebuild the view"),
+    # The server killed or restarted mid-run: pyspark closes a session whose server changed, and a
+    # dead one's calls fail once its retries run out; the next run recovers what this one left.
+    (("INVALID_HANDLE.SESSION_CHANGED", "NO_ACTIVE_SESSION", "StatusCode.UNAVAILABLE"),
+     "the Spark Connect server at {remote} went away mid-run ({marker}: stopped, killed or restarted). Check it "
+     "(`lakeivm spark status`), start it if it is down (`lakeivm spark start`), then refresh again: the next run "
+     "recovers what this one left"),
 )
 
 
 def known_failure(err: BaseException) -> str | None:
-    """One line for a known Spark/Delta failure (concurrent modification, missing files, checksum), or None."""
+    """One line for a known Spark/Delta failure (concurrent modification, missing files, checksum, the
+    Connect server lost), or None."""
     text = f"{type(err).__name__}: {err}"
     named = re.search(r"(?:file|File) (\S+\.(?:parquet|json|crc|checkpoint\.parquet))", text)
     for markers, message in _KNOWN_FAILURES:
         marker = next((m for m in markers if m in text), None)
         if marker is not None:
-            return message.format(marker=marker, file=f" {named.group(1)}" if named else "")
+            remote = _remote() if "{remote}" in message else ""
+            return message.format(marker=marker, file=f" {named.group(1)}" if named else "", remote=remote)
     return None
+
+
+def _remote() -> str:
+    """The Spark Connect server this process is set to use (LAKEIVM_SPARK_REMOTE or lakeivm.toml)."""
+    from lakeivm.config import load_settings
+
+    try:
+        return load_settings().spark_remote or "(none set)"
+    except ValueError:  # a broken setting: the CLI said so before it ran anything
+        return "(unreadable settings)"

@@ -225,9 +225,12 @@ def interrupted_after(spark: SparkSession, seconds: float, tag: str) -> Iterator
         # the limit passes (Delta snapshots, analysis) starts later, so cancel until the block exits.
         if not done.wait(seconds):
             fired.set()
-            cancel()
-            while not done.wait(0.2):
+            try:
                 cancel()
+                while not done.wait(0.2):
+                    cancel()
+            except Exception:  # noqa: BLE001 -- the session is gone (its Connect server died or restarted):
+                return  # the block's operation fails on its own, and says why; a thread's traceback would not
 
     thread = threading.Thread(target=interrupter, name=f"{tag}-interrupter", daemon=True)
     thread.start()
