@@ -15,12 +15,12 @@ import pytest
 
 from lakeivm.config import SHIPPED_VIEWS, Settings
 
-REPO_DAGS = Path(__file__).resolve().parents[1] / "dags"
-SHIPPED_DAGS = Path(str(files("lakeivm") / "dags"))
+REPO = Path(__file__).resolve().parents[1]
+DAGS = Path(str(files("lakeivm.dags")))  # the repository's dags/ under the editable install; lakeivm/dags/ installed
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-home"))  # every process that collects this module makes one
 atexit.register(shutil.rmtree, AIRFLOW_HOME, ignore_errors=True)
 os.environ.update({"AIRFLOW_HOME": str(AIRFLOW_HOME), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                   "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_DAGS)})
+                   "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS)})
 
 VIEW = """name: by_g
 sql: SELECT g, SUM(x) AS sx, COUNT(*) AS c FROM r JOIN s ON r.a = s.a GROUP BY g
@@ -29,33 +29,35 @@ tick: 5m
 """
 
 
-def _parse(folders, env=None) -> dict:
-    """Parse each DAG folder with Airflow's DagBag in one fresh interpreter (importing Airflow costs
-    seconds; the test process must not import the DAG files itself): {folder: {dags, errors, heavy}}.
+def _parse(env=None) -> dict:
+    """Parse the DAG folder with Airflow's DagBag in a fresh interpreter (importing Airflow costs
+    seconds; the test process must not import the DAG files itself): {dags, errors, heavy}.
     The import timeout is lifted: a loaded CI machine must not turn a slow parse into an import error."""
     probe = (
         "import json, sys\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
-        "out = {}\n"
-        f"for folder in {[str(f) for f in folders]!r}:\n"
-        "    bag = DagBag(dag_folder=folder)\n"
-        "    heavy = [m for m in ('pyspark', 'great_expectations', 'delta') if m in sys.modules]\n"
-        "    out[folder] = {'dags': sorted(bag.dag_ids), 'errors': bag.import_errors, 'heavy': heavy}\n"
-        "print(json.dumps(out))\n"  # the last line: Airflow logs to stdout too
-    )
+        f"bag = DagBag(dag_folder={str(DAGS)!r})\n"
+        "heavy = [m for m in ('pyspark', 'great_expectations', 'delta') if m in sys.modules]\n"
+        "print(json.dumps({'dags': sorted(bag.dag_ids), 'errors': bag.import_errors, 'heavy': heavy}))\n"
+    )  # the JSON is the last line: Airflow logs to stdout too
     env = {**os.environ, **(env or {}), "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "600"}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    return {Path(folder): bag for folder, bag in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_dag_folders_parse_without_errors_spark_or_connections():
+def test_the_package_maps_the_one_copy_of_dags_and_jobs():
+    assert DAGS == REPO / "dags"
+    assert Path(str(files("lakeivm.jobs"))) == REPO / "jobs"
+
+
+def test_dag_folder_parses_without_errors_spark_or_connections():
     from lakeivm.registry import load_specs
 
     expected = sorted(f"lakeivm__{name}" for name in load_specs(SHIPPED_VIEWS))
     assert "lakeivm__revenue_by_nation" in expected
-    for folder, bag in _parse([REPO_DAGS, SHIPPED_DAGS]).items():  # the repo's DAG files and the package's
-        assert not bag["errors"] and bag["dags"] == expected and not bag["heavy"], (folder, bag)
+    bag = _parse()
+    assert not bag["errors"] and bag["dags"] == expected and not bag["heavy"], bag
 
 
 @pytest.fixture
@@ -68,13 +70,12 @@ def views_with_a_broken_spec(tmp_path):
 
 
 def test_a_broken_spec_is_an_import_error_of_its_own_and_the_other_dags_load(views_with_a_broken_spec):
-    parsed = _parse([REPO_DAGS, SHIPPED_DAGS], {"LAKEIVM_VIEWS": str(views_with_a_broken_spec)})
-    for folder, bag in parsed.items():
-        assert bag["dags"] == ["lakeivm__by_g"], (folder, bag)
-        # Not lakeivm_views.py: Airflow 3 marks every DAG of a file with an import error stale.
-        ((path, error),) = bag["errors"].items()
-        assert path.endswith("lakeivm_spec_errors.py")
-        assert f"{views_with_a_broken_spec}/broken.yaml: line 2: malformed YAML" in error
+    bag = _parse({"LAKEIVM_VIEWS": str(views_with_a_broken_spec)})
+    assert bag["dags"] == ["lakeivm__by_g"], bag
+    # Not lakeivm_views.py: Airflow 3 marks every DAG of a file with an import error stale.
+    ((path, error),) = bag["errors"].items()
+    assert path.endswith("lakeivm_spec_errors.py")
+    assert f"{views_with_a_broken_spec}/broken.yaml: line 2: malformed YAML" in error
 
 
 def test_build_dags_skips_and_logs_a_broken_spec_check_specs_raises(views_with_a_broken_spec, caplog):
@@ -117,12 +118,21 @@ def test_dag_shape_local_and_cluster(tmp_path):
     assert set(remote.task_ids) == {"apply", "validate"}  # a Connect server: TaskFlow tasks, no spark-submit
     cluster = build_dag(spec, Settings(lake="s3a://bucket/lake", spark_master="spark://master:7077"))
     submit = cluster.get_task("apply_and_validate")
-    assert type(submit).__name__ == "SparkSubmitOperator" and submit.application.endswith("lakeivm/jobs/refresh.py")
+    assert type(submit).__name__ == "SparkSubmitOperator" and submit.application == str(files("lakeivm.jobs") / "refresh.py")
     assert Path(submit.application).is_file()
     assert "--validate" in submit.application_args and set(cluster.task_ids) == {"apply_and_validate", "publish"}
+    assert "--mode" in submit.application_args  # the job's default (refresh) is for people, not the DAG
     assert [a.uri for a in cluster.get_task("publish").outlets] == ["s3a://bucket/lake/views/v/result"]
     (alert,) = cluster.deadline if isinstance(cluster.deadline, list) else [cluster.deadline]
     assert alert.interval.total_seconds() == 10 and "deadline_missed" in str(alert.callback.path)
+
+
+def test_the_job_refreshes_by_default_as_the_cli_does(monkeypatch, capsys):
+    from lakeivm.jobs import refresh
+
+    monkeypatch.setattr(refresh.tasks, "apply", lambda view, mode: {"view": view, "mode": mode})
+    refresh.main(["v"])
+    assert json.loads(capsys.readouterr().out) == {"view": "v", "mode": "refresh"}
 
 
 @pytest.fixture(scope="module")

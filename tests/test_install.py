@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.install, pytest.mark.spark,  # spark: the refresh runs
 
 REPO = Path(__file__).resolve().parents[1]
 UV = Path(sys.executable).parent / "uv"  # installed into .venv by `make setup`
+MAPPED = ("schemas", "dags", "jobs")  # top-level folders installed as lakeivm.<folder> (pyproject's package-dir)
 _DROPPED = ("LAKEIVM_", "AIRFLOW", "SPARK_", "PYSPARK_", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")
 
 
@@ -55,9 +56,9 @@ def test_cli_and_refresh_job_start(installed):
 def test_every_package_of_the_source_tree_is_installed(installed):
     _, package = installed  # a package left out of pyproject's list fails only when its code first runs
     source = REPO / "lib" / "lakeivm"
-    expected = sorted(str(init.parent.relative_to(source)) for init in source.rglob("__init__.py"))
-    assert sorted(str(init.parent.relative_to(package)) for init in package.rglob("__init__.py")
-                  if init.parent.name != "schemas") == [e for e in expected if e != "schemas"]
+    expected = [str(init.parent.relative_to(source)) for init in source.rglob("__init__.py")]
+    expected += [folder for folder in MAPPED if (REPO / folder / "__init__.py").is_file()]
+    assert sorted(str(init.parent.relative_to(package)) for init in package.rglob("__init__.py")) == sorted(expected)
 
 
 def test_every_data_file_of_the_source_tree_is_installed(installed):
@@ -65,9 +66,9 @@ def test_every_data_file_of_the_source_tree_is_installed(installed):
     the shipped views) are in the wheel: a pattern missing from pyproject's package-data fails here,
     not in a user's first session (the Spark run of the installed wheel is under -m slow)."""
     _, package = installed
-    tracked = subprocess.run(["git", "ls-files", "lib/lakeivm", "schemas"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
-    read_as_files = [f for f in tracked if not f.endswith(".py") or f.startswith(("lib/lakeivm/jobs/", "lib/lakeivm/dags/"))]
-    missing = sorted(f for f in read_as_files if not (package / f.removeprefix("lib/lakeivm/")).is_file())  # schemas/ -> lakeivm.schemas
+    tracked = subprocess.run(["git", "ls-files", "lib/lakeivm", *MAPPED], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    read_as_files = [f for f in tracked if not f.endswith(".py") or f.startswith(("jobs/", "dags/"))]
+    missing = sorted(f for f in read_as_files if not (package / f.removeprefix("lib/lakeivm/")).is_file())  # a MAPPED folder is lakeivm/<folder>
     assert read_as_files and not missing, f"not in the wheel: {missing}"
 
 

@@ -36,13 +36,13 @@ def build_lake(settings: Settings, scale: float):
 
 
 def prepare_airflow(settings: Settings) -> None:
-    """Point Airflow at a local SQLite home and the DAG file shipped in the package; migrate its DB once."""
+    """Point Airflow at a local SQLite home and the DAG folder (the package lakeivm.dags); migrate its DB once."""
     home = AIRFLOW_HOME.resolve()
     os.environ.update({
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(files("lakeivm") / "dags"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(files("lakeivm.dags")),
         "LAKEIVM_LAKE": str(Path(settings.lake).resolve()) if "://" not in settings.lake else settings.lake,
         "LAKEIVM_VIEWS": settings.views,
         "LAKEIVM_SPARK_MASTER": settings.spark_master,

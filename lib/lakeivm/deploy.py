@@ -8,7 +8,7 @@
 3. lakeivm's **Spark Connect server** in front of that master (``lakeivm.server``);
 4. **Airflow 3** -- ``airflow db migrate``, then api-server, scheduler, dag-processor, triggerer --
    with LocalExecutor (``lakeivm.airflow_executor``: the tasks' imports preloaded before it forks)
-   on PostgreSQL, the DAG folder shipped in the package, the connection
+   on PostgreSQL, the DAG folder of the package lakeivm.dags, the connection
    ``spark_connect_default`` naming the Connect server and ``LAKEIVM_*`` exported to every process.
 
 It returns a ``Stack``, a context manager whose ``stop()`` ends every process it started by its
@@ -54,7 +54,7 @@ from lakeivm.processes import Service, alive, listening, run, spawn, wait_for
 from lakeivm.spark import class_archive_options
 
 HOST = "127.0.0.1"
-DAGS_FOLDER = Path(str(files("lakeivm") / "dags"))
+DAGS_FOLDER = Path(str(files("lakeivm.dags")))  # dags/ of a checkout, lakeivm/dags/ installed
 # Started after the api-server is healthy; keyed by the name the api-server's health check gives them.
 AIRFLOW_SERVICES = {"scheduler": ["scheduler", "--skip-serve-logs"], "dag_processor": ["dag-processor"],
                     "triggerer": ["triggerer", "--skip-serve-logs"]}

@@ -10,7 +10,7 @@ tasks import the engine when they run. With a Spark Connect server (``spark_remo
 ``spark_connect_default`` connection) the tasks are Connect clients sharing one server-side session
 per DAG run; on the embedded default (``local[*]``, no server) Spark runs in the task's process;
 with LAKEIVM_SPARK_MASTER naming a cluster and no server, one ``SparkSubmitOperator`` task
-(connection ``spark_default``) runs ``lakeivm/jobs/refresh.py``.
+(connection ``spark_default``) runs ``jobs/refresh.py`` (``lakeivm.jobs`` installed).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from lakeivm.spec import ViewSpec, cached_specs
 
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
-REFRESH_JOB = Path(str(files("lakeivm") / "jobs" / "refresh.py"))  # spark-submit runs the shipped file
+REFRESH_JOB = Path(str(files("lakeivm.jobs") / "refresh.py"))  # spark-submit runs it as a file
 
 
 def view_asset_uri(settings: Settings, view: str) -> str:
@@ -164,6 +164,7 @@ def build_dag(spec: ViewSpec, settings: Settings, deadline_alert: bool = True):
                 application=str(REFRESH_JOB),
                 conn_id="spark_default",
                 **_delta_jars_or_package(settings),
+                # --mode always given: the job's default (refresh) is for a person running it by hand.
                 application_args=[spec.name, "--mode", "{{ 'refresh' if params.refresh else 'tick' }}", "--validate"],
                 name=f"lakeivm-{spec.name}",
             )
