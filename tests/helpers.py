@@ -82,6 +82,31 @@ def audited_rounds(lake: Lake, rng: random.Random, specs: list, steps: tuple[str
         yield
 
 
+def claim_from_elsewhere(lake: Lake, view: str, ahead: float = 0.0, lease: float = 120.0, age: float = 0.0):
+    """A claim on ``view`` as a run on another host (``elsewhere:1``) appends it, its clock ``ahead``
+    seconds ahead and its lease ``lease`` seconds, as the log's next version; that commit is then
+    made ``age`` seconds old by the store's clock (``age_log_commit``). Returns the claim row."""
+    from datetime import datetime, timedelta, timezone
+
+    from lakeivm import commit
+
+    now = datetime.now(timezone.utc) + timedelta(seconds=ahead)
+    row = commit.LogRow(view=view, seq=commit.next_seq(commit.log_rows(lake, view, status=None)), status=commit.RUNNING,
+                        mode="refresh", kind="", pins={}, watermarks={}, state_versions={}, consistent=False,
+                        holder="elsewhere:1", started_at=now, finished_at=now, lease_expires=now + timedelta(seconds=lease),
+                        log_version=lake.head_version(lake.log_path) + 1)
+    commit.append_log(lake, row)
+    assert lake.head_version(lake.log_path) == row.log_version  # nothing else appended meanwhile
+    age_log_commit(lake, row.log_version, age)
+    return row
+
+
+def age_log_commit(lake: Lake, version: int, age: float) -> None:
+    """Set the modification time of ``_system/log``'s commit ``version`` ``age`` seconds back."""
+    written = time.time() - age
+    os.utime(f"{lake.log_path}/_delta_log/{version:020d}.json", (written, written))
+
+
 @contextmanager
 def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
     """An S3 bucket on loopback: moto's S3 server (a real HTTP S3 API, with conditional PUTs) started

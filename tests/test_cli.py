@@ -40,9 +40,13 @@ def test_refresh_status_read_audit(lake, spark, views, capsys):
     assert set(entries) == {"by_g", "broken"} and entries["broken"]["source"] == f"{views}/broken.yaml"
     assert "by_g  [fivm]  deadline 60s" in out and "r            watermark    0  head    1  pending rows 1" in out
     assert "refresh now: predicted" in out and "within the deadline 60s" in out and "deadline record: 0/0" in out
-    with commit.lease(lake, "by_g", "refresh"):  # a run in progress is shown, with who runs it
+    with commit.lease(lake, "by_g", "refresh") as claim:  # a run in progress is shown, with who runs it and its heartbeat
         assert main([*common, "status"]) == 0
-        assert "  running: #2 refresh on " in capsys.readouterr().out
+        assert f"  running: #2 refresh on {claim.holder} (run {claim.run_id[:8]}) since " in capsys.readouterr().out
+        assert main([*common, "status", "--json"]) == 0
+        held = next(e for e in json.loads(capsys.readouterr().out) if e["view"] == "by_g")
+        assert (held["holder"], held["run_id"], held["lease_s"], held["claim_lapsed"]) == (claim.holder, claim.run_id, 120, False)
+        assert 0 <= held["heartbeat_age_s"] < 30  # it beats every 30 s
     assert main([*common, "refresh", "by_g"]) == 0
     assert "applied ['r']" in capsys.readouterr().out
     assert main([*common, "read", "by_g"]) == 0
@@ -175,3 +179,17 @@ def test_the_command_exits_with_mains_code_and_its_output_flushed(tmp_path):
     assert failed.returncode == 2 and failed.stderr.startswith("lakeivm: error:"), failed.stderr
     wrong = subprocess.run([*command, "nosuchcommand"], capture_output=True, text=True)
     assert wrong.returncode == 2 and "invalid choice" in wrong.stderr
+
+
+def test_unlock_with_no_claim_says_so_and_a_bad_lease_setting_is_one_line(tmp_path, capsys, monkeypatch):
+    from lakeivm.lake import Lake
+
+    lake = Lake(None, str(tmp_path / "lake"))  # type: ignore[arg-type] -- unlock reads and appends the log only
+    assert main(["--lake", lake.root, "unlock", "v"]) == 2 and "no lake at" in capsys.readouterr().err
+    lake.ensure_system_tables()
+    assert main(["--lake", lake.root, "unlock", "v"]) == 0
+    assert capsys.readouterr().out == "lakeivm: view 'v' is not claimed by any run: nothing to unlock\n"
+    monkeypatch.setenv("LAKEIVM_LEASE_SECONDS", "soon")
+    assert main(["--lake", lake.root, "unlock", "v"]) == 2
+    assert capsys.readouterr().err == ("lakeivm: error: lease_seconds (LAKEIVM_LEASE_SECONDS or lakeivm.toml) must be a "
+                                       "positive number of seconds, got 'soon'\n")

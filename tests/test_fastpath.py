@@ -135,7 +135,7 @@ def test_every_fast_path_reads_what_spark_reads(lake, feature):
     # a MERGE (update k=1, delete k=3, insert k=50) by delta-rs, checked by Spark's read and change feed
     before = _spark_rows(lake.read(path))
     source = spark.sql(f"SELECT * FROM delta.`{path}` WHERE k IN (1, 3) UNION ALL SELECT * FROM delta.`{path}` WHERE k = 4")
-    source = source.selectExpr(*[f"CASE WHEN k = 1 THEN 99 WHEN k = 3 THEN -1 ELSE a END AS a" if c == "a" else
+    source = source.selectExpr(*["CASE WHEN k = 1 THEN 99 WHEN k = 3 THEN -1 ELSE a END AS a" if c == "a" else
                                  "CASE WHEN k = 4 THEN 50 ELSE k END AS k" if c == "k" else f"`{c}`" for c in source.columns])
     changed = {r[0]: r for r in _spark_rows(source)}  # read before the MERGE changes what the source reads
     merged = lake.merge_small(path, source, ["k"], delete_when='s."a" < 0')

@@ -3,6 +3,10 @@ clients of one server as the DAG tasks are, killed with SIGKILL (their whole pro
 random moments of their run while a writer keeps changing their tables; then a rerun, and the view
 audited against its SQL. Also: concurrent first runs on an empty lake and concurrent refreshes.
 
+Claims an operator manages: a claim written by a host whose clock runs a day ahead, taken over once
+its log commit is older than the lease; ``lakeivm unlock`` refusing a live run's claim, and
+``--force`` breaking it with the run fenced. A state table deleted by hand: one line and the fix.
+
 Every case: nothing lost, nothing doubled (the audit), each committed run logged once, and every
 process that was not killed exits 0 or 2 with one line a user can act on -- never a traceback.
 A killed client's server-side operation may still land after it died; the next run then refuses to
@@ -19,6 +23,8 @@ import os
 import random
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,7 +41,7 @@ from lakeivm.registry import load_specs
 from lakeivm.spark import connect
 from lakeivm.views.nested.queries import QUERIES
 from tests.forked_refresh import Forked
-from tests.helpers import random_batch, sql
+from tests.helpers import age_log_commit, claim_from_elsewhere, random_batch, sql
 
 pytestmark = [pytest.mark.connect, pytest.mark.faults]
 
@@ -72,12 +78,18 @@ def faulty(remote, tmp_path):
 
 def _tables(lake, rng):
     spark = lake.spark
-    lake.create_table("r", spark.createDataFrame([(rng.randrange(6), rng.randrange(50)) for _ in range(20)], "a int, x int"))
-    lake.create_table("s", spark.createDataFrame([(a, rng.randrange(3)) for a in range(6)], "a int, g int"))
+    _joined(lake, rng)
     edges = sorted({(rng.randrange(10), rng.randrange(10)) for _ in range(40)})
     lake.create_table("e", spark.createDataFrame(edges, "src int, dst int"))
     bids = [(rng.randrange(3), Decimal(f"10.{rng.randrange(4):02d}"), rng.randrange(1, 5)) for _ in range(20)]
     lake.create_table("bids", spark.createDataFrame(bids, "broker_id int, price decimal(8,2), volume bigint"))
+
+
+def _joined(lake, rng) -> None:
+    """Only the tables the views fv and fo read (r, s): what a case of one view needs."""
+    spark = lake.spark
+    lake.create_table("r", spark.createDataFrame([(rng.randrange(6), rng.randrange(50)) for _ in range(20)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(a, rng.randrange(3)) for a in range(6)], "a int, g int"))
 
 
 def _change(lake, rng, table: str, key: str | None, value: str | None) -> None:
@@ -199,3 +211,87 @@ def test_concurrent_first_runs_and_concurrent_refreshes(faulty):
         sql(lake, "INSERT INTO {t} VALUES (1, 7), (2, 9)", "r")
     committed = commit.log_rows(lake, "fv")
     assert committed[0].mode == "bootstrap" and all(r.mode != "bootstrap" for r in committed[1:])
+
+
+def _ran(env, folder: Path, *args: str) -> tuple[int, str, str]:
+    """A ``lakeivm`` command run to its end: (exit code, stdout, stderr), never a traceback."""
+    proc = Forked(env, folder, *args)
+    out, err = proc.communicate(timeout=300)
+    assert "Traceback" not in out + err, f"a traceback instead of a message:\n{out}\n{err}"
+    return proc.returncode, out, err
+
+
+def _audit_is_clean(env, folder: Path, view: str) -> None:
+    code, out, err = _ran(env, folder, "audit", view)
+    assert code == 0 and "no difference" in out, (code, out, err)
+
+
+def test_a_claim_from_a_clock_a_day_ahead_is_taken_over_once_its_log_commit_is_old(faulty):
+    lake, env, views, folder = faulty
+    _joined(lake, random.Random(3))
+    _refreshed(env, folder, "fv")
+    sql(lake, "INSERT INTO {t} VALUES (1, 7)", "r")
+    skewed = claim_from_elsewhere(lake, "fv", ahead=86_400)
+    code, _, err = _ran(env, folder, "refresh", "fv")
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"another run (run {skewed.run_id[:8]} (#{skewed.seq} refresh) on elsewhere:1" in err
+    assert "once its heartbeat is 120 s old" in err and "`lakeivm unlock fv --force`" in err
+    code, out, _ = _ran(env, folder, "status")
+    assert code == 0 and re.search(rf"running: #{skewed.seq} refresh on elsewhere:1 \(run {skewed.run_id[:8]}\) since "
+                                   r".*, last heartbeat \d+ s ago \(lapses at 120 s", out), out
+    age_log_commit(lake, skewed.log_version, 200)
+    code, _, err = _ran({**env, "LAKEIVM_LEASE_SECONDS": "600"}, folder, "refresh", "fv")  # the setting decides
+    assert code == 2 and re.search(r"its last heartbeat 2\d\d s ago", err) and "once its heartbeat is 600 s old" in err, err
+    code, out, err = _ran(env, folder, "refresh", "fv")
+    assert code == 0 and f"run #{skewed.seq + 1} refresh" in out, (out, err)
+    _audit_is_clean(env, folder, "fv")
+
+
+def test_unlock_refuses_a_live_run_and_force_breaks_its_claim_and_fences_it(faulty):
+    """A refresh paused (SIGSTOP) mid-run holds a fresh claim: unlock refuses, status names it,
+    ``--force`` ends it; resumed, the run commits nothing, and the next refresh recovers."""
+    lake, env, views, folder = faulty
+    _joined(lake, random.Random(4))
+    _refreshed(env, folder, "fv")
+    sql(lake, "INSERT INTO {t} VALUES (1, 7), (2, 9)", "r")
+    paused = Forked(env, folder, "refresh", "fv")
+    first = paused.readline()  # the run holds the claim and works: pause it
+    os.killpg(paused.pid, signal.SIGSTOP)
+    try:
+        holder = f"{socket.gethostname()}:{paused.pid}"
+        claim = commit.holder(commit.log_rows(lake, "fv", status=None))
+        assert claim is not None and claim.holder == holder, (first, claim)
+        code, _, err = _ran(env, folder, "unlock", "fv")
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"held by run {claim.run_id[:8]} (#{claim.seq} refresh) on {holder}, whose last heartbeat was " in err
+        assert "`lakeivm unlock fv --force`" in err
+        code, out, _ = _ran(env, folder, "status")
+        assert code == 0 and f"running: #{claim.seq} refresh on {holder} (run {claim.run_id[:8]}) since " in out, out
+        code, out, err = _ran(env, folder, "unlock", "fv", "--force")
+        assert code == 0 and f"ended the claim of run {claim.run_id[:8]} (#{claim.seq} refresh) on {holder}" in out, (out, err)
+        assert commit.holder(commit.log_rows(lake, "fv", status=None)) is None
+    finally:
+        os.killpg(paused.pid, signal.SIGCONT)
+    out, err = paused.communicate(timeout=300)
+    assert paused.returncode == 2 and err.count("\n") == 1, (first, out, err)
+    assert f"claim (run {claim.run_id[:8]}, #{claim.seq}) was broken by" in err and "this run commits nothing" in err, err
+    assert all(r.run_id != claim.run_id for r in commit.log_rows(lake, "fv"))
+    _refreshed(env, folder, "fv")
+    _audit_is_clean(env, folder, "fv")
+
+
+@pytest.mark.parametrize("view", ["fv", "fo"])
+def test_a_state_table_deleted_by_hand_is_named_with_the_fix(faulty, view):
+    lake, env, views, folder = faulty
+    _joined(lake, random.Random(6))
+    _refreshed(env, folder, view)
+    result = lake.view_path(view)
+    shutil.rmtree(result)
+    sql(lake, "INSERT INTO {t} VALUES (1, 7)", "r")
+    code, _, err = _ran(env, folder, "refresh", view)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"lakeivm: error: view {view!r}: its state table {result} is gone") and \
+        err.endswith(f"Rebuild the view: lakeivm refresh {view} --rebuild\n"), err
+    code, out, err = _ran(env, folder, "refresh", view, "--rebuild")
+    assert code == 0 and "rebuild" in out, (out, err)
+    _audit_is_clean(env, folder, view)

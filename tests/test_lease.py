@@ -19,7 +19,7 @@ import pytest
 from lakeivm import commit, system_tables
 from lakeivm.errors import LeaseHeld, LeaseLost
 from lakeivm.lake import Lake
-from tests.helpers import moto_s3
+from tests.helpers import age_log_commit, claim_from_elsewhere, moto_s3
 
 
 def _lake(root) -> Lake:
@@ -201,3 +201,69 @@ def test_a_claim_just_appended_is_held_before_its_acquire_returns(tmp_path, monk
     with commit.lease(lake, "v"):
         pass
     assert seen[1:] == ["held"]
+
+
+def test_a_claim_from_a_clock_a_day_ahead_lapses_by_its_log_commit_s_age(tmp_path):
+    """Its lease_expires says tomorrow; the store's time of its commit decides."""
+    lake = _lake(tmp_path)
+    skewed = claim_from_elsewhere(lake, "v", ahead=86_400)
+    with pytest.raises(LeaseHeld, match=r"elsewhere:1, since .*; its last heartbeat \d s ago\). .* once its heartbeat is "
+                                        r"120 s old .* `lakeivm unlock v --force`"):
+        with commit.lease(_lake(tmp_path), "v"):
+            pass
+    age_log_commit(lake, skewed.log_version, 121)
+    age, lapses = commit.heartbeat(lake, commit.holder(commit.log_rows(lake, "v", status=None)))
+    assert 121 <= age < 180 and lapses == 120
+    with commit.lease(_lake(tmp_path), "v") as claim:
+        assert claim.seq == 2
+
+
+def test_the_lease_is_the_longer_of_the_observer_s_and_the_claimant_s(tmp_path):
+    lake = _lake(tmp_path)
+    claim_from_elsewhere(lake, "v", lease=30, age=60)
+    with pytest.raises(LeaseHeld, match="once its heartbeat is 90 s old"):  # the observer's setting
+        with commit.lease(_lake(tmp_path), "v", seconds=90):
+            pass
+    with commit.lease(_lake(tmp_path), "v", seconds=45) as claim:
+        assert claim.seq == 2
+    claim_from_elsewhere(lake, "w", lease=300, age=60)
+    with pytest.raises(LeaseHeld, match="once its heartbeat is 300 s old"):  # a claimant beating every 75 s is alive
+        with commit.lease(_lake(tmp_path), "w", seconds=45):
+            pass
+
+
+def test_the_lease_setting_is_read_from_the_environment_and_lakeivm_toml(tmp_path, monkeypatch):
+    from lakeivm.config import load_settings
+
+    monkeypatch.delenv("LAKEIVM_LEASE_SECONDS", raising=False)
+    assert load_settings(tmp_path / "none.toml").lease_seconds == 120
+    (tmp_path / "lakeivm.toml").write_text("lease_seconds = 300\n")
+    assert load_settings(tmp_path / "lakeivm.toml").lease_seconds == 300
+    monkeypatch.setenv("LAKEIVM_LEASE_SECONDS", "45")
+    assert load_settings(tmp_path / "lakeivm.toml").lease_seconds == 45.0
+    monkeypatch.setenv("LAKEIVM_LEASE_SECONDS", "2m")
+    with pytest.raises(ValueError, match="lease_seconds .* must be a positive number of seconds, got '2m'"):
+        load_settings(tmp_path / "lakeivm.toml")
+
+
+def test_unlock_refuses_a_fresh_claim_and_force_fences_its_run(tmp_path):
+    assert commit.unlock(_lake(tmp_path), "v") is None  # nothing held: nothing appended
+    running = commit.Lease(_lake(tmp_path), "v", "refresh", seconds=0.4)
+    running.acquire()
+    with pytest.raises(LeaseHeld, match=rf"held by run {running.run_id[:8]} \(#1 refresh\) on {running.holder}, whose last "
+                                        r"heartbeat was \d s ago .* `lakeivm unlock v --force`"):
+        commit.unlock(_lake(tmp_path), "v", seconds=0.4)  # it is alive: it beats every 0.1 s
+    ended, age = commit.unlock(_lake(tmp_path), "v", force=True, seconds=0.4)
+    assert ended.run_id == running.run_id and age < 0.4
+    rows = commit.log_rows(_lake(tmp_path), "v", status=None)
+    assert commit.holder(rows) is None and rows[-1].status == commit.BROKEN and "lakeivm unlock --force" in rows[-1].message
+    time.sleep(0.3)  # its heartbeat finds the claim gone
+    with pytest.raises(LeaseLost, match=r"claim \(run .*, #1\) was broken by .* \(`lakeivm unlock`\); this run commits nothing"):
+        running.check()
+    with pytest.raises(LeaseLost, match="was broken by"):
+        running.commit(commit.LogRow(view="v", seq=1, status="committed", mode="refresh", kind="x", pins={}, watermarks={},
+                                     state_versions={}, consistent=True, run_id=running.run_id))
+    running.release()
+    assert commit.log_rows(_lake(tmp_path), "v") == []  # nothing of the fenced run committed
+    with commit.lease(_lake(tmp_path), "v") as claim:  # the view is free
+        assert claim.seq == 2

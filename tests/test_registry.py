@@ -201,7 +201,7 @@ def test_a_folder_s_specs_are_kept_between_commands_and_a_hit_parses_no_sql(tmp_
     import sys
 
     from lakeivm.fingerprint import fingerprint
-    from lakeivm.spec import cached_specs
+    from lakeivm.spec_cache import cached_specs
 
     monkeypatch.setenv("LAKEIVM_SPEC_CACHE", str(tmp_path / "cache"))
     views = tmp_path / "views"
@@ -211,7 +211,7 @@ def test_a_folder_s_specs_are_kept_between_commands_and_a_hit_parses_no_sql(tmp_
     (views / "c.yaml").write_text("name: c\nsql: [\n")
     fresh = load_specs(views)
     assert cached_specs(views) == fresh and set(fresh) == {"a", "b", "b__d"}  # the first: loaded, then kept
-    probe = ("import sys\nfrom lakeivm.spec import cached_specs\nfrom lakeivm.fingerprint import fingerprint\n"
+    probe = ("import sys\nfrom lakeivm.spec_cache import cached_specs\nfrom lakeivm.fingerprint import fingerprint\n"
              f"specs = cached_specs({str(views)!r})\n"
              "print(sorted(specs), [fingerprint(s) for _, s in sorted(specs.items())], sorted(specs['b'].upstreams),\n"
              "      [b.path for b in specs.broken], 'sqlglot' in sys.modules, 'jsonschema' in sys.modules)\n")
@@ -230,7 +230,7 @@ def test_kept_specs_that_read_the_lake_are_loaded_again_when_its_tables_change(t
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from lakeivm.spec import cached_specs
+    from lakeivm.spec_cache import cached_specs
 
     monkeypatch.setenv("LAKEIVM_SPEC_CACHE", str(tmp_path / "cache"))
     views, lake = tmp_path / "views", tmp_path / "lake"

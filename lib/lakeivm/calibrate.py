@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 
 from lakeivm import commit
-from lakeivm.changes import SMALL_DELTA_ROWS
+from lakeivm.limits import SMALL_DELTA_ROWS
 from lakeivm.errors import StateError
 from lakeivm.lake import Lake
 from lakeivm.planning.costs import Calibration, fit_cost_model

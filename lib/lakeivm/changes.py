@@ -11,9 +11,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from lakeivm import storage, upstream
+from lakeivm import storage
 from lakeivm.errors import ChangeRangeError
-from lakeivm.lake import CDF, MULTIPLICITY, Lake
+from lakeivm.columns import MULTIPLICITY
+from lakeivm.lake import CDF, Lake
+from lakeivm.limits import SMALL_DELTA_ROWS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -30,7 +32,7 @@ _CDF_ROWS_PER_METRIC = {"numOutputRows": 1, "numDeletedRows": 1, "numUpdatedRows
 def pin(lake: Lake, tables: Iterable[str]) -> dict[str, int]:
     """Head version of each table: the run reads every table up to this version and no further
     (for a view read as a source, the seq of its last consistent run: ``lakeivm.upstream``)."""
-    return {t: upstream.pin(lake, lake.upstreams[t]) if t in lake.upstreams else lake.head_version(lake.table_path(t))
+    return {t: lake.upstreams[t].pin() if t in lake.upstreams else lake.head_version(lake.table_path(t))
             for t in tables}
 
 
@@ -63,7 +65,7 @@ def pending_rows(lake: Lake, table: str, watermark: int, head: int, path: str | 
     Delta table's, where it is not the lake table ``table`` (a view's result, read by a view over it).
     """
     if path is None and table in lake.upstreams:
-        return upstream.pending_rows(lake, lake.upstreams[table], watermark, head)
+        return lake.upstreams[table].pending_rows(watermark, head)
     if head <= watermark:
         return 0
     return sum(_cdf_rows(row["operationMetrics"] or {}) for row in history(lake, table, watermark, head, path))
@@ -74,7 +76,7 @@ def pending_age_seconds(lake: Lake, table: str, watermark: int, head: int) -> fl
     from datetime import datetime, timezone
 
     if table in lake.upstreams:
-        return upstream.pending_age_seconds(lake, lake.upstreams[table], watermark, head)
+        return lake.upstreams[table].pending_age_seconds(watermark, head)
     commits = history(lake, table, watermark, head)
     if not commits:
         return 0.0
@@ -86,7 +88,7 @@ def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: I
     """Raise ChangeRangeError if (watermark, head] of ``table`` (at ``path``, as ``pending_rows``)
     cannot be read as changes."""
     if path is None and table in lake.upstreams:
-        return upstream.check_readable(lake, lake.upstreams[table], watermark, head, columns)
+        return lake.upstreams[table].check_readable(watermark, head, columns)
     path = path or lake.table_path(table)
     if head < watermark:
         raise ChangeRangeError(
@@ -133,7 +135,7 @@ def read_counted(lake: Lake, table: str, watermark: int, head: int, columns: Ite
     from pyspark.sql import functions as F
 
     if path is None and table in lake.upstreams:
-        delta = upstream.read_delta(lake, lake.upstreams[table], watermark, head, columns)
+        delta = lake.upstreams[table].read_delta(watermark, head, columns)
         return delta, delta.count()
     columns, path = list(columns), path or lake.table_path(table)
     check_readable(lake, table, watermark, head, columns, path)
@@ -160,7 +162,6 @@ def read_counted(lake: Lake, table: str, watermark: int, head: int, columns: Ite
         raise ChangeRangeError(_explain_read_error(table, watermark, head, err)) from err
 
 
-SMALL_DELTA_ROWS = 20_000  # a change range this small is read and netted in this process
 _NO_ROWS = ("SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "ADD COLUMNS", "CHANGE COLUMN", "ADD CONSTRAINT", "DROP CONSTRAINT")
 
 

@@ -1,7 +1,7 @@
-"""The ``lakeivm`` command: demo, status, refresh, read, explain, audit, datagen, bench.
+"""The ``lakeivm`` command: demo, status, refresh, read, explain, audit, unlock, datagen, bench.
 
-Settings come from LAKEIVM_LAKE / LAKEIVM_SPARK_MASTER / LAKEIVM_VIEWS or ``lakeivm.toml``
-(see lakeivm.config); ``--lake`` and ``--views`` override them.
+Settings come from LAKEIVM_LAKE / LAKEIVM_SPARK_MASTER / LAKEIVM_VIEWS / LAKEIVM_LEASE_SECONDS or
+``lakeivm.toml`` (see lakeivm.config); ``--lake`` and ``--views`` override them.
 """
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ from lakeivm.errors import LakeIVMError, known_failure
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    settings = load_settings()
+    try:
+        settings = load_settings()
+    except ValueError as err:  # a setting that is not one (an unknown key, a lease_seconds that is no number)
+        print(f"lakeivm: error: {err}", file=sys.stderr)
+        return 2
     if args.lake:
         settings = settings.with_(lake=args.lake)
     if args.views:
@@ -110,6 +114,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("view")
     p.set_defaults(func=_audit)
 
+    p = sub.add_parser("unlock", help="end a view's claim (its run died or hangs): refused while the claim's heartbeat "
+                                      "is fresh, unless --force; `lakeivm status` shows the holder and its heartbeat age",
+                       description="End the claim a run holds on VIEW, so the next refresh can run. A claim lapses on its "
+                                   "own once its heartbeat is lease_seconds old (LAKEIVM_LEASE_SECONDS, default 120) or its "
+                                   "process is gone from this host; until then unlock refuses, unless --force. The run that "
+                                   "held the claim commits nothing (its next heartbeat or commit finds the claim gone), and "
+                                   "the next refresh undoes the state it wrote.")
+    p.add_argument("view")
+    p.add_argument("--force", action="store_true", help="end the claim even though its heartbeat is fresh (its run is alive "
+                                                        "or paused: it then commits nothing)")
+    p.set_defaults(func=_unlock)
+
     p = sub.add_parser("repair", help="check the system tables' commit files; move a damaged newest one aside")
     p.set_defaults(func=_repair)
 
@@ -151,12 +167,31 @@ def _lake(settings: Settings, create: bool = False):
 
 def _specs(settings: Settings):
     """The views folder's specs; each file that does not load is named on stderr and skipped."""
-    from lakeivm.spec import cached_specs
+    from lakeivm.spec_cache import cached_specs
 
     specs = cached_specs(settings.views, settings.lake)
     for broken in specs.broken:
         print(f"lakeivm: warning: skipped a view spec that does not load: {broken.summary}", file=sys.stderr)
     return specs
+
+
+def _views(settings: Settings):
+    """The lake's views (``lakeivm.Views``), after ``_lake``'s check that a lake is there; each spec
+    file that does not load is named on stderr and skipped."""
+    from lakeivm.api import Views
+
+    return Views(_lake(settings), _specs(settings), settings)
+
+
+def _view(settings: Settings, name: str):
+    """One view of ``_views``; an unknown name or a spec that does not load is refused before the
+    lake is opened (no Spark)."""
+    from lakeivm.api import Views
+    from lakeivm.spec import find_spec
+
+    specs = _specs(settings)
+    find_spec(specs, name)
+    return Views(_lake(settings), specs, settings)[name]
 
 
 def _repair(args, settings: Settings) -> int:
@@ -171,35 +206,53 @@ def _repair(args, settings: Settings) -> int:
     return 0 if all(ok for _, ok in results) else 1
 
 
-def _status(args, settings: Settings) -> int:
-    from lakeivm.engine import status
+def _unlock(args, settings: Settings) -> int:
+    from lakeivm import commit, storage
+    from lakeivm.lake import Lake
 
-    specs = _specs(settings)
-    report = status(_lake(settings), specs)
+    lake = Lake(None, settings.lake)  # type: ignore[arg-type] -- the log only: no Spark
+    if not storage.exists(f"{lake.root}/_system"):
+        raise LakeIVMError(f"no lake at {lake.root} (no _system folder there): pass --lake with the lake's root.")
+    ended = commit.unlock(lake, args.view, args.force, settings.lease_seconds)
+    if ended is None:
+        print(f"lakeivm: view {args.view!r} is not claimed by any run: nothing to unlock")
+        return 0
+    claim, age = ended
+    print(f"lakeivm: ended the claim of {commit.describe(claim)} on view {args.view!r} (last heartbeat {commit.ago(age)}): "
+          f"that run commits nothing; the next refresh undoes the state it wrote")
+    return 0
+
+
+def _status(args, settings: Settings) -> int:
+    from dataclasses import asdict
+
+    views = _views(settings)
+    report = views.status()
     if args.json:
-        unloaded = [{"view": broken.names[0], "source": broken.path, "error": broken.problem} for broken in specs.broken]
-        print(json.dumps(report + unloaded, indent=2, default=str))
+        unloaded = [{"view": broken.names[0], "source": broken.path, "error": broken.problem} for broken in views.broken]
+        entries = [{k: v for k, v in asdict(entry).items() if v not in (None, {}, ())} for entry in report]
+        print(json.dumps(entries + unloaded, indent=2, default=str))
         return 0
     for entry in report:
-        print(f"{entry['view']}  [{entry.get('kind', '?')}]  deadline {entry['deadline_s']:g}s  tick {entry['tick_s']:g}s")
-        if "error" in entry:
-            print(f"  error: {entry['error']}")
+        print(f"{entry.view}  [{entry.kind or '?'}]  deadline {entry.deadline_s:g}s  tick {entry.tick_s:g}s")
+        if entry.error:
+            print(f"  error: {entry.error}")
             continue
-        if "why_full" in entry:
-            print(f"  recomputed in full: {entry['why_full']}")
-        print(f"  last run: {entry.get('last_run') or 'never (run `lakeivm refresh ' + entry['view'] + '`)'}"
-              + (f" -- {entry['last_mode']} (refresh policy auto)" if "last_mode" in entry else ""))
-        if "running" in entry:
-            print(f"  running: {entry['running']}")
-        for table, head in entry["heads"].items():
-            mark = entry.get("watermarks", {}).get(table, "-")
-            seqs = "  (a view: its log seqs)" if table in entry.get("upstreams", ()) else ""
-            print(f"  {table:<12} watermark {mark!s:>4}  head {head:>4}  pending rows {entry['pending_rows'].get(table)}{seqs}")
-        if "predicted_refresh_s" in entry:
-            verdict = "within" if entry["predicted_refresh_s"] <= entry["deadline_s"] else "MISSES"
-            record = entry["deadline_record"]
-            print(f"  refresh now: predicted {entry['predicted_refresh_s']:.1f}s, {verdict} the deadline {entry['deadline_s']:g}s")
-            print(f"  last plan: {entry['last_plan']}")
+        if entry.why_full:
+            print(f"  recomputed in full: {entry.why_full}")
+        print(f"  last run: {entry.last_run or 'never (run `lakeivm refresh ' + entry.view + '`)'}"
+              + (f" -- {entry.last_mode} (refresh policy auto)" if entry.last_mode else ""))
+        if entry.running:
+            print(f"  running: {entry.running}")
+        for table, head in entry.heads.items():
+            mark = entry.watermarks.get(table, "-")
+            seqs = "  (a view: its log seqs)" if table in entry.upstreams else ""
+            print(f"  {table:<12} watermark {mark!s:>4}  head {head:>4}  pending rows {entry.pending_rows.get(table)}{seqs}")
+        if entry.predicted_refresh_s is not None:
+            verdict = "within" if entry.within_deadline else "MISSES"
+            record = entry.deadline_record
+            print(f"  refresh now: predicted {entry.predicted_refresh_s:.1f}s, {verdict} the deadline {entry.deadline_s:g}s")
+            print(f"  last plan: {entry.last_plan}")
             print(f"  deadline record: {record['met']}/{record['refreshes']} on-demand refreshes met it; "
                   f"recent (run, seconds, met): {record['recent']}")
     return 0
@@ -237,78 +290,33 @@ def _calibrate(args, settings: Settings) -> int:
 
 
 def _refresh(args, settings: Settings) -> int:
-    from lakeivm.engine import run_view
-    from lakeivm.spec import find_spec
-
-    spec = find_spec(_specs(settings), args.view)
+    view = _view(settings, args.view)
     mode = "rebuild" if args.rebuild else ("tick" if args.tick else "refresh")
-    row = run_view(_lake(settings), spec, mode=mode, progress=print)
+    row = view.refresh(mode, progress=print)
     if row is not None:  # (nothing to apply was said by the run)
-        met = "" if row.deadline_met is None else (" (deadline met)" if row.deadline_met else f" (DEADLINE MISSED: {spec.deadline_s:g}s)")
-        print(f"{spec.name}: run #{row.seq} {row.mode}, applied {list(row.applied) or 'snapshots'} in {row.seconds:.1f}s{met}")
+        deadline = view.spec.deadline_s
+        met = "" if row.deadline_met is None else (" (deadline met)" if row.deadline_met else f" (DEADLINE MISSED: {deadline:g}s)")
+        print(f"{view.name}: run #{row.seq} {row.mode}, applied {list(row.applied) or 'snapshots'} in {row.seconds:.1f}s{met}")
     return 0
 
 
 def _read(args, settings: Settings) -> int:
-    from lakeivm.engine import view_snapshot
-    from lakeivm.spec import find_spec
-
-    spec = find_spec(_specs(settings), args.view)
-    lake = _lake(settings)
-    view_snapshot(lake, spec, latest=args.latest).show(args.limit, truncate=False)
-    if "features" in spec.options:  # an F-IVM regression view: also its fitted coefficients
+    view = _view(settings, args.view)
+    view.read(latest=args.latest).show(args.limit, truncate=False)
+    if "features" in view.spec.options:  # an F-IVM regression view: also its fitted coefficients
         from lakeivm.views.fivm.maintainer import describe_fit
 
-        print(describe_fit(lake, spec, latest=args.latest))
+        print(describe_fit(view.lake, view.spec, latest=args.latest))
     return 0
 
 
 def _explain(args, settings: Settings) -> int:
-    from lakeivm.engine import schemas_for
-    from lakeivm.registry import choose, why_not_fivm
-    from lakeivm.spec import find_spec
-
-    spec = find_spec(_specs(settings), args.view)
-    choice = choose(spec, schemas_for(_lake(settings), spec))
-    print(f"{spec.name}: refresh policy {spec.refresh_policy}: {choice.mode}, kind {choice.kind}")
-    if spec.derived_from:
-        print(f"an aggregating CTE, derived table or uncorrelated subquery of view {spec.derived_from}, maintained as a "
-              f"view of its own that {spec.derived_from} reads")
-    derived = [name for name, up in spec.upstreams.items() if up.derived_from == spec.name]
-    if derived:
-        print(f"its aggregating CTEs, derived tables or uncorrelated subqueries are views of their own: {', '.join(derived)} "
-              "(`lakeivm explain` each)")
-    if spec.upstreams:
-        print(f"reads views {', '.join(spec.upstreams)}: their committed results, a change being the difference between two "
-              "of their runs; `lakeivm refresh` refreshes them first, the DAG also runs when they publish")
-    if choice.auto:
-        print("auto: each run maintains it incrementally or recomputes it in full, whichever its log predicts cheaper "
-              "(`lakeivm status` shows the last choice; the log row's plan says why)")
-    if choice.why_full:  # the construct that keeps it from incremental maintenance (or the policy)
-        print(f"not incremental: {choice.why_full}")
-    for note in choice.query.notes:
-        print(note)
-    if choice.kind == "fivm":  # the view tree: each view's keys, what it sums out, stored or not
-        from lakeivm.views.fivm.plan import build_plan, describe
-
-        print(describe(build_plan(choice.query, spec.options)))
-    elif choice.kind == "nested":
-        from lakeivm.views.nested.general import describe as describe_general
-        from lakeivm.views.nested.shape import nested_shape
-
-        shape = nested_shape(choice.query)
-        print(describe_general(shape.plan) if shape.plan is not None else
-              f"nested, the shipped shape {shape.name} (RPAI §4.3-4.7): an ordered aggregate index, O(log n) per change")
-    elif choice.kind == "first_order" and (reason := why_not_fivm(spec, choice.query)):
-        print(f"not fivm: {reason}")
+    print(_view(settings, args.view).explain())
     return 0
 
 
 def _audit(args, settings: Settings) -> int:
-    from lakeivm.engine import audit
-    from lakeivm.spec import find_spec
-
-    report = audit(_lake(settings), find_spec(_specs(settings), args.view))
+    report = _view(settings, args.view).audit()
     print(report)
     return 0 if report.ok else 1
 

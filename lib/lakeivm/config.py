@@ -1,4 +1,4 @@
-"""Settings: lake root, Spark master, views folder -- from env vars and an optional lakeivm.toml.
+"""Settings: lake root, Spark master, views folder, lease -- from env vars and an optional lakeivm.toml.
 
 The views folder defaults to the example views shipped in the package (``SHIPPED_VIEWS``).
 
@@ -10,12 +10,14 @@ Example lakeivm.toml::
     spark_master = "spark://spark-master:7077"
     views = "/opt/lakeivm/views"
     spark_remote = "sc://127.0.0.1:15002"   # a Spark Connect server (`lakeivm spark start`)
+    lease_seconds = 120                      # a run's claim on its view lapses this long after its last heartbeat
 
     [spark_conf]                             # extra Spark settings, on every master
     "spark.executor.memory" = "8g"
 """
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -25,8 +27,10 @@ from pathlib import Path
 SCHEMAS = Path(str(files("lakeivm.schemas")))  # package data: view.schema.json, system/*.json, example views
 SHIPPED_VIEWS = SCHEMAS / "views"
 _ENV = {"lake": "LAKEIVM_LAKE", "spark_master": "LAKEIVM_SPARK_MASTER", "views": "LAKEIVM_VIEWS",
-        "spark_remote": "LAKEIVM_SPARK_REMOTE", "jars": "LAKEIVM_JARS", "packages": "LAKEIVM_PACKAGES"}
+        "spark_remote": "LAKEIVM_SPARK_REMOTE", "jars": "LAKEIVM_JARS", "packages": "LAKEIVM_PACKAGES",
+        "lease_seconds": "LAKEIVM_LEASE_SECONDS"}
 DEFAULT_REMOTE = "sc://127.0.0.1:15002"  # where ``lakeivm spark start`` listens by default
+LEASE_SECONDS = 120.0  # the default lease_seconds (lakeivm.commit.Lease)
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class Settings:
     jars: str = ""  # folder of Delta's JARs (default: ~/.cache/lakeivm/jars/<delta version>)
     packages: str = ""  # more Maven packages for every JVM, comma-separated (hadoop-aws for s3a://): fetched once beside Delta's
     spark_conf: dict = field(default_factory=dict, hash=False)  # extra Spark settings ([spark_conf] in lakeivm.toml)
+    lease_seconds: float = LEASE_SECONDS  # a claim whose heartbeat is this old may be taken over (commit.Lease)
 
     @property
     def in_process(self) -> bool:
@@ -74,9 +79,22 @@ def load_settings(config_file: str | os.PathLike[str] = "lakeivm.toml") -> Setti
     for field, var in _ENV.items():
         if os.environ.get(var):
             values[field] = os.environ[var]
+    if "lease_seconds" in values:
+        values["lease_seconds"] = _seconds(values["lease_seconds"], path)
     if isinstance(values.get("packages"), list):  # packages = ["group:artifact:version", ...] in lakeivm.toml
         values["packages"] = ",".join(map(str, values["packages"]))
     unknown = set(values) - set(Settings.__dataclass_fields__)
     if unknown:
         raise ValueError(f"{path}: unknown setting(s) {sorted(unknown)}; known: {sorted(Settings.__dataclass_fields__)}")
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def _seconds(value: object, path: Path) -> float:
+    """``lease_seconds`` as a positive, finite number of seconds (from the environment it is a string)."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"lease_seconds (LAKEIVM_LEASE_SECONDS or {path}) must be a positive number of seconds, got {value!r}")
+    return seconds

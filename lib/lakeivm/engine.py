@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -16,27 +17,16 @@ from lakeivm.config import Settings, load_settings
 from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError, known_failure
 from lakeivm.fingerprint import fingerprint
 from lakeivm.lake import WRITER_TAG, Lake
-from lakeivm.spec import FULL, ViewSpec, cached_specs, find_spec
+from lakeivm.spec import FULL, ViewSpec, find_spec
+from lakeivm.spec_cache import cached_specs
 from lakeivm.spark import deployment
+from lakeivm.upstream import MAINTAINERS, InjectedFailure, maintainer_for, prepare, reader, schemas_for  # noqa: F401 -- the run's API
 from lakeivm.views.base import Context, Maintainer, bag
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# kind -> "module:class" of its maintainer, imported on first use (keeps DAG parsing light).
-MAINTAINERS: dict[str, str] = {
-    "first_order": "lakeivm.views.first_order:FirstOrderMaintainer",
-    "triangle": "lakeivm.views.triangle.maintainer:TriangleMaintainer",
-    "fivm": "lakeivm.views.fivm.maintainer:FivmMaintainer",
-    "nested": "lakeivm.views.nested.maintainer:NestedMaintainer",
-    "join_sample": "lakeivm.views.join_sample.maintainer:JoinSampleMaintainer",
-    "full": "lakeivm.views.full.maintainer:FullMaintainer",
-}
 MODES = ("tick", "refresh", "rebuild")
-
-
-class InjectedFailure(LakeIVMError):
-    """Raised by fault-injection tests at a named point of a run."""
 
 
 @dataclass(frozen=True)
@@ -60,43 +50,6 @@ def open_lake(spark: SparkSession | Callable[[], SparkSession] | None = None, se
     lake = Lake(spark or (lambda: get_spark(settings)), settings.lake)
     lake.ensure_system_tables()
     return lake
-
-
-def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Context, Maintainer]:
-    """Classify the view and build the run's context (pins and watermarks filled by run_view)."""
-    from lakeivm.registry import choose  # here, not above: a run with nothing to do parses no SQL (lakeivm.spec)
-
-    choice = choose(spec, schemas_for(lake, spec))
-
-    def checkpoint(label: str) -> None:
-        if fail_at == label:
-            raise InjectedFailure(f"injected failure at {label}")
-
-    ctx = Context(lake, spec, choice.query, pins={}, watermarks={}, seed=int(spec.options.get("seed", 0)), checkpoint=checkpoint,
-                  why_full=choice.why_full, auto=choice.auto)
-    return ctx, maintainer_for(choice.kind)
-
-
-def schemas_for(lake: Lake, spec: ViewSpec) -> dict[str, dict[str, str]]:
-    """{source: {column: type}} the view's SQL is checked against: the lake's tables, and the results
-    of the views it reads (``lakeivm.upstream``; a name that is both is refused)."""
-    upstream.register(lake, spec)
-    tables = lake.table_schemas()
-    both = sorted(set(tables) & set(spec.upstreams))
-    if both:
-        raise LakeIVMError(f"{spec.source}: {', '.join(both)} is both a lake table and a view; rename the view "
-                           f"or the table so that the view's FROM names one thing.")
-    return {**tables, **{name: upstream.schema(lake, up) for name, up in spec.upstreams.items()}}
-
-
-def maintainer_for(kind: str) -> Maintainer:
-    """A fresh maintainer of ``kind`` (see MAINTAINERS)."""
-    import importlib
-
-    module, name = MAINTAINERS[kind].split(":")
-    maintainer = getattr(importlib.import_module(module), name)()
-    maintainer.kind = kind
-    return maintainer
 
 
 def plan_run(ctx: Context, mode: str, pending: Mapping[str, int], history: Sequence[commit.LogRow] = (),
@@ -159,7 +112,7 @@ def run_view(
         progress(f"{spec.name}: nothing to apply")  # a no-op costs a listing per table: no Spark, no write
         return None
     lake.ensure_spark()  # there is work: the session before the claim, so a server that does not answer claims nothing
-    with commit.lease(lake, spec.name, mode) as claim:
+    with commit.lease(lake, spec.name, mode, load_settings().lease_seconds) as claim:
         if mode != "rebuild" and _up_to_date(lake, claim.history, definition):  # another run caught it up meanwhile
             progress(f"{spec.name}: nothing to apply")
             return None
@@ -198,15 +151,22 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
     in_full = ctx.auto and last is not None and last.kind == FULL  # auto recomputed the last run in full
     rekinded = last is not None and last.kind != _kind(maintainer) and not in_full  # e.g. a lakeivm upgrade maintains the SQL otherwise
     ctx.pins = changes.pin(lake, ctx.query.tables)
+    ctx.table_ids = changes.identities(lake, ctx.query.tables)
     if last is None or mode == "rebuild" or changed or rekinded or set(last.watermarks) != set(ctx.query.tables):
         reason = ("first run" if last is None else "rebuild requested" if mode == "rebuild" else
                   f"the view's definition changed (fingerprint {last.fingerprint} -> {definition})" if changed else
                   f"the view's kind changed ({last.kind} -> {_kind(maintainer)})" if rekinded else
                   "the view's tables changed")
         return _bootstrap(ctx, maintainer, seq, "bootstrap" if last is None else "rebuild", reason, started, progress)
+    replaced = changes.replaced(lake, last.table_ids, ctx.table_ids)
+    if replaced is not None:  # a table deleted and created anew: its versions are not the ones the watermarks count
+        return _unreadable(ctx, maintainer, last, seq, replaced, started, progress)
     ctx.watermarks = dict(last.watermarks)
     if _kind(maintainer) == FULL:
         return _recompute(ctx, maintainer, seq, mode, started, progress)
+    gone = _missing_state(ctx, maintainer, last)
+    if gone is not None:
+        raise gone
     pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
     here = deployment(lake.spark)
     committed = [r for r in claim.history if r.status == "committed" and r.deployment in (None, here)]
@@ -280,8 +240,9 @@ def _up_to_date(lake: Lake, history: list[commit.LogRow], definition: str) -> bo
 
 def _caught_up(lake: Lake, last: commit.LogRow) -> bool:
     """Whether every table of the last committed run is still at its watermark (one listing each;
-    for a view read as a source, a read of its log)."""
-    return last.consistent and changes.pin(lake, last.watermarks) == dict(last.watermarks)
+    for a view read as a source, a read of its log) and still the table it read (its commit 0)."""
+    return (last.consistent and changes.pin(lake, last.watermarks) == dict(last.watermarks)
+            and changes.replaced(lake, last.table_ids) is None)
 
 
 def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[str, int],
@@ -335,6 +296,7 @@ def _unreadable(ctx: Context, maintainer: Maintainer, last: commit.LogRow | None
         view=ctx.view, seq=seq, status="failed", mode="tick", kind=_kind(maintainer),
         pins=ctx.pins, watermarks=dict(last.watermarks) if last else {}, state_versions=dict(last.state_versions) if last else {},
         consistent=False, seconds=time.perf_counter() - started, message=str(err), plan="policy fail",
+        table_ids=dict(last.table_ids) if last else {},
         fingerprint=ctx.fingerprint, deployment=deployment(ctx.spark), run_id=ctx.lease.run_id,
     )
     commit.recover(ctx.lake, last, maintainer.state_tables(ctx))
@@ -366,7 +328,7 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
         pending_rows=pending, seconds=seconds,
         predicted_seconds=None if plan.predicted_seconds is None else float(plan.predicted_seconds), deadline_s=ctx.spec.deadline_s,
         deadline_met=(seconds <= ctx.spec.deadline_s) if mode == "refresh" else None, plan=str(plan),
-        fingerprint=ctx.fingerprint, deployment=deployment(lake.spark), run_id=ctx.lease.run_id,
+        fingerprint=ctx.fingerprint, deployment=deployment(lake.spark), run_id=ctx.lease.run_id, table_ids=dict(ctx.table_ids),
     )
     ctx.checkpoint("before_log")
     ctx.lease.commit(row)
@@ -376,6 +338,20 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
 def _state_heads(ctx: Context, maintainer: Maintainer) -> dict[str, int]:
     """Each state table's newest version (-1: not written yet)."""
     return {name: ctx.lake.head_version(path) if ctx.lake.is_delta(path) else -1 for name, path in maintainer.state_tables(ctx).items()}
+
+
+def _missing_state(ctx: Context, maintainer: Maintainer, last: commit.LogRow) -> StateError | None:
+    """The error naming a state table that ``last`` (the committed run an incremental run goes on
+    from) names but that is gone -- its folder deleted by hand -- or None: the changes would have
+    nothing to be applied to. A rebuild makes every state table again from the snapshots."""
+    paths = maintainer.state_tables(ctx)
+    gone = [name for name in last.state_versions if ctx.bases.get(name) == -1]
+    if not gone:
+        return None
+    name = gone[0]
+    return StateError(f"view {ctx.view!r}: its state table {paths[name]} is gone (not a Delta table any more; run #{last.seq} "
+                      f"committed its version {last.state_versions[name]}): it was deleted outside lakeivm. Rebuild the "
+                      f"view: lakeivm refresh {ctx.view} --rebuild")
 
 
 def _late_write(ctx: Context, maintainer: Maintainer, versions: Mapping[str, int] | None = None) -> StateError | None:
@@ -418,18 +394,6 @@ def view_snapshot(lake: Lake, spec: ViewSpec, latest: bool = False) -> DataFrame
         raise StateError(f"view {spec.name!r} has no {'committed' if latest else 'consistent'} run yet; run `lakeivm refresh {spec.name}`.")
     ctx, maintainer = reader(lake, spec, row)
     return maintainer.result(ctx, row.state_versions["result"])
-
-
-def reader(lake: Lake, spec: ViewSpec, row: commit.LogRow | None) -> tuple[Context, Maintainer]:
-    """The context and the maintainer of the result ``row`` committed: the view's kind, or the full
-    kind (its query: the SQL as written) where auto recomputed that run in full."""
-    from lakeivm.sql import parse_full
-
-    ctx, maintainer = prepare(lake, spec)
-    if ctx.auto and row is not None and row.kind == FULL:
-        full = parse_full(spec.sql, schemas_for(lake, spec), spec.source)
-        return replace(ctx, query=full, why_full="auto chose a full recompute"), maintainer_for(FULL)
-    return ctx, maintainer
 
 
 def recompute(lake: Lake, spec: ViewSpec, versions: Mapping[str, int]) -> DataFrame:
@@ -476,8 +440,9 @@ def audit(lake: Lake, spec: ViewSpec, latest: bool = True) -> Audit:
     return Audit(spec.name, row.watermarks, sum(actual.values()), missing, unexpected)
 
 
-def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]:
-    """Per view: kind, last run, watermarks vs heads, pending rows per table, deadline."""
+def status(lake: Lake, specs: Mapping[str, ViewSpec], lease_seconds: float = commit.LEASE_SECONDS) -> list[dict[str, object]]:
+    """Per view: kind, last run, watermarks vs heads, pending rows per table, deadline; for a view a
+    run holds, who holds it and its heartbeat's age (lapsing past ``lease_seconds``: ``commit.heartbeat``)."""
     report = []
     for spec in specs.values():
         entry: dict[str, object] = {"view": spec.name, "deadline_s": spec.deadline_s, "tick_s": spec.tick_s}
@@ -491,9 +456,12 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]
         last = history[-1] if history else None
         running = commit.holder(rows)
         if running is not None:
-            entry["running"] = (f"#{running.seq} {running.mode} on {running.holder} since {running.started_at:%Y-%m-%d %H:%M:%S}"
-                                f"{' (claim lapsed: the next run takes it over)' if commit.stale(running) else ''}")
-        heads = changes.pin(lake, ctx.query.tables)
+            entry.update(_claim_status(lake, running, lease_seconds))
+        try:
+            heads = changes.pin(lake, ctx.query.tables)
+        except LakeIVMError as err:  # a view it reads has not run yet, a table is gone: this view's line says so
+            report.append({**entry, "error": str(err)})
+            continue
         entry["kind"] = _kind(maintainer)
         entry["refresh_policy"] = spec.refresh_policy
         if ctx.why_full:
@@ -530,3 +498,15 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec]) -> list[dict[str, object]]
             )
         report.append(entry)
     return report
+
+
+def _claim_status(lake: Lake, running: commit.LogRow, lease_seconds: float) -> dict[str, object]:
+    """``status``'s entries of a view a run holds: a line, and the claim's holder, run and heartbeat age."""
+    age, lapses = commit.heartbeat(lake, running, lease_seconds)
+    lapsed = commit.stale(lake, running, lease_seconds)
+    verdict = ("claim lapsed: the next run takes it over" if lapsed else
+               f"lapses at {lapses:.0f} s; `lakeivm unlock {running.view} --force` ends it now")
+    line = (f"#{running.seq} {running.mode} on {running.holder} (run {running.run_id[:8]}) since "
+            f"{running.started_at:%Y-%m-%d %H:%M:%S}, last heartbeat {commit.ago(age)} ({verdict})")
+    return {"running": line, "holder": running.holder, "run_id": running.run_id,
+            "heartbeat_age_s": round(age, 1) if math.isfinite(age) else None, "lease_s": lapses, "claim_lapsed": lapsed}

@@ -50,5 +50,5 @@ def normalized_sql(sql: str) -> str:
 
 
 def remember(normalized: dict[str, str]) -> None:
-    """Take ``normalized_sql``'s results computed by another process (``spec.cached_specs``)."""
+    """Take ``normalized_sql``'s results computed by another process (``spec_cache.cached_specs``)."""
     _NORMALIZED.update(normalized)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from lakeivm import storage
+from lakeivm.columns import MULTIPLICITY  # noqa: F401 -- where the modules reading deltas import it
+from lakeivm.limits import MERGE_ROWS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -23,8 +25,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 CDF = "delta.enableChangeDataFeed"
-MULTIPLICITY = "_lakeivm_m"  # the column of a delta's signed multiplicity (a change feed netted: changes.read_delta)
-MERGE_ROWS = 200_000  # rows up to which a MERGE's source is brought to this process and merged by delta-rs (merge_small)
 WRITER_TAG = "spark.databricks.delta.commitInfo.userMetadata"  # set per run: every Delta commit of the run names it
 
 
@@ -39,7 +39,7 @@ class Lake:
     session: SparkSession | Callable[[], SparkSession] | None
     root: str
     cache: dict = field(default_factory=dict, repr=False)  # immutable facts, e.g. commit histories
-    upstreams: dict = field(default_factory=dict, repr=False)  # views read as sources by other views: name -> ViewSpec (lakeivm.upstream)
+    upstreams: dict = field(default_factory=dict, repr=False)  # views read as sources by other views: name -> upstream.ViewSource
 
     def __post_init__(self) -> None:
         if not urlparse(self.root).scheme:

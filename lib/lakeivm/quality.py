@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakeivm.errors import LakeIVMError
+from lakeivm.limits import PANDAS_ROWS
 from lakeivm.registry import ViewSpec
 from lakeivm.sql import COUNT, Query
 
@@ -68,7 +69,6 @@ def build_suite(spec: ViewSpec, query: Query):
     return suite
 
 
-PANDAS_ROWS = 100_000  # a stored view this small is validated on the driver: one collect instead of a Spark job per expectation
 
 
 def validate(df: DataFrame | pandas.DataFrame, spec: ViewSpec, query: Query, rows: int | None = None) -> Validation:

@@ -22,7 +22,8 @@ from typing import Any
 
 from lakeivm.config import Settings, load_settings
 from lakeivm.errors import SpecError
-from lakeivm.spec import ViewSpec, cached_specs
+from lakeivm.spec import ViewSpec
+from lakeivm.spec_cache import cached_specs
 
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -23,7 +23,7 @@ from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.lake import MULTIPLICITY
+from lakeivm.columns import MULTIPLICITY
 from lakeivm.sql_functions import RECOMPUTE_ALLOWED, check_functions
 
 DIALECT = "spark"

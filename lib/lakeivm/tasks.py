@@ -21,15 +21,15 @@ def session_for(dag_id: str, key: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"lakeivm/{dag_id}/{key}"))
 
 
-def apply(view: str, mode: str = "tick", session: str | None = None) -> dict[str, Any]:
-    """Run one maintenance run (``mode``: tick or refresh); returns what its log row says, or an
-    empty dict -- falsy: the DAG's short-circuit skips validate -- when there was nothing to apply."""
-    from lakeivm.engine import run_view
-    from lakeivm.spec import cached_specs, find_spec
+def apply(view: str, mode: str, session: str | None = None) -> dict[str, Any]:
+    """Run one maintenance run (``mode``: tick or refresh, ``View.refresh``); returns what its log row
+    says, or an empty dict -- falsy: the DAG's short-circuit skips validate -- when there was nothing to apply."""
+    from lakeivm.api import Views
+    from lakeivm.spec_cache import cached_specs
 
     settings = resolve(load_settings())
-    spec = find_spec(cached_specs(settings.views, settings.lake), view)
-    row = run_view(_open(settings, session), spec, mode=mode, progress=print)
+    views = Views(_open(settings, session), cached_specs(settings.views, settings.lake), settings)
+    row = views[view].refresh(mode, progress=print)
     if row is None:
         return {}
     return {"view": view, "seq": row.seq, "mode": row.mode, "plan": row.plan, "applied": list(row.applied),
@@ -44,7 +44,8 @@ def validate(view: str, summary: dict[str, Any], session: str | None = None) -> 
     from lakeivm.engine import reader
     from lakeivm.quality import PANDAS_ROWS
     from lakeivm.quality import validate as run_suite
-    from lakeivm.spec import cached_specs, find_spec
+    from lakeivm.spec import find_spec
+    from lakeivm.spec_cache import cached_specs
 
     if not summary:
         return {"view": view, "applied": [], "expectations": 0}

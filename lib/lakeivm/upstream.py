@@ -15,30 +15,126 @@ upstream's pin and watermark, and the upstream's changes over ``(watermark, pin]
   data --, a rebuild, an edited definition, auto switching the upstream between incremental and
   full), and as cheap as the feed for a small result, which each run rewrites whole.
 
-``changes`` routes every read of a name in ``lake.upstreams`` here.
+A view read so is registered on the lake as a ``ViewSource`` (``lake.upstreams``), which
+``changes`` and ``Context.snapshot`` ask for pins, change ranges and snapshots without importing
+this module. Reading a view's result needs its kind, so the binding of a spec to its context and
+maintainer (``prepare``, ``reader``) lives here too, below the engine that runs it.
 """
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from lakeivm.errors import ChangeRangeError, StateError
-from lakeivm.lake import MULTIPLICITY
+from lakeivm.columns import MULTIPLICITY
+from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError
+from lakeivm.spec import FULL
+from lakeivm.views.base import Context, Maintainer
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from lakeivm.commit import LogRow
     from lakeivm.lake import Lake
-    from lakeivm.registry import ViewSpec
+    from lakeivm.spec import ViewSpec
+
+# kind -> "module:class" of its maintainer, imported on first use (keeps DAG parsing light).
+MAINTAINERS: dict[str, str] = {
+    "first_order": "lakeivm.views.first_order:FirstOrderMaintainer",
+    "triangle": "lakeivm.views.triangle.maintainer:TriangleMaintainer",
+    "fivm": "lakeivm.views.fivm.maintainer:FivmMaintainer",
+    "nested": "lakeivm.views.nested.maintainer:NestedMaintainer",
+    "join_sample": "lakeivm.views.join_sample.maintainer:JoinSampleMaintainer",
+    "full": "lakeivm.views.full.maintainer:FullMaintainer",
+}
+
+
+class InjectedFailure(LakeIVMError):
+    """Raised by fault-injection tests at a named point of a run."""
+
+
+def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Context, Maintainer]:
+    """Classify the view and build the run's context (pins and watermarks filled by the run)."""
+    from lakeivm.registry import choose  # here, not above: a run with nothing to do parses no SQL (lakeivm.spec)
+
+    choice = choose(spec, schemas_for(lake, spec))
+
+    def checkpoint(label: str) -> None:
+        if fail_at == label:
+            raise InjectedFailure(f"injected failure at {label}")
+
+    ctx = Context(lake, spec, choice.query, pins={}, watermarks={}, seed=int(spec.options.get("seed", 0)), checkpoint=checkpoint,
+                  why_full=choice.why_full, auto=choice.auto)
+    return ctx, maintainer_for(choice.kind)
+
+
+def reader(lake: Lake, spec: ViewSpec, row: LogRow | None) -> tuple[Context, Maintainer]:
+    """The context and the maintainer of the result ``row`` committed: the view's kind, or the full
+    kind (its query: the SQL as written) where auto recomputed that run in full."""
+    from lakeivm.sql import parse_full
+
+    ctx, maintainer = prepare(lake, spec)
+    if ctx.auto and row is not None and row.kind == FULL:
+        full = parse_full(spec.sql, schemas_for(lake, spec), spec.source)
+        return replace(ctx, query=full, why_full="auto chose a full recompute"), maintainer_for(FULL)
+    return ctx, maintainer
+
+
+def schemas_for(lake: Lake, spec: ViewSpec) -> dict[str, dict[str, str]]:
+    """{source: {column: type}} the view's SQL is checked against: the lake's tables, and the results
+    of the views it reads (a name that is both is refused)."""
+    register(lake, spec)
+    tables = lake.table_schemas()
+    both = sorted(set(tables) & set(spec.upstreams))
+    if both:
+        raise LakeIVMError(f"{spec.source}: {', '.join(both)} is both a lake table and a view; rename the view "
+                           f"or the table so that the view's FROM names one thing.")
+    return {**tables, **{name: schema(lake, up) for name, up in spec.upstreams.items()}}
+
+
+def maintainer_for(kind: str) -> Maintainer:
+    """A fresh maintainer of ``kind`` (see MAINTAINERS)."""
+    module, name = MAINTAINERS[kind].split(":")
+    maintainer = getattr(importlib.import_module(module), name)()
+    maintainer.kind = kind
+    return maintainer
+
+
+@dataclass(frozen=True, eq=False)
+class ViewSource:
+    """A view read by other views as a source, as ``changes`` and ``Context.snapshot`` ask for it:
+    its log seqs stand for a table's versions."""
+
+    lake: Lake
+    spec: ViewSpec
+
+    def pin(self) -> int:
+        return pin(self.lake, self.spec)
+
+    def pending_rows(self, watermark: int, head: int) -> int:
+        return pending_rows(self.lake, self.spec, watermark, head)
+
+    def pending_age_seconds(self, watermark: int, head: int) -> float:
+        return pending_age_seconds(self.lake, self.spec, watermark, head)
+
+    def check_readable(self, watermark: int, head: int, columns: Iterable[str]) -> None:
+        check_readable(self.lake, self.spec, watermark, head, columns)
+
+    def read_delta(self, watermark: int, head: int, columns: Iterable[str]) -> DataFrame:
+        return read_delta(self.lake, self.spec, watermark, head, columns)
+
+    def snapshot(self, seq: int) -> DataFrame:
+        return snapshot(self.lake, self.spec, seq)
 
 
 def register(lake: Lake, spec: ViewSpec) -> None:
     """Make the views ``spec`` reads (and theirs) readable as sources of ``lake``."""
     for name, upstream in spec.upstreams.items():
-        if lake.upstreams.get(name) is not upstream:
-            lake.upstreams[name] = upstream
+        known = lake.upstreams.get(name)
+        if known is None or known.spec is not upstream:
+            lake.upstreams[name] = ViewSource(lake, upstream)
             register(lake, upstream)
 
 
@@ -80,8 +176,6 @@ def snapshot(lake: Lake, spec: ViewSpec, seq: int) -> DataFrame:
     Only a run of the upstream's current definition and kind can be read so (another definition's
     state may hold other columns): an older one raises ChangeRangeError, and the reading view is
     rebuilt from the upstream's current result (its ``on_unreadable_changes`` policy)."""
-    from lakeivm.engine import reader
-
     row = run_at(lake, spec, seq)
     ctx, maintainer = reader(lake, spec, row)
     if not _of_current_definition(row, spec) or getattr(maintainer, "kind", row.kind) != row.kind:
@@ -105,7 +199,6 @@ def schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
 def declared_schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
     """{column: Spark SQL type} of ``spec``'s SQL, analysed by Spark (not run) over empty frames of
     its sources' types; its own upstreams' the same way when they have not run either."""
-    from lakeivm.engine import schemas_for
     from lakeivm.sql import as_written, referenced_tables
 
     sources, names = schemas_for(lake, spec), {}
@@ -189,7 +282,6 @@ def _from_change_feed(lake: Lake, spec: ViewSpec, watermark: int, head: int, col
     from pyspark.sql import functions as F
 
     from lakeivm import changes
-    from lakeivm.engine import reader
 
     runs = [run_at(lake, spec, watermark), *_runs(lake, spec, watermark, head)]
     since, until = (r.state_versions.get("result") for r in (runs[0], runs[-1]))

@@ -28,8 +28,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from lakeivm.commit import LogRow
+if TYPE_CHECKING:
+    from lakeivm.commit import LogRow
 
 FULL = "full"
 HORIZON = 5  # runs a rebuild is amortized over when auto returns from full to incremental

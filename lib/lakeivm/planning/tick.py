@@ -24,14 +24,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lakeivm.changes import SMALL_DELTA_ROWS
-from lakeivm.commit import LogRow
 from lakeivm.errors import SpecError
+from lakeivm.limits import SMALL_DELTA_ROWS
 from lakeivm.planning.costs import MIN_OBSERVATIONS, CostFunction, LinearCost, fit_cost_model
 from lakeivm.planning.decide import Decision, decide, refresh_decision
+
+if TYPE_CHECKING:
+    from lakeivm.commit import LogRow
 
 POLICIES = ("lgm", "naive", "eager")
 DEFAULT_PRIOR = LinearCost(a=1e-4, b=2.0)  # seconds: a Spark delta job on a warm session, before any run

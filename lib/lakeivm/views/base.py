@@ -7,14 +7,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lakeivm.lake import Lake
+from lakeivm.limits import SNAPSHOT_ROWS
 from lakeivm.spec import ViewSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from lakeivm.sql import Query
-
-SNAPSHOT_ROWS = 20_000  # a base table this small is read by delta-rs for a run (Context.snapshot)
 
 
 @dataclass
@@ -40,6 +39,7 @@ class Context:
     why_full: str | None = None  # the full kind: why the view is not maintained incrementally (registry.Choice)
     auto: bool = False  # refresh_policy auto: a run may recompute in full instead of maintaining (planning.auto)
     delta_rows: dict[str, int] = field(default_factory=dict)  # netted change rows of each table this run applies
+    table_ids: dict[str, str] = field(default_factory=dict)  # the base tables' Delta ids at the pins (changes.identities)
     spark_reads_result: bool = False  # the audit: the stored result read by Spark's Delta reader, as a Spark user reads it
     _snapshots: set[str] = field(default_factory=set, repr=False)  # the temp views ``snapshot`` registered in this run
 
@@ -63,10 +63,8 @@ class Context:
         name = f"lakeivm_{self.view}_{table}_v{version}{'_oracle' if oracle else ''}"
         if name in self._snapshots:
             return name
-        if table in self.lake.upstreams:  # a view read as a source: ``version`` is its run's seq
-            from lakeivm import upstream
-
-            frame = upstream.snapshot(self.lake, self.lake.upstreams[table], version)
+        if table in self.lake.upstreams:  # a view read as a source (upstream.ViewSource): ``version`` is its run's seq
+            frame = self.lake.upstreams[table].snapshot(version)
         else:
             path = self.lake.table_path(table)
             small = None if oracle else self.lake.read_small(path, SNAPSHOT_ROWS, version)

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from lakeivm.lake import Lake
+from lakeivm.limits import BROADCAST_ROWS, LOCAL_STATE_ROWS, REWRITE_ROWS, SCAN_ROWS  # noqa: F401 -- others read them here
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -381,14 +382,6 @@ def _overwrite_locally(lake: Lake, rows: DataFrame, path: str, configuration: di
     return True
 
 
-REWRITE_ROWS = 20_000  # a result this small is rewritten whole: cheaper than a Delta MERGE of its touched rows
-# State that a kind reads and changes on the driver only (the nested indexes, the triangle's relations): up to this
-# many rows it is read and rewritten whole by delta-rs (500k rows: ~0.13 s, a MERGE of a few rows 3-4 s), never
-# shipped to Spark as local rows.
-LOCAL_STATE_ROWS = 1_000_000
-# A larger table read by its keys on the driver (``AdditiveTable.local_matching``): delta-rs scans it with the key
-# filter, up to this many rows.
-SCAN_ROWS = 50_000_000
 
 
 def as_read(rows: DataFrame, query) -> DataFrame:
@@ -506,7 +499,6 @@ def _needs_compaction(path: str) -> bool:
     return True
 
 
-BROADCAST_ROWS = 2_000_000  # a batch side up to this many rows is shipped to every task (small_side)
 
 
 def small_side(frame: DataFrame) -> DataFrame:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakeivm.changes import SMALL_DELTA_ROWS
+from lakeivm.limits import SMALL_DELTA_ROWS
 from lakeivm.lake import CDF
 from lakeivm.sql import (COUNT, MULTIPLICITY, Aggregate, OuterJoin, Query, multiset_of_sql, multiset_sql, rolled_up_sql,
                          state_sql)

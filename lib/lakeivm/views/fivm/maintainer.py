@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakeivm.changes import SMALL_DELTA_ROWS
+from lakeivm.limits import SMALL_DELTA_ROWS
 from lakeivm.lake import CDF
 from lakeivm.sql import COUNT, MULTIPLICITY, recompute_sql, state_sql, typed_empty_sql
 from lakeivm.views.base import Context
@@ -368,7 +368,7 @@ def coefficients(lake, spec, latest: bool = False) -> list[tuple[dict[str, objec
     (or, ``latest``, newest) run: [(group key values, {"intercept": b0, feature: b, ...})], read
     from the root's cofactor triple in O(m³) per group (None for a group with no complete tuple)."""
     from lakeivm import commit
-    from lakeivm.engine import prepare
+    from lakeivm.upstream import prepare
     from lakeivm.errors import StateError, UnsupportedQuery
     from lakeivm.views.fivm.rings import ols_coefficients
 

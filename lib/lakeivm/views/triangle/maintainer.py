@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from lakeivm.limits import DRIVER_ROWS
 from lakeivm.sql import MULTIPLICITY
 from lakeivm.views.base import Context
 from lakeivm.views import state
@@ -37,10 +38,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 REL_KEYS, VIEW_KEYS = ("x", "y", "part"), ("x", "z")
-# A batch with more changed keys than this (per relation) is applied by a rebuild on Spark. At 10^6
-# edges a batch as SQL on the driver took 8.7 s for 300k edges (the rebuild 183 s) and 27-28 s for
-# 1M, the run's process peaking at 2.1 GB.
-DRIVER_ROWS = 1_000_000
 
 
 class TriangleMaintainer:
