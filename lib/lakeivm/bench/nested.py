@@ -11,7 +11,7 @@ VWAP after every event. Measured side by side, pure Python, on the same events:
 * ``recompute``: the query recomputed from scratch per version by the fastest closed form we know
   (numpy over the live rows: sort by price, cumulative volume, cut, sum): O(N log N) per version.
 * ``delta_rule``: DBToaster's first-order maps with the comparison re-tested for every distinct
-  price (:class:`~lakeivm.views.nested.naive.DeltaRuleVwap`): O(G^2) per version.
+  price (:class:`~lakeivm.testing.nested.DeltaRuleVwap`): O(G^2) per version.
 * ``general`` and ``general_sweep``: the nested kind's general algorithm
   (:mod:`lakeivm.views.nested.general`), which a query of the class that no shipped shape matches
   gets, run on VWAP's SQL: its per-price sums loaded as the maintainer does, then per version the
@@ -43,7 +43,7 @@ exact result (a Fraction, None for SQL NULL) after every event:
 * ``recompute``: per version, the query from scratch with numpy over the live rows, filter first
   (the plan Spark would pick): gather the part filter per line (O(N)), then count and Σquantity per
   part over the selected lines (bincount), compare ``5*cnt*qty < Σqty``, sum the prices.
-* ``delta_rule``: :class:`~lakeivm.views.nested.naive.DeltaRuleQ17`, DBToaster's first-order maps
+* ``delta_rule``: :class:`~lakeivm.testing.nested.DeltaRuleQ17`, DBToaster's first-order maps
   loaded from the same per-key sums, the touched part's comparison re-tested for every distinct
   quantity of that part: O(Q_pk) per event.
 
@@ -120,8 +120,8 @@ def _one_size(size: int, events: int, sample: int, seed: int) -> dict:
     from collections import defaultdict
 
     from lakeivm.datagen.orderbook import OrderBookGenerator
+    from lakeivm.testing.nested import DeltaRuleVwap
     from lakeivm.views.nested.evaluators import Vwap
-    from lakeivm.views.nested.naive import DeltaRuleVwap
 
     gen = OrderBookGenerator(seed=seed, depth=500, max_volume=100)
     book = [e for e in gen.initial_book(2 * size) if e.table == "bids"]
@@ -402,7 +402,7 @@ def q17_index(shape, state: dict[str, list], events: list) -> tuple[float, float
 
 def q17_delta_rule(shape, state: dict[str, list], events: list) -> tuple[float, float, list]:
     """:class:`DeltaRuleQ17` loaded from the same per-key sums, then one result per event."""
-    from lakeivm.views.nested.naive import DeltaRuleQ17
+    from lakeivm.testing.nested import DeltaRuleQ17
 
     return _load_and_run(lambda: DeltaRuleQ17(**dict(shape.params)), state, events)
 

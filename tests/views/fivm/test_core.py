@@ -14,7 +14,7 @@ import pytest
 
 from lakeivm.errors import InvalidInput
 from lakeivm.sql import parse_query
-from lakeivm.views.fivm.core import FactorizedViews, compute_views
+from lakeivm.testing.fivm import FactorizedViews, compute_views
 from lakeivm.views.fivm.rings import CofactorRing, CountRing, SumVectorRing, ols_coefficients
 from lakeivm.views.fivm.tree import build_view_tree
 from lakeivm.views.fivm.vorder import derive_order

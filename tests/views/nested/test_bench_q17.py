@@ -6,8 +6,8 @@ import json
 import pytest
 
 from lakeivm.bench import nested
+from lakeivm.testing.nested import NaiveEvaluator
 from lakeivm.views.nested.events import Event, LineitemRow, PartRow
-from lakeivm.views.nested.naive import NaiveEvaluator
 
 
 @pytest.mark.parametrize("skew", ["uniform", "zipf"])
@@ -54,7 +54,7 @@ def test_q17_cli_writes_json(tmp_path, capsys) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_delta_rule_q17_equals_oracle_with_part_events(seed: int) -> None:
     """Parts inserted before/after their lines, deleted, filter hits and misses, Decimal columns."""
-    from lakeivm.views.nested.naive import DeltaRuleQ17
+    from lakeivm.testing.nested import DeltaRuleQ17
     from tests.views.nested.test_evaluators import q17_stream
 
     rule, oracle = DeltaRuleQ17(), NaiveEvaluator("q17")

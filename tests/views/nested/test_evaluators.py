@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from lakeivm.datagen.orderbook import OrderBookGenerator
 from lakeivm.errors import InvalidInput
+from lakeivm.testing.nested import DeltaRuleVwap, NaiveEvaluator
 from lakeivm.views.nested.evaluators import Example21, Mst, Psp, Q17, Vwap
 from lakeivm.views.nested.events import BookRow, Event, LineitemRow, PartRow
 from lakeivm.views.nested.fenwick import FenwickSums
 from lakeivm.views.nested.index import TreapSums
-from lakeivm.views.nested.naive import DeltaRuleVwap, NaiveEvaluator
 
 BOOK = {"example_2_1": Example21, "vwap": Vwap, "mst": Mst, "psp": Psp}
 BIDS_ONLY = {"example_2_1", "vwap"}

@@ -13,8 +13,8 @@ from collections import Counter
 import pytest
 import sqlglot
 
+from lakeivm.testing.nested import NaiveEvaluator
 from lakeivm.views.nested.events import BookRow, Event
-from lakeivm.views.nested.naive import NaiveEvaluator
 from lakeivm.views.nested.queries import QUERIES
 from tests.views.nested.test_evaluators import book_stream, q17_stream
 

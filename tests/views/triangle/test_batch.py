@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from lakeivm.datagen.graph import edge_stream, rmat_edges
 from lakeivm.errors import InvalidInput
-from lakeivm.views.triangle.batch import BatchState, apply_batch, bootstrap, consolidate, graph_changes
+from lakeivm.testing.triangle import BatchState, apply_batch, bootstrap, consolidate, graph_changes
 from lakeivm.views.triangle.core import HEAVY, LIGHT, ROLES, TriangleIVM
 from lakeivm.views.triangle.oracle import apply_changes, count_graph_triangles, count_triangles
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakeivm.datagen.graph import edge_stream, rmat_edges
-from lakeivm.views.triangle.batch import BatchState, apply_batch, bootstrap, consolidate, graph_changes
+from lakeivm.testing.triangle import BatchState, apply_batch, bootstrap, consolidate, graph_changes
 from lakeivm.views.triangle.core import ROLES
 from lakeivm.views.triangle.sql_batch import run_batch
 

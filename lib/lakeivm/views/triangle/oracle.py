@@ -1,6 +1,8 @@
-"""Brute-force oracles for the triangle count and its auxiliary views (digest §8.1 (1)).
+"""Brute-force oracles for the triangle count Q and its auxiliary views (Kara et al. §3).
 
 Deliberately naive and independent of the heavy/light machinery: plain nested loops over dicts.
+They stay beside the core, not in ``lakeivm.testing``: ``core.check_state`` (the kind's
+``check_invariants``) recomputes Q and the views with them, and a core imports nothing above its floor.
 """
 from __future__ import annotations
 

@@ -1,16 +1,20 @@
-"""Pure reference evaluation and maintenance of an F-IVM view tree (§3 Fig. 3, §4 Fig. 4).
+"""Oracle for the fivm kind: F-IVM view trees over dicts, evaluated from scratch and maintained under deltas.
 
-The oracle the Spark maintainer is checked against. Relations are lists of ``(row, multiplicity)``
-with rows as ``{column: value}``; a view's contents map key tuples (values of ``view.keys`` in
-order) to ring payloads with no zero payloads.
+A plain-Python model of what ``lakeivm.views.fivm``'s maintainer does on Spark, for the tests
+(tests/views/fivm/test_core.py checks it against the flat join by brute force); no product code
+runs it. It mirrors Nikolic and Olteanu, *Incremental View Maintenance with Triple Lock
+Factorization Benefits*: view trees (§3, Fig. 3) and delta propagation (§4, Fig. 4).
+
+Relations are lists of ``(row, multiplicity)`` with rows as ``{column: value}``; a view's contents
+map key tuples (values of ``view.keys`` in order) to ring payloads with no zero payloads.
 
 ``compute_views`` evaluates every view bottom-up: join the children on shared keys, multiply
 payloads, lift and sum out the marginalized variables, group by the keys. ``FactorizedViews``
 keeps the stored views μ(τ, U) and ``apply`` pushes one relation's delta up its leaf-to-root path,
 joining each step's delta with the stored siblings (δV@X = ⊕_X δV_j ⊗ ⊗_{i≠j} V_i, §4) and adding
 it into every stored view on the path. A batch over several relations is applied one relation at
-a time (§4, digest §3.4). Cost per update: the join of the delta with the sibling views on the
-path, i.e. O(1) view keys per single-tuple update when the delta binds all sibling keys (Ex. 4.1).
+a time (§4). Cost per update: the join of the delta with the sibling views on the path,
+i.e. O(1) view keys per single-tuple update when the delta binds all sibling keys (Ex. 4.1).
 """
 from __future__ import annotations
 
@@ -139,7 +143,7 @@ def _hash_join(ring: Ring, partial: list[tuple[dict, Any]], child: View, data: V
 
 
 def _add_into(ring: Ring, target: ViewData, delta: ViewData) -> None:
-    """V := V ⊎ δV, deleting keys whose stored payload is dead (digest §7.3 MERGE)."""
+    """V := V ⊎ δV, deleting keys whose stored payload is dead (as the maintainer's MERGE does)."""
     for key, p in delta.items():
         total = ring.add(target[key], p) if key in target else p
         if ring.is_dead(total):

@@ -1,11 +1,17 @@
-"""IVM^ε batch delta rule over dict relations: the pure oracle of the Spark maintainer (digest §7).
+"""Oracle for the triangle kind: the IVM^ε batch delta rule over dict relations.
 
-A batch {R: ΔR, S: ΔS, T: ΔT} is consolidated and applied relation by relation (telescoped rule,
-digest §7.2): ΔQ = ΔR·S·T + R'·ΔS·T + R'·S'·ΔT. Each step joins ΔK with the other two relations
-only along bounded fan-outs (§7.3) under frozen classes (§7.4: a new value is light, heavy when
-ε = 0). Afterwards, when |D| left [⌊N/4⌋, N), N := 2|D|+1 and parts and views are rebuilt
-strictly (major rebalancing); otherwise the batch's values of R, then S, then T whose degree left
-[½θ, 3/2θ) move (minor rebalancing). Cost per batch of k changes: O(k·N^max(ε,1-ε)) join rows plus
+The tests check the maintainer's batch rule (``lakeivm.views.triangle.sql_batch``, SQL in DuckDB)
+against it, and it against brute-force counts (``lakeivm.views.triangle.oracle``); no product code
+runs it. It mirrors Kara et al., *Counting Triangles under Updates in Worst-Case Optimal Time*: the
+update rules of §3 and the rebalancing of §4, applied to a batch as docs/kinds/triangle.md ("How")
+describes.
+
+A batch {R: ΔR, S: ΔS, T: ΔT} is consolidated and applied relation by relation (telescoped rule):
+ΔQ = ΔR·S·T + R'·ΔS·T + R'·S'·ΔT. Each step joins ΔK with the other two relations only along
+bounded fan-outs under frozen classes (a new value is light, heavy when ε = 0). Afterwards, when
+|D| left [⌊N/4⌋, N), N := 2|D|+1 and parts and views are rebuilt strictly (major rebalancing);
+otherwise the batch's values of R, then S, then T whose degree left [½θ, 3/2θ) move (minor
+rebalancing). Cost per batch of k changes: O(k·N^max(ε,1-ε)) join rows plus
 amortized rebalancing.
 """
 from __future__ import annotations
@@ -23,7 +29,7 @@ Changes = Mapping[Key, int] | Iterable[tuple[Key, int]]
 
 @dataclass
 class BatchState:
-    """IVM^ε state kept between batches: parts, views W[K], Q, base N and ε (digest §7.6)."""
+    """IVM^ε state kept between batches: parts, views W[K], Q, base N and ε."""
 
     epsilon: float
     base: int
@@ -48,7 +54,7 @@ class BatchState:
         return set(self.parts[role, HEAVY].values())
 
     def part_of(self, role: str, x: Hashable) -> str:
-        """x's part in ``role``; a new value is light, heavy when ε = 0 (digest §7.4)."""
+        """x's part in ``role``; a new value is light, heavy when ε = 0."""
         if x in self.parts[role, HEAVY].by_first:
             return HEAVY
         if x in self.parts[role, LIGHT].by_first:
@@ -56,7 +62,7 @@ class BatchState:
         return HEAVY if self.epsilon == 0 else LIGHT
 
     def check_invariants(self) -> None:
-        """Assert Def. 9 and exact views and Q after a batch (digest §8.2)."""
+        """Assert Def. 9 and exact views and Q after a batch."""
         check_state(self.parts, self.views, self.count, self.base, self.epsilon)
 
 
@@ -110,7 +116,7 @@ def apply_batch(state: BatchState, changes: Mapping[str, Changes]) -> BatchRepor
 
 
 def apply_steps(state: BatchState, changes: Mapping[str, Changes]) -> tuple[int, dict[str, set[Hashable]]]:
-    """The steps R, S, T of one batch under frozen classes (digest §7.2-§7.3); returns the join
+    """The steps R, S, T of one batch under frozen classes (§3's rules per step); returns the join
     output rows and each relation's touched values."""
     join_rows, touched = 0, {}
     for role in ROLES:
@@ -122,7 +128,7 @@ def apply_steps(state: BatchState, changes: Mapping[str, Changes]) -> tuple[int,
 
 
 def rebalance_minor(state: BatchState, touched: Mapping[str, set[Hashable]]) -> list[tuple[str, Hashable]]:
-    """Minor rebalancing of R, then S, then T (digest §7.4); returns the moved (role, value)s."""
+    """Minor rebalancing (§4) of R, then S, then T; returns the moved (role, value)s."""
     moved: list[tuple[str, Hashable]] = []
     for role in ROLES:
         moved += _rebalance_minor(state, role, touched.get(role, set()))
@@ -136,7 +142,7 @@ def graph_changes(edges: Changes) -> dict[str, dict[Key, int]]:
 
 
 def consolidate(changes: Changes) -> dict[Key, int]:
-    """Sum payloads per key and drop zeros (digest §7.1 (3)); an insert and its delete cancel."""
+    """Sum payloads per key and drop zeros; an insert and its delete cancel."""
     items = changes.items() if isinstance(changes, Mapping) else changes
     total: dict[Key, int] = {}
     for key, p in items:
@@ -145,7 +151,7 @@ def consolidate(changes: Changes) -> dict[Key, int]:
 
 
 def _step(state: BatchState, role: str, delta: Mapping[Key, int]) -> int:
-    """One relation's batch ΔK under frozen classes (digest §7.3); returns the join output rows.
+    """One relation's batch ΔK under frozen classes (§3's update rules); returns the join output rows.
 
     ΔQ = tA + tB + tC and ΔW[K] = ΔK_h ⋈ NEXT_l, ΔW[PREV] = PREV_h ⋈ ΔK_l, all against the state
     before the step. Per Δ row: ≤ 2N^(1-ε) rows from PREV_h, 1 from W[NEXT], < 3/2 N^ε from NEXT_l.
@@ -170,7 +176,7 @@ def _step(state: BatchState, role: str, delta: Mapping[Key, int]) -> int:
 
 
 def _rebalance_minor(state: BatchState, role: str, touched: set[Hashable]) -> list[tuple[str, Hashable]]:
-    """Batch minor rebalancing (digest §7.4): move touched values whose degree left [½θ, 3/2θ)."""
+    """Batch minor rebalancing (§4): move touched values whose degree left [½θ, 3/2θ)."""
     theta, moved = state.theta, []
     heavy, light = state.parts[role, HEAVY], state.parts[role, LIGHT]
     for x in sorted(touched, key=repr):

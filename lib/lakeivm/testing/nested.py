@@ -1,15 +1,20 @@
-"""Baselines for the nested-aggregate evaluators: recompute-from-scratch oracles and a delta rule.
+"""Oracles for the nested kind: brute-force evaluators and the DBToaster-style delta rules.
+
+They mirror Abeysinghe, He and Rompf, *Efficient Incrementalization of Correlated Nested Aggregate
+Queries using Relative Partial Aggregate Indexes (RPAI)*: the queries of §2 and its baseline. The
+tests check ``lakeivm.views.nested`` against them and ``lakeivm bench nested`` times the delta rules
+beside the index; no product code runs them.
 
 :class:`NaiveEvaluator` keeps the source tables as multisets and evaluates the SQL of
 :mod:`lakeivm.views.nested.queries` literally on every ``result()``: a nested loop over the distinct
 rows with SQL's NULL semantics (``SUM`` over no rows is NULL, and a comparison with NULL is not
-true). It shares no code with the indexes, so it is the tests' oracle; it costs O(D^2) per result
-for D distinct rows (digest §7, oracle 1).
+true). It shares no code with the indexes, so it is the tests' brute-force oracle; it costs O(D^2)
+per result for D distinct rows.
 
 :class:`DeltaRuleVwap` is the DBToaster-style baseline the paper compares against (§2, Fig. 2b):
 it maintains the first-order maps in O(1) per event but re-tests the comparison for every distinct
 price binding, re-summing the inner map each time, so a result costs O(G^2) for G prices.
-:class:`DeltaRuleQ17` is the same baseline for TPC-H Q17 (digest §4.6): per-part first-order maps,
+:class:`DeltaRuleQ17` is the same baseline for TPC-H Q17: per-part first-order maps,
 and the touched part's comparison re-tested for each of its distinct quantities, O(Q_pk) per event.
 """
 from __future__ import annotations
