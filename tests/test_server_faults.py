@@ -2,7 +2,7 @@
 
 A server of the test's own (killing the suite's shared one would break every other Connect test),
 a lake with the views ``fo`` (first-order) and ``fv`` (F-IVM) over tables r and s, bootstrapped
-through it. Two cycles, each: changes to r and s, a real ``lakeivm refresh`` process per view
+through it. Then changes to r and s, a real ``lakeivm refresh`` process per view
 (forked, as in tests/test_faults.py), the server's whole process group SIGKILLed at a seeded random
 moment of their runs, the server restarted at the same URL, each view refreshed again (allowing the
 ``late write`` refusal of tests/test_faults.py) and audited: equal to its SQL computed from scratch
@@ -82,10 +82,13 @@ def own_server(tmp_path, monkeypatch) -> Iterator[str]:
         assert not alive(last.pid)
 
 
-def test_server_killed_mid_refresh_restart_rerun_audit(own_server, tmp_path):
-    """Cycle 1: the server killed early in the runs and left dead until its clients ended; cycle 2:
-    killed after the first progress line and restarted at once (see the module docstring)."""
-    url, rng = own_server, random.Random(31)
+@pytest.mark.parametrize("restart_at_once", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["left-dead", "restarted-at-once"])
+def test_server_killed_mid_refresh_restart_rerun_audit(own_server, tmp_path, restart_at_once):
+    """The server killed early in the runs and left dead until its clients ended, or (``slow``: the
+    default suite's Connect clients already take most of its time) killed after the first progress
+    line and restarted at once; see the module docstring."""
+    url, rng = own_server, random.Random(31 + restart_at_once)
     settings, env = _lake_settings(tmp_path, url)
     with _session(url, settings) as lake:
         _tables(lake, rng)
@@ -93,21 +96,20 @@ def test_server_killed_mid_refresh_restart_rerun_audit(own_server, tmp_path):
         _refreshed(env, tmp_path, view)  # the bootstrap
     started: list[Forked] = []
     try:
-        for restart_at_once, after_first_line in ((False, False), (True, True)):
-            _changed(url, settings, rng)
-            clients = _killed_mid_refresh(url, env, tmp_path, rng, after_first_line)
-            started += clients
-            if restart_at_once:
-                _start_server(url)
-            for proc in clients:
-                _ended_with_one_line(proc, url)
-            if not restart_at_once:
-                _start_server(url)
+        _changed(url, settings, rng)
+        clients = _killed_mid_refresh(url, env, tmp_path, rng, after_first_line=restart_at_once)
+        started += clients
+        if restart_at_once:
+            _start_server(url)
+        for proc in clients:
+            _ended_with_one_line(proc, url)
+        if not restart_at_once:
+            _start_server(url)
+        for view in VIEWS:
+            _refreshed(env, tmp_path, view)
+        with _session(url, settings) as lake:
             for view in VIEWS:
-                _refreshed(env, tmp_path, view)
-            with _session(url, settings) as lake:
-                for view in VIEWS:
-                    _audited(lake, settings, view)
+                _audited(lake, settings, view)
     finally:  # a client left running would keep pytest from exiting (multiprocessing joins its children)
         for proc in started:
             if proc.returncode is None:
