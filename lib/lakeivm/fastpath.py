@@ -29,7 +29,7 @@ READABLE_FEATURES = frozenset({"timestampNtz"})  # reader features delta-rs read
 WRITABLE = frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",  # when not in use
                       "timestampNtz"})
 _CONSTRAINING = {"delta.appendOnly": "append-only", "delta.enableRowTracking": "row tracking",
-                 "delta.enableInCommitTimestamps": "in-commit timestamps", "delta.enableDeletionVectors": "deletion vectors"}
+                 "delta.enableInCommitTimestamps": "in-commit timestamps"}
 _FIELD_FEATURES = {"delta.generationExpression": "a generated column", "delta.invariants": "a column invariant",
                    "delta.identity.start": "an identity column", "delta.columnMapping.id": "column mapping"}
 
@@ -55,8 +55,6 @@ def refusal(table: Any, write: bool = False) -> str | None:
     in_use = [what for key, what in _CONSTRAINING.items() if str(config.get(key, "false")).lower() == "true"]
     in_use += ["a CHECK constraint"] * any(key.startswith("delta.constraints.") for key in config)
     in_use += sorted({what for field in _fields(table) for key, what in _FIELD_FEATURES.items() if key in field})
-    if metadata.partition_columns and any(key.startswith("delta.clustering") for key in config):
-        in_use.append("clustering")
     return ", ".join(dict.fromkeys(in_use)) or None
 
 

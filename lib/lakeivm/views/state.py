@@ -153,6 +153,12 @@ class AdditiveTable:
         except TableNotFoundError:
             return True
 
+    def _writable_as_loaded(self) -> bool:
+        """``writable_locally`` of the table this run already loaded (no second read of its log)."""
+        from lakeivm import fastpath
+
+        return fastpath.admits(self._delta_table(), write=True)
+
     def _delta_table(self):
         if self._loaded is None:
             from deltalake import DeltaTable
@@ -236,7 +242,7 @@ class AdditiveTable:
         appended by delta-rs in one commit. False (nothing written) otherwise."""
         import pyarrow as pa
 
-        dataset = self._dataset() if self.readable_locally() and self.writable_locally() else None
+        dataset = self._dataset() if self.readable_locally() and self._writable_as_loaded() else None
         if dataset is None:
             return False
         schema = pa.schema([dataset.schema.field(c) for c in (*self.keys, *self.payloads)])
@@ -249,7 +255,7 @@ class AdditiveTable:
         DuckDB, written by delta-rs in one commit: no Spark job); False (nothing written) where
         delta-rs cannot scan it."""
         self._loaded = None  # the table as its last append left it
-        dataset = self._dataset() if self.writable_locally() else None
+        dataset = self._dataset() if self._writable_as_loaded() else None
         if dataset is None:
             return False
         schema = self.arrow_schema()
