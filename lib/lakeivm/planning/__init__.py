@@ -1,4 +1,4 @@
-"""Deadline-aware asymmetric batch planning (He et al., asymmetric batch IVM; digest notes/asymmetric-batch-ivm.md)."""
+"""Deadline-aware asymmetric batch planning (He et al., asymmetric batch IVM; docs/design/planner.md)."""
 from __future__ import annotations
 
 from lakeivm.planning.costs import CostModel, LinearCost, fit_cost_model

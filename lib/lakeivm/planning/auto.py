@@ -19,9 +19,8 @@ A full run leaves the incremental state behind (recovery removes it at the next 
 back costs a rebuild: from full, auto returns to incremental maintenance only if the rebuild plus
 ``HORIZON`` incremental runs cost less than ``HORIZON + 1`` recomputations. For the same reason it
 leaves incremental maintenance only for a recompute predicted ``SWITCH_GAIN`` cheaper or more: a
-smaller gain is within the predictions' noise (a probe does not write the result) and may cost a
-full run and that rebuild for nothing (``bench auto``, Q5-like at SF 0.01: a probe at 0.80 s
-against 0.85 s incremental, where the full policy's runs took 1.1 s on average, then a rebuild back).
+smaller gain is within the predictions' noise (a probe does not write the result, so it understates
+what a full run costs) and may cost a full run and that rebuild for nothing.
 """
 from __future__ import annotations
 

@@ -1,16 +1,19 @@
-"""Per-(view, table) cost models f(k) = a*k + b, fitted robustly from measured runs (paper §3.3, digest §5).
+"""Per-(view, table) cost models f(k) = a*k + b, fitted robustly from measured runs (paper §3.3).
 
 A cost function maps a batch size k (changes of one source table) to the seconds its
 maintenance takes. The planner needs it monotone and subadditive with f(0) = 0 (paper §2);
-an affine model with a >= 0 and b >= 0 is both, so the fit clamps to that region (digest P3).
+an affine model with a >= 0 and b >= 0 is both, so the fit clamps to that region. Why clamped, and
+why refitted from recent runs: docs/design/planner.md#choices-the-paper-leaves-open and
+docs/design/planner.md#from-the-model-to-a-pipeline.
 Any callable ``int -> float`` is a cost function; one with ``linear = True`` promises the affine
-shape, which lets the planner skip the NAIVE comparison of digest T12.
+shape, which lets the planner skip weighing NAIVE's symmetric flush (for linear costs
+OPT^LGM = OPT <= NAIVE, paper Theorem 2).
 
 The engine reads a change range in one of two ways (``changes.SMALL_DELTA_ROWS``): a small one in
 this process (delta-rs + Arrow), a larger one with Spark. Their costs are two lines with a step
-between them (F-IVM at TPC-H SF 1, partsupp updates: 0.37 s at 16k change rows, 1.43 s at 32k), which
-one line fits badly (it predicted 0.43 s at 30k). Given that boundary, a fit is a ``TwoPathCost``
-once the large path has been measured: a line per path.
+between them, which one line fits badly: drawn across the step, it under-predicts the batches just
+above it. Given that boundary, a fit is a ``TwoPathCost`` once the large path has been measured: a
+line per path.
 """
 from __future__ import annotations
 
@@ -48,7 +51,7 @@ class LinearCost:
         return self.a * k + self.b if k > 0 else 0.0
 
     def check_invariants(self) -> None:
-        """a, b finite and >= 0, so f is monotone and subadditive (paper §2, digest P3)."""
+        """a, b finite and >= 0, so f is monotone and subadditive (paper §2, §3.3)."""
         if not (math.isfinite(self.a) and math.isfinite(self.b) and self.a >= 0 and self.b >= 0):
             raise InvalidInput(
                 f"linear cost needs finite a >= 0 and b >= 0, got a={self.a}, b={self.b}; "
@@ -105,7 +108,8 @@ class TwoPathCost:
     """f(k) = small(k) for k <= ``threshold`` changes, else large(k), never below small(threshold).
 
     Monotone, but not subadditive (two batches under the step can cost less than one above it), so
-    not ``linear``: the planner weighs NAIVE's symmetric flush too (digest T12). O(1) per evaluation.
+    not ``linear``: the planner weighs NAIVE's symmetric flush too
+    (docs/design/planner.md#choices-the-paper-leaves-open). O(1) per evaluation.
     """
 
     small: CostFunction

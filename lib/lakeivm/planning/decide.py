@@ -1,15 +1,16 @@
-"""The per-tick decision the engine takes: which source tables to apply now (paper §4.3, digest §5).
+"""The per-tick decision the engine takes: which source tables to apply now (paper §4.3).
 
-A scheduled tick runs the LGM ONLINE rule on the live backlog. The constraint is the digest's
-pipeline form (§5 "C (deadline)", P5, P10): after this tick's action, a refresh that also has to
-process the arrivals expected before the next tick, plus ``headroom_seconds`` (job start-up, an
-in-flight action), must fit the deadline:
+A scheduled tick runs the LGM ONLINE rule on the live backlog. The constraint is the paper's (§2)
+in pipeline form (docs/design/planner.md#from-the-model-to-a-pipeline): after this tick's action, a
+refresh that also has to process the arrivals expected before the next tick, plus
+``headroom_seconds`` (job start-up, an in-flight action), must fit the deadline:
 
     sum_i f_i(pending_i - applied_i + ceil(expected_i)) + headroom <= deadline.
 
-Tables whose changes are about to outlive retention (``max_age_exceeded``) are always applied
-(digest §5 "Retention"). For non-linear costs the symmetric flush of NAIVE competes with the
-minimal sets under the same ONLINE score, since LGM can lose to it there (digest T12, P15).
+Tables whose changes are about to outlive retention (``max_age_exceeded``) are always applied: the
+paper bounds the backlog's size, not its age. For non-linear costs the symmetric flush of NAIVE
+competes with the minimal sets under the same ONLINE score, since LGM can lose to it there
+(docs/design/planner.md#choices-the-paper-leaves-open).
 
 ``run_seconds`` is what any run that applies something pays once, whatever it applies (on Spark:
 writing the state tables and the result, job latency). The per-table f_i are then marginal costs,
@@ -62,7 +63,8 @@ def decide(
 
     ``pending`` are change counts per source table, ``expected_arrivals`` the changes expected per
     table before the next tick (also the rate estimate for TIMETOFULL), ``spent_seconds`` and
-    ``ticks_since_refresh`` the ONLINE epoch state F_t and t (digest P9; both reset by a refresh).
+    ``ticks_since_refresh`` the ONLINE epoch state F_t and t (both reset by a refresh;
+    docs/design/planner.md#choices-the-paper-leaves-open).
     Nothing is applied unless the constraint above would break. Costs O(2^n * n * log) evaluations.
     """
     names = _validate(pending, costs, deadline_seconds, expected_arrivals, headroom_seconds, max_age_exceeded)

@@ -1,4 +1,6 @@
-"""Exact OPT over all valid plans by dynamic programming on post-action states (digest §2.4; test oracle).
+"""Exact OPT over all valid plans by dynamic programming on post-action states (a test oracle).
+
+Not in the paper: docs/design/planner.md#choices-the-paper-leaves-open.
 
 Costs depend on counts only, so the state after each tick is a count vector and a plan's cost is
 a shortest path over them. Exponential in n: use only for n <= 3, T <= 8, small arrivals.

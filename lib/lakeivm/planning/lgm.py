@@ -15,7 +15,7 @@ FullPredicate = Callable[[State], bool]
 
 
 def minimal_greedy_sets(is_full: FullPredicate, pending: State) -> list[frozenset[int]]:
-    """Every minimal valid set of tables to empty from ``pending`` (digest §2.0).
+    """Every minimal valid set of tables to empty from ``pending`` (paper §3.2, Definition 3).
 
     Subsets of the nonempty tables are enumerated by increasing size; supersets of a valid set
     are skipped, which is exact since a superset of a valid set is never minimal. Returns
@@ -47,7 +47,7 @@ def greedy_action(pending: State, tables: frozenset[int]) -> State:
 def minimize_action(instance: Instance, pending: State, action: State, order: Sequence[int] | None = None) -> State:
     """MINIMIZEACTION (paper §3.2): zero components in ``order`` while the backlog stays not full.
 
-    One pass suffices (digest §1.6): dropping more tables only grows the backlog, so a table that
+    One pass suffices (docs/design/planner.md#choices-the-paper-leaves-open): dropping more tables only grows the backlog, so a table that
     could not be dropped earlier still cannot. Costs O(n) cost evaluations.
     """
     result = list(action)

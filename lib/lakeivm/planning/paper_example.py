@@ -1,8 +1,9 @@
 """The paper's motivating example and arrival streams, for ``lakeivm bench planner`` (paper §1, §5).
 
-Digest §4.2: R is indexed and S is not, so f_R(k) ~ 0.286 s + 0.107 ms*k (scan of S, batched) and
-f_S(k) ~ 0.25 ms*k (index lookups, nothing to batch), C = 0.35 s, one change per table per tick.
-Symmetric batching pays ~0.97 ms per change, the asymmetric plan ~0.42 ms (about 57% less).
+R is indexed on the join attribute and S is not: a batch of R's changes scans S, which batching
+amortizes, while S's changes are index lookups with nothing to batch. ``PAPER_COSTS`` are linear
+costs consistent with the operating points the paper states for Figure 1, ``PAPER_DEADLINE`` its C
+(docs/design/planner.md#choices-the-paper-leaves-open); one change per table per tick.
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def simulate_paper_example(
     arrivals: tuple[State, ...] | None = None,
     deadline: float = PAPER_DEADLINE,
 ) -> PlannerComparison:
-    """The §1 example with the digest's fitted costs; one change per table per tick unless given."""
+    """The §1 example with ``PAPER_COSTS``; one change per table per tick unless given."""
     stream = arrivals if arrivals is not None else tuple((1, 1) for _ in range(horizon + 1))
     instance = Instance(PAPER_COSTS, stream, deadline, ("R", "S"))
     return compare_planners(instance, estimated_horizon)
@@ -76,7 +77,8 @@ def simulate_paper_example(
 def paper_arrivals(horizon: int, p: float, sigma: float, n: int = 2, seed: int = 0) -> tuple[State, ...]:
     """Figure 7 streams: per table and tick, with probability p, ceil(X) changes, X ~ N(1, sigma^2) | X > 0.
 
-    The paper's "[X_t]" is read as ceil so a change tick has >= 1 change (digest P11); drawn per table.
+    The paper's "[X_t]" is read as ceil so a change tick has >= 1 change; drawn per table
+    (docs/design/planner.md#choices-the-paper-leaves-open).
     Slow/fast streams use p = 0.5/0.9, stable/unstable sigma = 1/5.
     """
     rng = random.Random(seed)

@@ -3,7 +3,8 @@
 Time is discrete, t = 0..T; ``arrivals[t][i]`` is d_t[i], the changes to table i arriving at t.
 A plan is p_0..p_T; pre-action state s_t = s_{(t-1)+} + d_t, post-action s_{t+} = s_t - p_t.
 A plan is valid iff 0 <= p_t <= s_t, f(s_{t+}) <= C for t < T, and p_T = s_T (the refresh).
-One predicate, ``Instance.is_full`` (f(s) > C, strict), is used everywhere (digest P6).
+One predicate, ``Instance.is_full`` (f(s) > C, strict), is used everywhere
+(docs/design/planner.md#choices-the-paper-leaves-open).
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class Instance:
         return len(self.arrivals) - 1
 
     def cost(self, v: Sequence[int]) -> float:
-        """f(v) = sum_i f_i(v[i]), never charging a table with v[i] = 0 (digest P3); O(n)."""
+        """f(v) = sum_i f_i(v[i]), never charging a table with v[i] = 0 (paper §3.3: f_i(0) = 0); O(n)."""
         return sum(f(k) for f, k in zip(self.costs, v) if k > 0)
 
     def is_full(self, v: Sequence[int]) -> bool:

@@ -2,7 +2,7 @@
 
 Each policy sees only the current tick; ``plans.simulate`` runs it over an instance and adds the
 refresh at T. All three give valid plans: they act whenever the pre-action backlog is full, and
-every action they take leaves a backlog that is not full (digest T12).
+every action they take leaves a backlog that is not full (the tests check it on random instances).
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ class NaivePolicy:
 
 
 def time_to_full(is_full: FullPredicate, state: State, rates: Sequence[float], cap: int = TTF_CAP) -> int:
-    """TIMETOFULL (paper §4.3): min k >= 1 with is_full(s + round(k*v)), capped (digest P9).
+    """TIMETOFULL (paper §4.3): min k >= 1 with is_full(s + round(k*v)), capped when the rates are 0
+    (docs/design/planner.md#choices-the-paper-leaves-open).
 
     Fullness is monotone in k (costs monotone, round(k*v) nondecreasing), so exponential then
     binary search finds k with O(log cap) cost evaluations.
@@ -67,8 +68,8 @@ def choose_online(
 ) -> tuple[frozenset[int], float]:
     """argmin over candidate sets of H(q) = (F_t + f(q)) / (t + TTF(s - q)) (paper §4.3).
 
-    Ties go to the cheaper action, then to the earlier candidate (digest P7). Returns the set
-    and its H. Costs O(|candidates| * log cap) cost evaluations.
+    Ties go to the cheaper action, then to the earlier candidate, so the choice is deterministic.
+    Returns the set and its H. Costs O(|candidates| * log cap) cost evaluations.
     """
     best: tuple[float, float, int] | None = None
     chosen = candidates[0]
@@ -86,8 +87,8 @@ def choose_online(
 class OnlinePolicy:
     """The LGM ONLINE heuristic (paper §4.3) with a sliding-window arrival-rate estimate.
 
-    State: the tick count t and spent cost F_t since the last refresh (the epoch start, digest P9)
-    and the last ``window`` arrival vectors. When s_t is full, apply the minimal greedy action of
+    State: the tick count t and spent cost F_t since the last refresh (the epoch start,
+    docs/design/planner.md#choices-the-paper-leaves-open) and the last ``window`` arrival vectors. When s_t is full, apply the minimal greedy action of
     least H. Costs O(2^n * n * log cap) per forced tick, O(n) otherwise.
     """
 
@@ -123,7 +124,8 @@ class AdaptPolicy:
     """ADAPT (paper §4.2): repeat the optimal LGM schedule for an estimated refresh time T_0.
 
     ``schedule[tau]`` is the set of tables the plan for [0, T_0] empties at tau, with a full flush
-    at tau = T_0, repeated with period T_0 + 1 (digest P8). If reality leaves the backlog full
+    at tau = T_0, repeated with period T_0 + 1
+    (docs/design/planner.md#choices-the-paper-leaves-open). If reality leaves the backlog full
     after the scheduled tables, the fallback applies the cheapest minimal greedy action, so the
     plan stays valid. Costs O(n) per tick plus the fallback's O(2^n * n).
     """
@@ -176,7 +178,10 @@ def adapt_plan(instance: Instance, estimated_horizon: int, forecast: Instance | 
 
 
 def best_plan(instance: Instance) -> Plan:
-    """The cheaper of OPT^LGM and NAIVE (digest T12, P15): LGM can lose to NAIVE for non-linear costs."""
+    """The cheaper of OPT^LGM and NAIVE: LGM can lose to NAIVE for non-linear costs.
+
+    Theorem 1 bounds OPT^LGM by 2*OPT, not by NAIVE (docs/design/planner.md#choices-the-paper-leaves-open).
+    """
     lgm = optimal_lgm_plan(instance)
     naive = naive_plan(instance)
     return naive if naive.cost < lgm.cost else lgm

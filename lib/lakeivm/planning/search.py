@@ -1,4 +1,4 @@
-"""OPT^LGM by A* over the LGM plan graph (paper §4.1, Theorem 3) with the digest's safe heuristic.
+"""OPT^LGM by A* over the LGM plan graph (paper §4.1, Theorem 3) with a safe heuristic.
 
 Nodes are (t, s): the post-action state s right after a nonzero LGM action at t; the source is
 (-1, 0) and the destination (T, 0). From (t1, s) the backlog grows until it is first full at t2 < T,
@@ -6,9 +6,9 @@ giving one edge per minimal greedy action at t2, or until T, giving one edge (th
 destination. Paths are LGM plans and path weight is plan cost (Theorem 3).
 
 The paper's heuristic (Lemma 7) is neither consistent nor, for non-concave costs, admissible
-(digest §2.3, P1). ``h_safe`` = sum_i N_i * r_i with r_i = min_{1<=k<=b_i} f_i(k)/k is both, so the
-closed-set A* below is exact with it; ``h_batches`` (the default) tightens it on linear tables and
-stays consistent. ``h_paper`` is kept for the regression test that shows why it had to go.
+(docs/design/planner.md#the-a-heuristic). ``h_safe`` = sum_i N_i * r_i with
+r_i = min_{1<=k<=b_i} f_i(k)/k is both, so the closed-set A* below is exact with it; ``h_batches``
+(the default) tightens it on linear tables and stays consistent. ``h_paper`` is kept for the regression test that shows why it had to go.
 """
 from __future__ import annotations
 
@@ -79,15 +79,16 @@ class LGMGraph:
 
 
 def h_zero(graph: LGMGraph) -> Heuristic:
-    """h = 0: A* becomes Dijkstra, the reference oracle (digest §2.3)."""
+    """h = 0: A* becomes Dijkstra, the reference oracle."""
     return lambda node: 0.0
 
 
 def h_safe(graph: LGMGraph) -> Heuristic:
-    """sum_i N_i * r_i, r_i = min_{1<=k<=b_i} f_i(k)/k: admissible and consistent (digest §2.3 fix).
+    """sum_i N_i * r_i, r_i = min_{1<=k<=b_i} f_i(k)/k: admissible and consistent.
 
-    Every LGM batch of table i has at most b_i changes and so costs >= k * r_i. Precomputation
-    costs O(sum_i b_i) evaluations; each call O(n).
+    Every LGM batch of table i has at most b_i changes and so costs >= k * r_i
+    (docs/design/planner.md#the-a-heuristic). Precomputation costs O(sum_i b_i) evaluations; each
+    call O(n).
     """
     rates = _safe_rates(graph)
 
@@ -102,7 +103,7 @@ def h_batches(graph: LGMGraph) -> Heuristic:
     """h_safe tightened on linear tables: a_i*N_i + b_i*ceil(N_i / b_max) (the default).
 
     A linear table (f = a*k + b, a, b >= 0) must take at least ceil(N_i / b_max) batches for its
-    N_i remaining changes (every LGM batch is <= b_max, digest §2.3), each paying b once.
+    N_i remaining changes (every LGM batch is <= b_max, paper §4.1), each paying b once.
     Consistent: an edge emptying 1 <= q <= b_max changes lowers the term by
     a*q + b*(ceil(N/b_max) - ceil((N-q)/b_max)) <= a*q + b = f(q); admissible as a sum of per-batch
     lower bounds. Non-linear tables keep the h_safe term N_i * r_i. On the plateaus of equal-cost
@@ -151,7 +152,10 @@ def h_paper(graph: LGMGraph) -> Heuristic:
 
 
 def batch_bounds(graph: LGMGraph) -> list[int]:
-    """b_i = m_i + B_i: B_i = max{k : f_i(k) <= C} capped at K_i (digest P2), m_i = max_t d_t[i]."""
+    """b_i = m_i + B_i: B_i = max{k : f_i(k) <= C} capped at K_i, m_i = max_t d_t[i] (paper §4.1).
+
+    The cap: docs/design/planner.md#the-a-heuristic.
+    """
     inst = graph.instance
     total = graph.remaining(-1)
     bounds = []
@@ -172,7 +176,7 @@ def astar(
     heuristic: Callable[[LGMGraph], Heuristic] = h_batches,
     reopen: bool = False,
 ) -> SearchResult:
-    """Best-first search for the cheapest LGM plan (paper §4.1, digest §2.3 A_STAR).
+    """Best-first search for the cheapest LGM plan (paper §4.1).
 
     A node is expanded once unless ``reopen`` (then an improved closed node is pushed again,
     which keeps an inconsistent heuristic exact). Priorities g + h are compared at 12 significant

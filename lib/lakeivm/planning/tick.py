@@ -1,4 +1,6 @@
-"""What a maintenance run needs from the planner, read off the view's maintenance log (digest §5).
+"""What a maintenance run needs from the planner, read off the view's maintenance log.
+
+The paper's model mapped onto runs: docs/design/planner.md#from-the-model-to-a-pipeline.
 
 The engine hands ``plan_tick`` the pending change counts and the view's committed log rows; every
 input of the LGM decision is derived from them, so nothing is a guess in code:
@@ -9,13 +11,14 @@ input of the LGM decision is derived from them, so nothing is a guess in code:
   first (``fit_costs: false`` keeps the prior);
   a line per read path (``TwoPathCost``) once batches above ``changes.SMALL_DELTA_ROWS`` were measured;
 - expected arrivals per table before the next tick: a high quantile of the arrivals observed
-  between consecutive runs (digest §5 "C": d̂);
+  between consecutive runs (d̂);
 - run seconds: a high quantile of what a run that applies something pays besides its tables'
   seconds (lease, pins, writing the state and the result, commit) -- shared by the tables of one
   run, so not charged to them; the headroom is that, plus what runs that applied several tables took
   beyond the current models' prediction (``joint_excess``, their median: a refresh applies every table at once),
   plus the spec's declared ``headroom`` margin;
-- the ONLINE epoch state: seconds spent and ticks since the last on-demand refresh (digest P9).
+- the ONLINE epoch state: seconds spent and ticks since the last on-demand refresh
+  (docs/design/planner.md#choices-the-paper-leaves-open).
 
 Policies: ``lgm`` (default: ``decide``), ``naive`` (symmetric: apply everything once the
 constraint would break) and ``eager`` (apply every pending table every tick).
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
 
 POLICIES = ("lgm", "naive", "eager")
 DEFAULT_PRIOR = LinearCost(a=1e-4, b=2.0)  # seconds: a Spark delta job on a warm session, before any run
-WINDOW = 50  # runs a fit looks back over: costs drift as the other tables grow (digest §5)
+WINDOW = 50  # runs a fit looks back over: costs drift as the other tables grow
 QUANTILE = 0.9
 RUN_COST = "(run)"  # the calibrated shared seconds of a run, stored in _system/costs beside the tables
 JOINT_COST = "(joint)"  # the calibrated joint excess of a run applying every table (``joint_excess``), stored likewise
@@ -135,8 +138,8 @@ def _prior(table: str, options: Mapping[str, object], calibrated: Mapping[str, C
 
 def _runs_before_fit(prior: CostFunction) -> int:
     """Measured runs of a table that replace its prior: the first one replaces DEFAULT_PRIOR (a guess
-    in code: 2.1 s for 1,000 rows, where an IVM^ε run over 10^5 edges measured 0.15 s, and auto
-    recomputed the triangle in full on the strength of it), MIN_OBSERVATIONS a calibrated or declared one."""
+    in code, which can overstate a cheap kind's cost many times over and so push auto into
+    recomputing it in full), MIN_OBSERVATIONS a calibrated or declared one."""
     return 1 if prior is DEFAULT_PRIOR else MIN_OBSERVATIONS
 
 
@@ -148,10 +151,12 @@ def _observations(history: Sequence[LogRow], table: str) -> list[tuple[float, fl
 
 
 def _expected_arrivals(history: Sequence[LogRow], table: str, pending_now: int) -> float:
-    """A high quantile of the change rows that arrived between consecutive runs (d̂ of digest §5).
+    """A high quantile of the change rows that arrived between consecutive runs (d̂).
 
-    A run's log row records what it left pending at its pins; the next run saw that plus the new
-    arrivals, which it applied (delta_rows, netted: a lower bound) or left pending.
+    A refresh must also apply what arrives before the next tick
+    (docs/design/planner.md#from-the-model-to-a-pipeline). A run's log row records what it left
+    pending at its pins; the next run saw that plus the new arrivals, which it applied (delta_rows,
+    netted: a lower bound) or left pending.
     """
     arrivals = []
     for before, after in zip(history, history[1:]):
@@ -185,13 +190,12 @@ def joint_excess(history: Sequence[LogRow], costs: Mapping[str, CostFunction], s
 
     Each table's model is fitted to its own seconds, mostly from runs that applied it alone (LGM
     applies tables apart; a table that rebuilds may never have run alone since calibration), while
-    a refresh applies them together and pays for it: on TPC-H SF 1 (``bench planner``, supply_value)
-    a supplier rebuild cost 2.1-2.3 s calibrated alone and 2.6-3.1 s beside partsupp's changes, and
-    refreshes predicted at ~3.1 s took 4.2-4.4 s. The deadline constraint is a refresh's, so the
-    joint runs' excess is charged to every prediction of one (``headroom_seconds``). The median, not
-    a high quantile: a bias to correct, not a margin (the spec's ``headroom`` is that); a warm-up
-    run (the first refresh after a build took 6.0 s where the next two took 2.7-3.0 s) must not
-    make every later prediction a worst case."""
+    a refresh applies them together and pays for it: a rebuild costs more beside another table's
+    changes than calibrated alone, and such refreshes take longer than the per-table models add up
+    to. The deadline constraint is a refresh's, so the joint runs' excess is charged to every
+    prediction of one (``headroom_seconds``). The median, not a high quantile: a bias to correct,
+    not a margin (the spec's ``headroom`` is that); a slow warm-up run (the first refresh after a
+    build) must not make every later prediction a worst case."""
     excess = [r.seconds - shared - sum(costs[t](r.delta_rows[t]) for t in r.applied if r.delta_rows.get(t, 0) > 0)
               for r in history
               if r.mode in ("tick", "refresh") and sum(r.delta_rows.get(t, 0) > 0 for t in r.applied) > 1
@@ -202,7 +206,7 @@ def joint_excess(history: Sequence[LogRow], costs: Mapping[str, CostFunction], s
 
 
 def _epoch(history: Sequence[LogRow]) -> list[LogRow]:
-    """The ticks since the last refresh, bootstrap or rebuild (the ONLINE epoch, digest P9)."""
+    """The ticks since the last refresh, bootstrap or rebuild (the ONLINE epoch, paper §4.3)."""
     ticks: list[LogRow] = []
     for row in reversed(history):
         if row.mode != "tick":
