@@ -1,4 +1,6 @@
-"""Exact re-bootstrap of a join reservoir from a snapshot (digest §6.6; static sampler of Zhao et al. 2018).
+"""Exact re-bootstrap of a join reservoir from a snapshot (static sampler of Zhao et al., SIGMOD 2018).
+
+Why it is exact, and when it is used: docs/kinds/join_sample.md#restarts-and-exact-re-bootstrap.
 
 After r real items, Algorithm L's sample S is a uniform k-subset and w ~ Beta(k, r−k+1)
 independently of S. So a reservoir can be rebuilt exactly from any database state: count
@@ -26,7 +28,8 @@ def bootstrap_sample(index: JoinIndex, k: int, rng: random.Random) -> tuple[list
 
 
 class StaticJoinSampler:
-    """Position -> join result over exact counts, rooted at the spec's first relation (static index of §1.3).
+    """Position -> join result over exact counts, rooted at the spec's first relation (Zhao et al. 2018,
+    cited in §2.2).
 
     Results are numbered root tuple by root tuple (insertion order), and within one by mixed-radix
     digits over the root's children, most significant first, recursively.

@@ -1,13 +1,14 @@
 """Dynamic join index for acyclic joins: bucketed degree upper bounds and implicit delta batches (§4, Alg. 7-9).
 
 For each directed tree edge d = (e -> p) and each key value t of key(e) the index keeps
-``cnt[d][t]`` = Σ_{t' ∈ R_e ⋉ t} Π_{children c} cnt~[c][π t'] (exact |R_e ⋉ t| at a leaf) with
-cnt~ = 2^⌈log2 cnt⌉, and the tuples of R_e ⋉ t in buckets by the power of two of their product.
-The paper keeps one copy per rooted tree; the counts depend only on the edge's direction, so the
-copies share one set of counts per directed edge. An inserted tuple's new results form the
-implicit array ΔJ (Alg. 8), read one position at a time by ``Delta.retrieve`` (Alg. 9, O(log N));
-at the root the exact cnt of each child is the mixed-radix size, which drops the top padding
-(digest §3.5). IndexUpdate (Alg. 7, with the erratum ``old > 0``) costs O(log N) amortized.
+``cnt[d][t]`` = Σ_{t' ∈ R_e ⋉ t} Π_{children c} cnt~[c][π t'] (exact |R_e ⋉ t| at a leaf) with cnt~
+= 2^⌈log2 cnt⌉, and the tuples of R_e ⋉ t in buckets by the power of two of their product. The paper
+keeps one copy per rooted tree; the counts depend only on the edge's direction, so the copies share
+one set of counts per directed edge. An inserted tuple's new results form the implicit array ΔJ
+(Alg. 8), read one position at a time by ``Delta.retrieve`` (Alg. 9, O(log N)); at the root the
+exact cnt of each child is the mixed-radix size, which drops the top padding. IndexUpdate (Alg. 7,
+its removal test corrected to ``old > 0``: docs/kinds/join_sample.md#algorithm-7s-removal-test)
+costs O(log N) amortized.
 """
 from __future__ import annotations
 

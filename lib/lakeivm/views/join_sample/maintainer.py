@@ -1,23 +1,24 @@
 """Join-sample views on Spark: a uniform k-sample of a join's rows, kept by RSJoin on the driver.
 
-The sampler (Dai, Hu, Yi SIGMOD 2024, Alg. 6) is sequential and stateful, so it runs on the
-driver: each run collects the view's columns of the tables' snapshots and change rows. That is
-meant for the sizes this kind serves (the join index is O(N) Python objects, digest §6.1); the
-cost per run is O(N) to rebuild the index plus O(log N) amortized per inserted row.
+The sampler (Dai, Hu, Yi SIGMOD 2024, Alg. 6) is sequential and stateful, so it runs on the driver:
+each run collects the view's columns of the tables' snapshots and change rows. That is meant for the
+sizes this kind serves (the join index is O(N) Python objects); the cost per run is O(N) to rebuild
+the index plus O(log N) amortized per inserted row.
 
 State (both versioned by the engine's commit protocol, so a crash rolls both back together):
-``views/<view>/sample`` -- the result: exactly min(k, |join|) rows, each a join result (the
-SELECT columns) with the source row ids ``<alias>_row_id`` (see ``plan`` for row identity) and
-its reservoir slot; ``views/<view>/aux/sampler`` -- one row holding, as JSON, the query
-fingerprint, S, w, q, the counters and the RNG state (digest §6.3). The index is not stored: it is
-rebuilt at the start of each run from the snapshots at the watermarks, in a canonical order, so it
-is exactly the index the stored state was saved with up to bucket order (digest §6.2), and a rerun
-after a crash replays the same random process.
+``views/<view>/sample`` -- the result: exactly min(k, |join|) rows, each a join result (the SELECT
+columns) with the source row ids ``<alias>_row_id`` (see ``plan`` for row identity) and its
+reservoir slot; ``views/<view>/aux/sampler`` -- one row holding, as JSON, the query fingerprint, S,
+w, q, the counters and the RNG state (docs/kinds/join_sample.md#restarts-and-exact-re-bootstrap).
+The index is not stored: it is rebuilt at the start of each run from the snapshots at the
+watermarks, in a canonical order, so it is exactly the index the stored state was saved with up to
+bucket order, and a rerun after a crash replays the same random process.
 
-Inserts follow the paper, table by table in the run's order. A change batch with deletes or
-updates (a negative multiplicity) cannot be sampled incrementally (§1.4): the run then re-bootstraps
-exactly from the snapshots at the new watermarks -- a uniform sample from exact join counts and w
-from its Beta law (digest §6.6) -- says so in a progress line of the run and records the reason in the state row.
+Inserts follow the paper, table by table in the run's order. A change batch with deletes or updates
+(a negative multiplicity) cannot be sampled incrementally (paper §2.2, hardness): the run then
+re-bootstraps exactly from the snapshots at the new watermarks -- a uniform sample from exact join
+counts and w from its Beta law (docs/kinds/join_sample.md#restarts-and-exact-re-bootstrap) -- says
+so in a progress line of the run and records the reason in the state row.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class JoinSampleMaintainer:
     def bootstrap(self, ctx: Context) -> None:
         plan = _plan(ctx)
         view = SampleView.bootstrap(plan, _snapshot(ctx, plan, ctx.pins), ctx.seed)
-        self._write(ctx, view, f"bootstrap at {dict(ctx.pins)}: exact uniform sample, w ~ Beta (digest §6.6)")
+        self._write(ctx, view, f"bootstrap at {dict(ctx.pins)}: exact uniform sample, w ~ Beta(k, n-k+1)")
 
     def apply(self, ctx: Context, table: str, delta: DataFrame) -> None:
         plan = _plan(ctx)

@@ -1,18 +1,20 @@
 """A view's SQL -> the join sampler's spec: slots, join attributes, pushed-down filters, outputs.
 
 Each FROM occurrence (alias) is one relation slot of the join spec (a self-join has one slot per
-occurrence, digest §6.1 step 5). Equi-join columns are grouped into equivalence classes, and each
-class is one natural-join attribute; columns joined with nothing are not attributes (the index only
-needs the join keys; the sample's other columns are read back from the sampled rows). Single-table
-filters are pushed down to the slot's input (digest §4, selections) with their qualifiers removed,
-so they can be evaluated on the table's change rows. A row with a NULL join key joins nothing in SQL
-and is not inserted. Anything else -- aggregates, GROUP BY, subqueries, conditions over several
-relations that are not equalities, computed SELECT items -- is rejected with UnsupportedQuery.
+occurrence, docs/kinds/join_sample.md#rows-slots-and-order). Equi-join columns are grouped into
+equivalence classes, and each class is one natural-join attribute; columns joined with nothing are
+not attributes (the index only needs the join keys; the sample's other columns are read back from
+the sampled rows). Single-table filters are pushed down to the slot's input (exact: a filtered row
+never reaches the index) with their qualifiers removed, so they can be evaluated on the table's
+change rows. A row with a NULL join key joins nothing in SQL and is not inserted. Anything else --
+aggregates, GROUP BY, subqueries, conditions over several relations that are not equalities,
+computed SELECT items -- is rejected with UnsupportedQuery.
 
-Row identity (digest §8.3): Delta's change data feed carries no stable row id, so a source row is
-identified by its values on the columns the view reads from its table plus an occurrence number
-0..m-1 among the m equal such rows (bag semantics, as SQL). ``row_id`` encodes both as JSON text,
-stable across runs: rebuilt from a snapshot, the m copies get numbers 0..m-1 again.
+Row identity (docs/kinds/join_sample.md#rows-slots-and-order): Delta's change data feed carries no
+stable row id, so a source row is identified by its values on the columns the view reads from its
+table plus an occurrence number 0..m-1 among the m equal such rows (bag semantics, as SQL).
+``row_id`` encodes both as JSON text, stable across runs: rebuilt from a snapshot, the m copies get
+numbers 0..m-1 again.
 
 Foreign keys (``foreign_keys: ["lineitem -> orders", ...]``, paper §4.4): each declared pair of
 FROM aliases is merged into one relation of the sampler's join (a ``Group``, kept by ``PreJoin``),

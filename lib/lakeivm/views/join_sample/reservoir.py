@@ -2,16 +2,16 @@
 
 Algorithm L (Li 1994) with geometric skips, run over a stream that mixes real items and dummies:
 only real items enter the reservoir and w shrinks only on a real acceptance, so the sample is
-distributed exactly like Algorithm L over the real items alone (digest §2.2). The stream arrives
-as batches of known length read through ``retrieve(z)``, which returns the item at 0-based
+distributed exactly like Algorithm L over the real items alone (§3.2, Theorem 3.1). The stream
+arrives as batches of known length read through ``retrieve(z)``, which returns the item at 0-based
 position z or ``None`` for a dummy (an item failing the predicate θ); the pending skip q carries
-across batches. Expected cost Θ(Σ_i min(1, k/(r_i+1))) retrievals (Thm 3.2/3.3), O(k log(N/k)) on
-a dense stream.
+across batches. Expected cost Θ(Σ_i min(1, k/(r_i+1))) retrievals (Thm 3.2/3.3), O(k log(N/k)) on a
+dense stream.
 
 Everything a restart needs (items, w, q, counters and the RNG state) round-trips through
 ``to_state()``/``from_state()`` as plain JSON values, so a resumed run continues the very same
 random process: re-initializing w at a restart would bias the sample toward recent items
-(digest §6.3).
+(docs/kinds/join_sample.md#restarts-and-exact-re-bootstrap).
 """
 from __future__ import annotations
 
@@ -76,7 +76,9 @@ class PredicateReservoir:
         self.skip -= size - pos
 
     def restore(self, items: list[Any], w: float | None) -> None:
-        """Replace the sample by an exact bootstrap (digest §6.6): S uniform, w ~ Beta(k, n-k+1), then q ~ Geo(w).
+        """Replace the sample by an exact bootstrap: S uniform, w ~ Beta(k, n-k+1), then q ~ Geo(w).
+
+        Why that is exact: docs/kinds/join_sample.md#restarts-and-exact-re-bootstrap.
 
         ``w is None`` means the join has at most k results, all of which are ``items``. Draws come
         from ``self.rng``, the one seeded generator whose state ``to_state()`` persists.

@@ -1,11 +1,12 @@
 """Uniform k-samples of an acyclic join under inserts, with exact re-bootstrap and restartable state (RSJoin, Alg. 6).
 
 ``JoinSampler`` ties the dynamic join index (§4) to reservoir sampling with a predicate (§3): each
-insert's implicit ΔJ is one batch, read only where the reservoir stops; dummies fail the
-predicate. Expected total O(N log N + k log N log(N/k)) for N inserts (Cor. 4.3). Deletes and
-updates are out of the paper's scope: ``rebootstrap`` rebuilds index and sample exactly from a
-snapshot (digest §6.6). ``to_state`` holds the sample, w, q, counters and the RNG state but not
-the index, which ``from_state`` rebuilds from the snapshot of the inserted rows (digest §6.2).
+insert's implicit ΔJ is one batch, read only where the reservoir stops; dummies fail the predicate.
+Expected total O(N log N + k log N log(N/k)) for N inserts (Cor. 4.3). Deletes and updates are out
+of the paper's scope: ``rebootstrap`` rebuilds index and sample exactly from a snapshot.
+``to_state`` holds the sample, w, q, counters and the RNG state but not the index, which
+``from_state`` rebuilds from the snapshot of the inserted rows
+(docs/kinds/join_sample.md#restarts-and-exact-re-bootstrap).
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ class JoinSampler:
             self.insert(relation, row_id, row)
 
     def rebootstrap(self, relations: Snapshot) -> None:
-        """Replace index and sample by an exact uniform sample of the snapshot's join (digest §6.6), seeded by the RNG state.
+        """Replace index and sample by an exact uniform sample of the snapshot's join, seeded by the RNG state.
 
         Use after deletes or updates. Cost O(|E|·N log N) to rebuild plus O(k·|E|·log N) to sample.
         """

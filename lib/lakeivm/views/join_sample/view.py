@@ -1,14 +1,14 @@
 """The join sample of one view over table rows: row ids, slots and canonical order around JoinSampler (pure).
 
 Input rows are ``(row, multiplicity, passes)``: the values of the view's columns of a table, a
-signed count, and per slot of that table whether the row passes the slot's filters. A row's m
-copies get the ids ``row_id(row, c) .. row_id(row, c+m-1)`` after the c copies already present
-(see ``plan``). Everything is processed in a canonical order -- rows by their id, slots in FROM
-order, the copies of a row inserted into one slot before the next slot (digest §6.1 steps 4-5) --
-so the index rebuilt from a snapshot is a function of the snapshot alone (not of its read order)
-and a rerun replays the very same random process (digest §6.5). Slots merged along foreign keys
-(``plan.merged``) pass through a ``PreJoin``: the sampler sees the group's joined rows, and a
-sampled merged id splits back into its slots' row ids.
+signed count, and per slot of that table whether the row passes the slot's filters. A row's m copies
+get the ids ``row_id(row, c) .. row_id(row, c+m-1)`` after the c copies already present (see
+``plan``). Everything is processed in a canonical order -- rows by their id, slots in FROM order,
+the copies of a row inserted into one slot before the next slot
+(docs/kinds/join_sample.md#rows-slots-and-order) -- so the index rebuilt from a snapshot is a
+function of the snapshot alone (not of its read order) and a rerun replays the very same random
+process. Slots merged along foreign keys (``plan.merged``) pass through a ``PreJoin``: the sampler
+sees the group's joined rows, and a sampled merged id splits back into its slots' row ids.
 """
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ class SampleView:
     @classmethod
     def bootstrap(cls, plan: SamplePlan, tables: Mapping[str, Rows], seed: int,
                   rng_from: Mapping[str, Any] | None = None) -> SampleView:
-        """An exact uniform sample of the join of ``tables`` (digest §6.6), w from its Beta law.
+        """An exact uniform sample of the join of ``tables``, w from its Beta law.
 
-        ``rng_from``: a stored state whose RNG continues (a re-bootstrap); else a fresh ``seed``.
+        Why exact: docs/kinds/join_sample.md#restarts-and-exact-re-bootstrap. ``rng_from``: a stored state whose RNG continues (a re-bootstrap); else a fresh ``seed``.
         """
         view = cls(plan, JoinSampler(plan.sampler_spec, plan.k, seed), tables)
         if rng_from is not None:
@@ -59,7 +59,7 @@ class SampleView:
 
     @classmethod
     def resume(cls, plan: SamplePlan, state: Mapping[str, Any], tables: Mapping[str, Rows]) -> SampleView:
-        """Continue from ``to_state()`` with the index rebuilt from the snapshot it was saved at (digest §6.2)."""
+        """Continue from ``to_state()`` with the index rebuilt from the snapshot it was saved at."""
         if state.get("fingerprint") != plan.fingerprint():
             raise StateError("the stored sample was drawn for another query or sample_size; re-bootstrap it")
         view = cls(plan, JoinSampler(plan.sampler_spec, plan.k, 0), tables)
