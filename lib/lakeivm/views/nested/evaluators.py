@@ -1,4 +1,4 @@
-"""Incremental evaluators of the shipped nested-aggregate queries (paper §4.3-4.7, digest §4.4-4.7).
+"""Incremental evaluators of the shipped nested-aggregate queries (paper §2, §4.3).
 
 Each evaluator is a trigger program in the sense of the paper (§4.1): ``apply(event)`` updates its
 indexes for one signed source row, and ``result()`` returns the query's current value with exact
@@ -11,10 +11,11 @@ Thresholds are compared cross-multiplied (``4*S > 3*T`` for ``0.75*T < S``) so t
 Decimals stay exact; the constants (``c`` in ``c*T``) are parameters, Fractions > 0, defaulting to
 the paper's. Volumes (the threshold weights) must be >= 0: a negative one is rejected.
 
-State import (digest §6.3): ``STATE`` names, per source table, the key fields and the per-key sums
-(each a product of fields; ``()`` is the row count) that the batch maintainer persists as rows of
-absolute per-key sums (a GROUP BY of the snapshot); ``load(table, rows)`` builds the evaluator
-from such ``(keys, sums)`` rows, equal to replaying the rows one by one.
+State import (docs/kinds/nested.md#state-commits-and-query-texts): ``STATE`` names, per source
+table, the key fields and the per-key sums (each a product of fields; ``()`` is the row count) that
+the batch maintainer persists as rows of absolute per-key sums (a GROUP BY of the snapshot);
+``load(table, rows)`` builds the evaluator from such ``(keys, sums)`` rows, equal to replaying the
+rows one by one.
 """
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ class Example21(_Evaluator):
 
 
 class Vwap(_Evaluator):
-    """VWAP (Example 2.2) with one index price -> (count, Σvol, Σprice*vol): O(log n)/event (§4.5)."""
+    """VWAP (Example 2.2) with one index price -> (count, Σvol, Σprice*vol): O(log n)/event (§2.2.3, §4.3)."""
 
     tables = ("bids",)
     STATE = {"bids": (("price",), BOOK_PV)}
@@ -126,7 +127,7 @@ class Vwap(_Evaluator):
 
 
 class Mst(_Evaluator):
-    """MST (missed trades) as independently filtered bids x asks, grouped per broker (§4.7).
+    """MST (missed trades) as independently filtered bids x asks, grouped per broker (§4.3, several relations).
 
     Asks and bids are indexed price -> (count, Σvol, Σprice*vol), and the bids once more per broker
     price -> (count, Σprice*vol). The qualifying rows of each side form a price range
@@ -208,7 +209,7 @@ class Mst(_Evaluator):
 
 
 class Psp(_Evaluator):
-    """PSP (price spread) with one index per side volume -> (count, Σprice, Σvol): O(log n)/event (§4.7).
+    """PSP (price spread) with one index per side volume -> (count, Σprice, Σvol): O(log n)/event (§4.3).
 
     ``Σ_{B'×A'} (a.price - b.price) = |B'|·ΣA'.price - |A'|·ΣB'.price``, where each side keeps the
     rows with ``volume > T/10000``, a suffix of the volume-keyed index.
@@ -249,7 +250,7 @@ class Psp(_Evaluator):
 
 
 class Q17(_Evaluator):
-    """TPC-H Q17 with one index per partkey quantity -> (count, Σextendedprice): O(log n)/event (§4.6).
+    """TPC-H Q17 with one index per partkey quantity -> (count, Σextendedprice): O(log n)/event (§4.3).
 
     After each change only the touched partkey's contribution is recomputed:
     ``mult[pk] * Σ{extendedprice : 5*cnt[pk]*quantity < Σquantity[pk]}``. ``result()`` is the exact
@@ -383,7 +384,7 @@ def _check_weight(table: str, key: Any, weight: Any) -> None:
     if weight is None or weight < 0:
         raise InvalidInput(
             f"{table} key {key!r} has volume sum {weight!r}: the ordered index needs volumes >= 0 and not NULL "
-            "(digest §3.4); reject such rows at ingestion"
+            "(docs/kinds/nested.md#non-negative-weights); reject such rows at ingestion"
         )
 
 
@@ -394,7 +395,7 @@ def _book_row(event: Event, need_nonnegative: bool = True) -> BookRow:
     if need_nonnegative and row.volume < 0:
         raise InvalidInput(
             f"negative volume in {event.table} row {row!r}: the ordered index needs volumes >= 0 "
-            "(digest §3.4); reject such rows at ingestion"
+            "(docs/kinds/nested.md#non-negative-weights); reject such rows at ingestion"
         )
     return row
 

@@ -1,7 +1,8 @@
 """Source rows and signed change events fed to the nested-aggregate evaluators.
 
-A Delta change data feed maps onto these as in digest §6.4: ``insert``/``update_postimage`` give
-``sign=+1``, ``delete``/``update_preimage`` give ``sign=-1``; a delete removes one copy of a row.
+A Delta change data feed maps onto these (docs/kinds/nested.md#state-commits-and-query-texts):
+``insert``/``update_postimage`` give ``sign=+1``, ``delete``/``update_preimage`` give ``sign=-1``; a
+delete removes one copy of a row.
 """
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
-"""Fenwick-tree ordered aggregate index over a key domain declared up front (digest §6.2 option 1).
+"""Fenwick-tree ordered aggregate index over a key domain declared up front.
+
+Why keyed by a column: docs/kinds/nested.md#keyed-by-the-column-not-by-the-aggregate.
 
 The batch maintainer knows every key a run can touch before it applies the delta (the persisted
 keys plus the distinct keys of the delta), so it declares that domain and every operation is
 O(log G) for G domain keys. A key outside the domain triggers an O(G) rebuild (:meth:`reserve`)
 that also drops keys whose sums went to zero. Keys are columns, never aggregate values, so tied
-aggregates are never merged (digest §0.5).
+aggregates are never merged (docs/kinds/nested.md#tied-aggregate-values).
 """
 from __future__ import annotations
 
@@ -39,8 +41,9 @@ class FenwickSums:
 
     @classmethod
     def from_items(cls, width: int, items: Iterable[tuple[Key, Sequence[Any]]], domain: Iterable[Key] = ()) -> FenwickSums:
-        """Build from persisted (key, sums) rows (digest §6.3 rebuild) plus extra ``domain`` keys. O(G log G).
+        """Build from persisted (key, sums) rows plus extra ``domain`` keys. O(G log G).
 
+        The rows are absolute per-key sums (docs/kinds/nested.md#state-commits-and-query-texts).
         Rows with the same key are added up; the sort dominates, the tree build itself is O(G).
         """
         cells: dict[Key, list[Any]] = {}
@@ -192,7 +195,7 @@ class FenwickSums:
             raise InvalidInput(
                 f"threshold search on sum #{component} needs non-negative weights, but "
                 f"{self._negatives[component]} key(s) have a negative total; reject rows with "
-                "negative weight at ingestion (digest §3.4)"
+                "negative weight at ingestion (docs/kinds/nested.md#non-negative-weights)"
             )
 
 

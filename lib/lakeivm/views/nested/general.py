@@ -1,4 +1,4 @@
-"""The nested kind's general algorithm (RPAI paper §4.2, Alg. 3; §4.3 for several relations; digest §1.4).
+"""The nested kind's general algorithm (RPAI paper §4.2, Alg. 3; §4.3 for several relations).
 
 The class: the cross product of one or more tables ``R1 a, R2 b, ...`` (distinct tables, no join
 condition), filtered by a WHERE whose top-level AND terms each read one relation (the paper's
@@ -29,11 +29,12 @@ algorithm's O(n) per update, with n the distinct keys, not the rows. Where a rel
 §4.3's case -- one comparison ``a·q + d θ e``, ``q`` a SUM or COUNT correlated by one inequality on
 the relation's only key column, ``a`` a non-zero constant, ``d`` and ``e`` uncorrelated -- and no
 weight is negative, ``q`` is monotone in the key, so the passing keys are one range, found in an
-ordered index of the per-key sums (the column-keyed RPAI, digest §0.4) in O(log n), as the shipped
-shapes (VWAP, Example 2.1, MST, PSP, Q17) do with their hand-written indexes (§4.3-4.7); a
-negative weight falls back to the sweep. Uncorrelated aggregates are kept as running totals.
-Arithmetic is exact (Fraction); comparisons are only allowed where Spark's are exact too (no DOUBLE
-column, no AVG or division compared).
+ordered index of the per-key sums (the column-keyed RPAI,
+docs/kinds/nested.md#keyed-by-the-column-not-by-the-aggregate) in O(log n), as the shipped shapes
+(VWAP, Example 2.1, MST, PSP, Q17) do with their hand-written indexes (§4.3); a negative weight
+falls back to the sweep. Uncorrelated aggregates are kept as running totals. Arithmetic is exact
+(Fraction); comparisons are only allowed where Spark's are exact too (no DOUBLE column, no AVG or
+division compared).
 """
 from __future__ import annotations
 
@@ -246,7 +247,7 @@ class _Monotone:
     correlated by one inequality on the relation's only key column ``k``; ``a`` a non-zero literal; ``d``
     and ``e`` uncorrelated): with non-negative weights ``q`` is monotone in ``k``, so the rows that pass
     are one range of keys, found in an ordered index of the per-key sums in O(log n) (the column-keyed
-    RPAI of the digest, §0.4) instead of a sweep."""
+    RPAI: docs/kinds/nested.md#keyed-by-the-column-not-by-the-aggregate) instead of a sweep."""
 
     def __init__(self, sub: Subquery, position: Mapping[str, int], op: str, bound: Ast, width: int) -> None:
         from lakeivm.views.nested.index import TreapSums
@@ -391,8 +392,8 @@ class _SubqueryLookup:
 
     A static prefix-sum array per partition, built once per result and then only read (a bisect and
     a lookup), not the project's dynamic ``FenwickSums``: built with ``FenwickSums.from_items`` and
-    read by ``sum_le``/``sum_lt`` instead, the sweep of ``bench nested`` took 23-30% longer (8.1 ->
-    10.0 s at 10^4 rows, 13.8 -> 17.9 s at 10^5, same day, same machine)."""
+    read by ``sum_le``/``sum_lt`` instead, the sweep of ``bench nested`` took longer: a bisect over a
+    flat array beats a tree's walk when nothing is added between reads."""
 
     def __init__(self, sub: Subquery, expr: Compiled, groups: Mapping[tuple, Sequence[Any]],
                  position: Mapping[str, int]) -> None:

@@ -1,11 +1,12 @@
 """Ordered aggregate index: sort key -> vector of signed sums, with prefix sums and threshold search.
 
-This is the column-keyed equivalent of the paper's RPAI (Abeysinghe et al., SIGMOD'22, §3; digest
-§0.4 and §6.2). In every query shape the paper optimizes, the RPAI key of a group is a prefix sum
-over the correlated column, so an index keyed by the *column* with subtree sums answers the same
-questions: ``getSum`` is :meth:`sum_le`, and the ``shiftKeys`` of the paper is implicit. Because
-the index is keyed by the column and never by an aggregate value, tied aggregate values are never
-merged (the literal RPAI's tie bug, digest §0.5, cannot happen).
+This is the column-keyed equivalent of the paper's RPAI (Abeysinghe et al., SIGMOD'22, §3;
+docs/kinds/nested.md#keyed-by-the-column-not-by-the-aggregate). In every query shape the paper
+optimizes, the RPAI key of a group is a prefix sum over the correlated column, so an index keyed by
+the *column* with subtree sums answers the same questions: ``getSum`` is :meth:`sum_le`, and the
+``shiftKeys`` of the paper is implicit. Because the index is keyed by the column and never by an
+aggregate value, tied aggregate values are never merged (the literal RPAI's tie bug cannot happen:
+docs/kinds/nested.md#tied-aggregate-values).
 
 Two interchangeable structures implement :class:`OrderedSums`:
 
@@ -15,18 +16,15 @@ Two interchangeable structures implement :class:`OrderedSums`:
   up front (the persisted keys plus the keys of the run's delta); O(log G) per operation, and an
   O(G) rebuild when a key outside the domain arrives.
 
-Choice by measurement (CPython 3.11 on the shared 2-core machine; VWAP over the order-book
-generator, three sums per key, one ``result()`` after each of 10^4 bid events): on a book of 10^4
-bids (3·10^3 prices) the Fenwick tree took 23 µs per event against 40 µs for the treap, and on 10^5
-bids (2.6·10^4 prices) 30 µs against 61 µs; loading the book was 1.6-2.7x faster too. So batch
-maintenance, which knows its domain before it applies the delta, should use Fenwick, and anything
-that cannot name its keys in advance uses the treap. The literal RPAI (parent-relative keys) was
-not built: the digest measured it slower than both (97 µs, §5) and it merges tied keys (§0.5).
+Batch maintenance knows its domain before it applies the delta, so it uses the Fenwick tree: flat
+arrays, no node objects, cheaper per event and to load than the treap, which serves anything that
+cannot name its keys in advance. The literal RPAI (parent-relative keys) is not built: its relative
+keys and rotations cost more per operation than either, and it merges tied keys.
 
-Threshold searches (:meth:`first_key_where`, :meth:`last_key_where`) need the searched component
-to be non-negative at every key (digest §3.4); otherwise the running sum is not monotone and they
-raise :class:`~lakeivm.errors.InvalidInput`. Keys whose sums are all zero are dropped: include a
-count component when a key with zero weight must stay visible.
+Threshold searches (:meth:`first_key_where`, :meth:`last_key_where`) need the searched component to
+be non-negative at every key (docs/kinds/nested.md#non-negative-weights); otherwise the running sum
+is not monotone and they raise :class:`~lakeivm.errors.InvalidInput`. Keys whose sums are all zero
+are dropped: include a count component when a key with zero weight must stay visible.
 """
 from __future__ import annotations
 
@@ -74,7 +72,7 @@ class _Node:
 
 
 class TreapSums:
-    """Treap keyed by the sort key with a subtree-sum vector per node (digest §6.2 option 2).
+    """Treap keyed by the sort key with a subtree-sum vector per node, for keys not known in advance.
 
     Every operation costs O(log n) expected for n live keys: ``add`` is one search plus an
     insert/delete by split/merge or a walk down one path; sums and threshold searches are one
@@ -243,7 +241,7 @@ class TreapSums:
             raise InvalidInput(
                 f"threshold search on sum #{component} needs non-negative weights, but "
                 f"{self._negatives[component]} key(s) have a negative total; reject rows with "
-                "negative weight at ingestion (digest §3.4)"
+                "negative weight at ingestion (docs/kinds/nested.md#non-negative-weights)"
             )
 
 

@@ -1,6 +1,7 @@
 """Nested-aggregate views on Spark: a per-commit time series from ordered aggregate indexes (RPAI §4).
 
-State (digest §6.3), all Delta tables versioned by the engine's commit protocol:
+State, all Delta tables versioned by the engine's commit protocol
+(docs/kinds/nested.md#state-commits-and-query-texts):
 
 * ``views/<view>/index/<table>``: per source table, rows of *absolute* per-key sums in the layout
   the evaluator names (``STATE``: e.g. VWAP's ``bids`` as ``price, cnt, sum_volume,
@@ -23,8 +24,8 @@ catches up tables the engine advanced without calling ``apply`` (commits whose c
 zero), then writes the emissions and the index MERGEs.
 
 Evaluation is exact (int/Decimal/Fraction arithmetic); results are stored in the SQL's output types
-(DECIMAL rounded half-up at the SQL's scale, as Spark does). Views with a partition key (digest
-§6.3) are evaluated per key with ``applyInPandas`` (module ``partitioned``):
+(DECIMAL rounded half-up at the SQL's scale, as Spark does). Views with a partition key are
+evaluated per key with ``applyInPandas`` (module ``partitioned``):
 
 * TPC-H Q17, correlated by equality on the part key: each part's stored sums and commits go to
   ``contribution_steps``; the per-commit changes are summed per step and accumulated on the
@@ -86,7 +87,7 @@ class NestedMaintainer:
         self._bound: NestedShape | None = None
 
     def _shape(self, ctx: Context) -> NestedShape:
-        """The view's shape, bound once per run (binding takes 0.4-1.7 ms, and a run asks per emitted version)."""
+        """The view's shape, bound once per run (a run asks for it per emitted version)."""
         if self._bound is None:
             self._bound = _shape(ctx)
         return self._bound
@@ -424,7 +425,7 @@ class NestedMaintainer:
         return self._progress
 
     def _load_evaluator(self, ctx: Context) -> None:
-        """Build the evaluator from the stored per-key sums (O(G) keys; digest §6.3 rebuild)."""
+        """Build the evaluator from the stored per-key sums (O(G) keys)."""
         shape = self._shape(ctx)
         self._evaluator = make_evaluator(shape)
         with _exact():
@@ -570,8 +571,9 @@ def read_versions(ctx: Context, table: str, start: int, end: int, values: Mappin
     """``table``'s changes in (start, end], netted *per commit*: ``values`` (name -> SQL over the row),
     ``_commit_version``, ``_lakeivm_m``; a computed Spark frame, or with ``local`` an Arrow table in this process.
 
-    As :func:`lakeivm.changes.read_delta`, but grouped by commit version too (digest §6.4). The
-    engine has already run :func:`lakeivm.changes.check_readable` on every range it advances.
+    As :func:`lakeivm.changes.read_delta`, but grouped by commit version too
+    (docs/kinds/nested.md#state-commits-and-query-texts). The engine has already run
+    :func:`lakeivm.changes.check_readable` on every range it advances.
     """
     from pyspark.sql import functions as F
 

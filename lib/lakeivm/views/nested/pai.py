@@ -1,10 +1,10 @@
-"""PAI map: equality-correlated groups as a hash map of partial aggregates (paper §3.1, Fig. 1c).
+"""PAI map: equality-correlated groups as a hash map of partial aggregates (paper §2.1.3, Fig. 1c).
 
 Each correlation group (e.g. a price level, a broker) has a nested-aggregate value (its key) and a
 vector of contributions to the outer aggregate. ``at(v)`` is the summed contributions of every
 group whose key equals ``v``. Several groups may share a key, so a group's own share is kept
 separately and only that share moves when the group's key changes: tied groups are never merged
-(digest §0.5). Every operation is O(1) expected.
+(docs/kinds/nested.md#tied-aggregate-values). Every operation is O(1) expected.
 """
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Nested aggregates per partition key (digest §6.3: partkey for Q17, broker for MST), replayed on its own.
+"""Nested aggregates per partition key (partkey for Q17, broker for MST), each replayed on its own.
 
-**TPC-H Q17** per correlation group (RPAI §4.6).
+Why per key: docs/kinds/nested.md#state-commits-and-query-texts.
+
+**TPC-H Q17** per correlation group (RPAI §4.3, correlated by equality).
 
 Q17's nested aggregate is correlated by equality on the part key, so its value is a sum of
 independent per-part contributions, ``mult[pk] · Σ{extendedprice : 5·cnt·quantity < Σquantity}``
@@ -13,7 +15,7 @@ driver, so the result after every commit is exact and no part's index is ever on
 Input rows, one per stored key or change: ``(kind, step, pk, quantity, price, brand, container, m)``
 with ``kind`` one of the constants below; ``m`` is the stored count or the signed multiplicity.
 
-**MST** per broker (RPAI §4.7, digest §4.7): its two cuts are global (every update can move them),
+**MST** per broker (RPAI §4.3, two relations): its two cuts are global (every update can move them),
 but given the bids' qualifying price range after every step, a broker's part of the result needs
 only its own bids. ``broker_steps`` replays one broker's stored per-price sums and bid changes and
 returns its qualifying (count, Σprice·volume) before the run and at every step that changes it; the

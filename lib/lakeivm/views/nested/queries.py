@@ -1,8 +1,9 @@
 """SQL texts (Spark SQL dialect) of the nested-aggregate queries the ``nested`` views ship.
 
-Texts follow the paper and the DBToaster finance benchmark (digest §1.2-1.3). Example 2.1 is the
-paper's ``R(A, B)`` mapped onto ``bids`` with ``A = price`` and ``B = volume``. Q17 uses the paper's
-parameters (``'Brand#23'``, ``'WRAP BOX'``) and the TPC-H lake's column names.
+Texts follow the paper (§2, §5.2) and the DBToaster finance benchmark
+(docs/kinds/nested.md#state-commits-and-query-texts). Example 2.1 is the paper's ``R(A, B)`` mapped
+onto ``bids`` with ``A = price`` and ``B = volume``. Q17 uses the paper's parameters
+(``'Brand#23'``, ``'WRAP BOX'``) and the TPC-H lake's column names.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Recognize the nested-aggregate shapes the ``nested`` kind maintains, binding tables, columns, constants.
 
-The paper's query class (§4.1, §4.3; digest §1.4) is an aggregate whose WHERE compares a constant
+The paper's query class (§4.1, §4.3) is an aggregate whose WHERE compares a constant
 or an uncorrelated aggregate with a correlated nested SUM/COUNT/AVG, correlated by equality or by
 one inequality. Five shapes of it have evaluators (:mod:`lakeivm.views.nested.evaluators`):
 Example 2.1, VWAP, MST, PSP and TPC-H Q17. Each is written below as a *pattern*: its SQL over
