@@ -1,4 +1,4 @@
-"""F-IVM on Spark: the stored views of a view tree as additive Delta tables (F-IVM §3-4, digest §7).
+"""F-IVM on Spark: the stored views of a view tree as additive Delta tables (F-IVM §3-4).
 
 State: ``views/<view>/aux/<view id>`` for every view of μ(τ, U) (Fig. 5), U the spec's
 ``updatable`` tables (all by default): keys (the view's variables) + flat payload columns
@@ -9,18 +9,18 @@ columns, so the root needs no table of its own and a run MERGEs it once.
 - ``bootstrap`` evaluates the tree bottom-up from the snapshots at the pins (Fig. 3): a leaf
   groups its relation by its keys, summing ``multiplicity × lifts``; an inner view joins its
   children on their shared keys, multiplies payloads (⊗) and sums by its keys (⊕).
-- ``apply`` lifts a table's netted delta at its leaf and pushes it up ``path_to_root`` (Fig. 4):
-  at each step δV = ⊕ (δV_child ⊗ siblings), the siblings read as stored plus this run's buffered
-  deltas, i.e. as of their watermarks, since the engine applies table by table (§4, digest §3.4).
-  A table joined with itself is applied one occurrence after the other. Cost per step: one
-  broadcast join of the (small) delta with the sibling views and a group-by. A table outside U
-  has no stored siblings on its path: its changes re-evaluate the tree from the snapshots at the
-  watermarks (a rebuild of the state, logged as that table's cost, so the planner batches it).
-  When the delta is small, the steps run in DuckDB on Arrow tables in this process (``fivm.local``):
-  one Spark job per table instead of one per step. A small stored sibling is read whole by delta-rs;
-  a larger one (up to ``state.SCAN_ROWS``) is scanned by delta-rs for the keys the step joins
-  (SF 1, 10k lineitem changes: 4.15 s -> 2.09 s a run), and a large view's delta is appended by
-  delta-rs.
+- ``apply`` lifts a table's netted delta at its leaf and pushes it up ``path_to_root`` (Fig. 4): at
+  each step δV = ⊕ (δV_child ⊗ siblings), the siblings read as stored plus this run's buffered
+  deltas, i.e. as of their watermarks, since the engine applies table by table (§4;
+  docs/kinds/fivm.md#choices-the-paper-leaves-open). A table joined with itself is applied one
+  occurrence after the other. Cost per step: one broadcast join of the (small) delta with the
+  sibling views and a group-by. A table outside U has no stored siblings on its path: its changes
+  re-evaluate the tree from the snapshots at the watermarks (a rebuild of the state, logged as that
+  table's cost, so the planner batches it). When the delta is small, the steps run in DuckDB on
+  Arrow tables in this process (``fivm.local``): one Spark job per table instead of one per step. A
+  small stored sibling is read whole by delta-rs; a larger one (up to ``state.SCAN_ROWS``) is
+  scanned by delta-rs for the keys the step joins (a Spark job costs more than such a scan), and a
+  large view's delta is appended by delta-rs.
 - ``flush`` MERGEs each view's summed delta once, then rewrites the result rows of the touched
   groups.
 """
@@ -187,7 +187,7 @@ class FivmMaintainer:
             if any(r.table in lake.upstreams for r in relations):  # a view over views: its upstreams' result types
                 sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in relations}
                 self._exact = exact(ctx.spark.sql(state_sql(plan.query, sources)).schema)
-            else:  # from the SQL and its tables' types alone, once per process (no snapshot read: ~1.3 s in a new process)
+            else:  # from the SQL and its tables' types alone, once per process (no snapshot read)
                 types = {r.alias: tuple(lake.schema_at(lake.table_path(r.table), ctx.pins[r.table]).items()) for r in relations}
                 key = ("exact sums", state_sql(plan.query, {r.alias: r.table for r in relations}), tuple(types.values()))
                 if key not in lake.cache:
@@ -229,7 +229,7 @@ class FivmMaintainer:
 
     def definitions(self, ctx: Context, versions: Mapping[str, int]) -> dict[str, DataFrame]:
         """Every stored view recomputed from the snapshots at ``versions`` (nothing written): what
-        the maintained tables must equal (the recompute oracle, digest §8.2)."""
+        the maintained tables must equal (the recompute oracle of the tests)."""
         plan, out = self.plan(ctx), {}
         sources = {r.alias: ctx.snapshot(r.table, versions[r.table]) for r in plan.query.relations}
 

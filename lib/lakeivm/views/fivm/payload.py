@@ -1,8 +1,10 @@
-"""The payload every view of a Spark F-IVM view carries, as flat columns (digest §7.2).
+"""The payload every view of a Spark F-IVM view carries, as flat columns.
+
+Why columns: docs/kinds/fivm.md#payloads-as-columns.
 
 A view's payload is an element of a product ring (componentwise + and ×, F-IVM §2):
 
-- a **vector of sums** ``p_0 .. p_{n-1}`` (``SumVectorRing``, digest §3.5): ``p_0`` is COUNT(*)
+- a **vector of sums** ``p_0 .. p_{n-1}`` (``SumVectorRing``, the compound payload of F-IVM §1): ``p_0`` is COUNT(*)
   and each SQL aggregate adds a sum of its non-null values and a count of them, so SUM, COUNT
   and AVG keep SQL's NULL rules;
 - for a regression view, a **cofactor triple** ``c``, ``s__<f>``, ``q__<f>__<g>`` over the

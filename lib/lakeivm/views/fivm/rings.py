@@ -1,13 +1,14 @@
 """Payload rings of F-IVM: counts, sums, vectors of sums and the cofactor (regression) ring.
 
-Every relation and view maps keys to payloads from a ring (F-IVM §2, digest §1.3). Joins multiply
+Every relation and view maps keys to payloads from a ring (F-IVM §2). Joins multiply
 payloads, unions and marginalization add them, a deletion is a negative payload, and the
 task-specific arithmetic happens only in the lifting function g_X applied when X is marginalized.
 
 Each ring is a small immutable object with ``zero``/``one``/``add``/``mul``/``neg``, ``lift`` (g_X),
 ``from_multiplicity`` (a base tuple's payload), ``is_zero`` and a flat-column codec
-(``flat_columns``/``to_flat``/``from_flat``, digest §7.2) so the Spark layer can store payloads as
-plain numeric columns and add them column by column (⊕ and ⊎ become ``SUM`` per column).
+(``flat_columns``/``to_flat``/``from_flat``, docs/kinds/fivm.md#payloads-as-columns) so the Spark
+layer can store payloads as plain numeric columns and add them column by column (⊕ and ⊎ become
+``SUM`` per column).
 
 Example::
 
@@ -146,7 +147,7 @@ class SumRing:
 
 @dataclass(frozen=True)
 class SumVectorRing:
-    """ℝⁿ with componentwise + and ×: n SUM(∏ vars) aggregates sharing one view tree (digest §3.5).
+    """ℝⁿ with componentwise + and ×: n SUM(∏ vars) aggregates sharing one view tree (F-IVM §1).
 
     Component k lifts X to x if X is in ``aggregates[k]`` and to 1 otherwise, so an empty set is a
     COUNT(*) component. Payloads are tuples of floats; each op costs O(n).
@@ -270,7 +271,7 @@ class CofactorRing:
 
     def is_dead(self, a: Cofactor) -> bool:
         """Zero test for a stored view of a valid bag: c = 0 implies s = Q = 0, so float residue
-        left in s and Q must not keep the key alive (digest §7.2)."""
+        left in s and Q must not keep the key alive (docs/kinds/fivm.md#payloads-as-columns)."""
         return abs(a.c) <= ATOL
 
     def close(self, a: Cofactor, b: Cofactor) -> bool:
@@ -321,10 +322,10 @@ class CofactorRing:
 def ols_coefficients(ring: CofactorRing, payload: Cofactor, label: str) -> dict[str, float]:
     """Least-squares coefficients (with intercept) of ``label`` on the other features (§7.2).
 
-    Solves the normal equations on the bias-augmented Gram matrix [[c, sᵀ], [s, Q]] (digest §1.3);
-    O(m³) once per read, independent of the join size. Uses the pseudo-inverse, so collinear
-    features get the minimum-norm solution that ``numpy.linalg.lstsq`` also returns.
-    Returns {"intercept": b0, feature: b, ...}.
+    Solves the normal equations on the bias-augmented Gram matrix [[c, sᵀ], [s, Q]]
+    (docs/kinds/fivm.md#payloads-as-columns); O(m³) once per read, independent of the join size.
+    Uses the pseudo-inverse, so collinear features get the minimum-norm solution that
+    ``numpy.linalg.lstsq`` also returns. Returns {"intercept": b0, feature: b, ...}.
     """
     if label not in ring.features:
         raise InvalidInput(f"label {label!r} is not one of the ring's features {ring.features}; add it to the features.")

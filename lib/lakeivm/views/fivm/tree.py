@@ -1,11 +1,11 @@
 """View trees over a variable order and the choice of views to store (F-IVM §3.2 Fig. 3, §4 Fig. 5).
 
-Each order variable X gives a view V@X whose keys are dep(X) (the ancestors its subtree's
-relations mention) plus the free variables of its subtree. V@X joins its children's views and, if
-X is bound, marginalizes X (multiplying by g_X). Each relation R gives a leaf view: R grouped by
-its order variables, with its private bound variables marginalized (chain compression, digest
-§2.2). A free variable whose view has one child with the same keys is identical to that child
-and is dropped (the paper keeps only one of identical views).
+Each order variable X gives a view V@X whose keys are dep(X) (the ancestors its subtree's relations
+mention) plus the free variables of its subtree. V@X joins its children's views and, if X is bound,
+marginalizes X (multiplying by g_X). Each relation R gives a leaf view: R grouped by its order
+variables, with its private bound variables marginalized (chain compression, F-IVM §3;
+docs/kinds/fivm.md#choices-the-paper-leaves-open). A free variable whose view has one child with the
+same keys is identical to that child and is dropped (the paper keeps only one of identical views).
 
 An update to R travels ``path_to_root(R)``; at each step the delta joins the sibling views, which
 ``materialize`` (Fig. 5) guarantees are stored. The root is always stored.

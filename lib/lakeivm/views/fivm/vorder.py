@@ -1,10 +1,11 @@
-"""Variables and variable orders of an equi-join query (F-IVM §3, Def. 3.1; digest §2.1).
+"""Variables and variable orders of an equi-join query (F-IVM §3, Def. 3.1).
 
 A *variable* is an equivalence class of joined columns. A variable order is a rooted tree over the
 *order variables* -- join variables (in two or more relations) and free (GROUP BY) variables -- in
 which each relation's order variables lie on one root-to-leaf path; each relation hangs as a leaf
-below its lowest order variable. A relation's private bound variables are not in the order: they
-are compressed into the relation's leaf view, which marginalizes them all at once (digest §2.2).
+below its lowest order variable. A relation's private bound variables are not in the order: they are
+compressed into the relation's leaf view, which marginalizes them all at once
+(docs/kinds/fivm.md#choices-the-paper-leaves-open).
 
 ``derive_order`` picks an order from the join graph (free variables on top, then the variable in
 most relations, recursing into connected components); ``parse_order`` validates an explicit one
