@@ -3,7 +3,7 @@
 The tests check the maintainer's batch rule (``lakeivm.views.triangle.sql_batch``, SQL in DuckDB)
 against it, and it against brute-force counts (``lakeivm.views.triangle.oracle``); no product code
 runs it. It mirrors Kara et al., *Counting Triangles under Updates in Worst-Case Optimal Time*: the
-update rules of §3 and the rebalancing of §4, applied to a batch as docs/kinds/triangle.md ("How")
+update rules of §3 and the rebalancing of §4, applied to a batch as docs/kinds/triangle.md#batches
 describes.
 
 A batch {R: ΔR, S: ΔS, T: ΔT} is consolidated and applied relation by relation (telescoped rule):
@@ -78,7 +78,8 @@ class BatchReport:
 
 
 def bootstrap(relations: Mapping[str, Changes], epsilon: float = 0.5) -> BatchState:
-    """Preprocessing (Prop. 10): N = 2|D|+1, strict partition, views, and Q by the §7.3 plan with ΔR = R.
+    """Preprocessing (Prop. 10): N = 2|D|+1, strict partition, views, and Q by the batch plan with ΔR = R
+    (docs/kinds/triangle.md#batches).
 
     O(N^(1+max(ε,1-ε))) for Q and O(N^(1+min(ε,1-ε))) for the views.
     """

@@ -1,10 +1,11 @@
 """IVM^ε triangle count, single-tuple updates (Kara et al., arXiv 1804.02780 §3-§4, Fig. 3-4).
 
-Maintains Q = Σ_{a,b,c} R(a,b)·S(b,c)·T(c,a) over ℤ-relations. Relations are written in rotated
-form (digest §3.1): a tuple of K is (x, y) with x K's partition column and y NEXT(K)'s, so the
-triangle is K(x,y)·NEXT(y,z)·PREV(z,x). Each relation is split on x into a heavy and a light part
-(slack ½ around θ = N^ε, Def. 9) and ``W[K](x,z) = Σ_y K_h(x,y)·NEXT_l(y,z)`` is materialized:
-W[R] = V_RS(a,c), W[S] = V_ST(b,a), W[T] = V_TR(c,b). An update costs O(N^max(ε,1-ε)) amortized.
+Maintains Q = Σ_{a,b,c} R(a,b)·S(b,c)·T(c,a) over ℤ-relations. Relations are written in rotated form
+(docs/kinds/triangle.md#notation-and-routing): a tuple of K is (x, y) with x K's partition column
+and y NEXT(K)'s, so the triangle is K(x,y)·NEXT(y,z)·PREV(z,x). Each relation is split on x into a
+heavy and a light part (slack ½ around θ = N^ε, Def. 9) and ``W[K](x,z) = Σ_y K_h(x,y)·NEXT_l(y,z)``
+is materialized: W[R] = V_RS(a,c), W[S] = V_ST(b,a), W[T] = V_TR(c,b). An update costs
+O(N^max(ε,1-ε)) amortized.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ _EMPTY: Mapping[Hashable, int] = {}
 
 
 class Part:
-    """One heavy or light part K_u(x, y) -> payload with an index on each column (paper §1.3).
+    """One heavy or light part K_u(x, y) -> payload with an index on each column (paper §2).
 
     ``out(x)`` enumerates K_u(x, ·), ``into(y)`` enumerates K_u(·, y); lookups, inserts, deletes
     and degrees are O(1). Keys whose payload reaches 0 disappear.
@@ -47,7 +48,7 @@ class Part:
         return self.by_second.get(y, _EMPTY)
 
     def degree(self, x: Hashable) -> int:
-        """|σ_{X=x} K_u|: distinct tuples with a nonzero payload (digest §1.2)."""
+        """|σ_{X=x} K_u|: distinct tuples with a nonzero payload (paper §2)."""
         return len(self.by_first.get(x, _EMPTY))
 
     def values(self) -> Iterator[Hashable]:
@@ -91,7 +92,7 @@ class Part:
 
 @dataclass
 class Counters:
-    """Operation counts of the reference engine, for cost regression tests (digest §8.4)."""
+    """Operation counts of the reference engine, for cost regression tests (the loop bounds of Prop. 11)."""
 
     updates: int = 0
     loop_steps: int = 0
@@ -140,11 +141,11 @@ class TriangleIVM:
         return {**dict(self.parts[role, HEAVY].items()), **dict(self.parts[role, LIGHT].items())}
 
     def part_of(self, role: str, x: Hashable) -> str:
-        """The part a new tuple with partition value x goes to (digest §3.4): heavy if x is heavy or ε = 0."""
+        """The part a new tuple with partition value x goes to (Fig. 4): heavy if x is heavy or ε = 0."""
         return HEAVY if self.epsilon == 0 or x in self.parts[role, HEAVY].by_first else LIGHT
 
     def update(self, role: str, x: Hashable, y: Hashable, p: int) -> None:
-        """ONUPDATE (Fig. 4, digest §4.3): apply, then major or minor rebalancing if needed."""
+        """ONUPDATE (§4, Fig. 4): apply, then major or minor rebalancing if needed."""
         if role not in ROLES:
             raise InvalidInput(f"unknown relation {role!r}; the triangle's relations are {ROLES}")
         if not p:
@@ -162,7 +163,7 @@ class TriangleIVM:
             self._rebalance_minor(role, x)
 
     def _apply(self, role: str, x: Hashable, y: Hashable, p: int, part: str) -> None:
-        """APPLYUPDATE (Fig. 3, digest §3.3): ΔQ over the 8 combinations, then the one view K feeds.
+        """APPLYUPDATE (§3.2, Fig. 3): ΔQ over the 8 combinations, then the one view K feeds.
 
         O(N^max(ε,1-ε)): loops run over heavy values of PREV (≤ 2N^(1-ε)) or over a light value's
         tuples in NEXT (< 3/2 N^ε); the (h,l) combination is one lookup in W[NEXT].
@@ -183,7 +184,7 @@ class TriangleIVM:
         return delta
 
     def _rebalance_minor(self, role: str, x: Hashable) -> None:
-        """Minor rebalancing (§4.1): move x if its degree left [½θ, 3/2θ); O(N^(ε+max(ε,1-ε)))."""
+        """Minor rebalancing (§4, Prop. 14): move x if its degree left [½θ, 3/2θ); O(N^(ε+max(ε,1-ε)))."""
         theta = self.theta
         if self.parts[role, LIGHT].degree(x) >= 1.5 * theta:
             self._move(role, x, LIGHT, HEAVY)
@@ -196,7 +197,7 @@ class TriangleIVM:
         self.counters.minor_moves += 1
 
     def _rebalance_major(self) -> None:
-        """Major rebalancing (§4.2, Prop. 13): strict partition at θ = N^ε, views from scratch; Q unchanged."""
+        """Major rebalancing (§4, Prop. 13): strict partition at θ = N^ε, views from scratch; Q unchanged."""
         relations = {role: self.relation(role) for role in ROLES}
         self.parts, self.views = split_strict(relations, self.theta)
         self.counters.major_rebalancings += 1
@@ -205,8 +206,8 @@ class TriangleIVM:
     def _preprocess(self, relations: Relations) -> None:
         """Preprocessing (Prop. 10): N = 2|D|+1, strict partition, views, then Q = Σ_R R(a,b)·ΔQ(a,b).
 
-        Q comes from the §7.3 plan with ΔK = R (digest §7.3): O(N^(1+max(ε,1-ε))), an independent
-        path from the brute-force count.
+        Q comes from the batch plan with ΔK = R (docs/kinds/triangle.md#batches):
+        O(N^(1+max(ε,1-ε))), an independent path from the brute-force count.
         """
         consolidated = {role: {k: p for k, p in relations.get(role, {}).items() if p} for role in ROLES}
         unknown = set(relations) - set(ROLES)
@@ -223,7 +224,7 @@ class TriangleIVM:
 
 def check_state(parts: Mapping[tuple[str, str], Part], views: Mapping[str, Mapping[Key, int]],
                 count: int, base: int, epsilon: float) -> None:
-    """Assert an IVM^ε state (Def. 9, digest §8.2): indexes in sync, slack-½ domain partition,
+    """Assert an IVM^ε state (Def. 9): indexes in sync, slack-½ domain partition,
     ⌊N/4⌋ ≤ |D| < N, ≤ 2N^(1-ε) heavy values, empty parts at ε ∈ {0, 1}, views and Q exact."""
     from lakeivm.views.triangle.oracle import count_triangles, join_view
 
@@ -252,10 +253,11 @@ def check_state(parts: Mapping[tuple[str, str], Part], views: Mapping[str, Mappi
 
 def pair_delta(parts: Mapping[tuple[str, str], Part], views: Mapping[str, Mapping[Key, int]],
                role: str, x: Hashable, y: Hashable) -> tuple[int, int]:
-    """Σ_z NEXT(y,z)·PREV(z,x) and the loop steps it took (Fig. 3, digest §3.3 and §7.3 tA/tB/tC).
+    """Σ_z NEXT(y,z)·PREV(z,x) and the loop steps it took (Fig. 3).
 
-    (h,h)+(l,h) loop over PREV_h(·,x) (≤ 2N^(1-ε) heavy values), (h,l) is one lookup W[NEXT](y,x),
-    (l,l) loops over NEXT_l(y,·) (< 3/2 N^ε tuples): O(N^max(ε,1-ε)).
+    The terms are tA/tB/tC of docs/kinds/triangle.md#batches: (h,h)+(l,h) loop over PREV_h(·,x)
+    (≤ 2N^(1-ε) heavy values), (h,l) is one lookup W[NEXT](y,x), (l,l) loops over NEXT_l(y,·)
+    (< 3/2 N^ε tuples): O(N^max(ε,1-ε)).
     """
     nxt, prev = NEXT[role], PREV[role]
     next_h, next_l = parts[nxt, HEAVY], parts[nxt, LIGHT]
@@ -278,9 +280,9 @@ def move_value(parts: Mapping[tuple[str, str], Part], views: Mapping[str, dict[K
                role: str, x: Hashable, src: str, dst: str) -> int:
     """Move x's tuples of K = ``role`` from part ``src`` to ``dst``; returns the loop steps taken.
 
-    Only W[K] and W[PREV] change, Q does not, as Q is split-independent (digest §4.1, §7.4):
-    light -> heavy adds K(x,·) ⋈ NEXT_l to W[K] and subtracts PREV_h ⋈ K(x,·) from W[PREV];
-    heavy -> light the reverse. O(deg(x)·(3/2 N^ε + 2N^(1-ε))).
+    Only W[K] and W[PREV] change, Q does not, as Q is split-independent
+    (docs/kinds/triangle.md#batches): light -> heavy adds K(x,·) ⋈ NEXT_l to W[K] and subtracts
+    PREV_h ⋈ K(x,·) from W[PREV]; heavy -> light the reverse. O(deg(x)·(3/2 N^ε + 2N^(1-ε))).
     """
     sign = 1 if dst == HEAVY else -1
     tuples = dict(parts[role, src].out(x))

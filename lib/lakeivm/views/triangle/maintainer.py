@@ -1,23 +1,24 @@
 """IVM^ε triangle counts on Spark: heavy/light parts, auxiliary views, batch delta rule.
 
-State (IVM^ε §2.3, digest §7.6), two additive ℤ-relations under ``views/<view>/aux/``, keyed by a
-``role`` column: ``rel`` (role, x, y, part, m) -- each relation once, its rows tagged heavy/light by
-the degree of x -- and ``w`` (role, x, z, cnt) -- the views W[R] = V_RS(a,c), W[S] = V_ST(b,a),
-W[T] = V_TR(c,b). ``result`` holds the count Q with the threshold base N, |D| and ε.
+State (IVM^ε §3, Figure 2; one table per relation, rows marked heavy or light:
+docs/kinds/triangle.md#notation-and-routing), two additive ℤ-relations under ``views/<view>/aux/``,
+keyed by a ``role`` column: ``rel`` (role, x, y, part, m) -- each relation once, its rows tagged
+heavy/light by the degree of x -- and ``w`` (role, x, z, cnt) -- the views W[R] = V_RS(a,c), W[S] =
+V_ST(b,a), W[T] = V_TR(c,b). ``result`` holds the count Q with the threshold base N, |D| and ε.
 
-A run collects the batch's netted changes to the driver and applies them there, relation by
-relation (telescoped rule, digest §7.2), as SQL run by DuckDB over the stored rows the batch reads
-(``sql_batch.py``, checked against the whole-state batch rule): the rows of ``rel`` and ``w``
-named by the batch's values, fetched as Arrow, never as Python objects. Tables of up to
-``LOCAL_STATE_ROWS`` rows are read by delta-rs in the run's process and rewritten whole; larger
-ones are bags of appended changes (an append is one cheap commit, a MERGE into millions of rows
-~10 s), scanned by delta-rs by the batch's values and summed per key by DuckDB, and compacted now
-and then (``AdditiveTable``): no Spark job but the change feed's. A lake whose large state was
-written with deletion vectors (before appends) is fetched by Spark and MERGEd; so is a bag too
-large for delta-rs to scan. When |D| leaves [N/4, N) (major rebalancing, N := 2|D|+1), ε
-changes, or a batch has more than DRIVER_ROWS changed keys, parts and views are rebuilt strictly
-on Spark. An edge table joined with itself is kept as three
-logical copies R, S, T. Classes never affect correctness, only cost (§7.1).
+A run collects the batch's netted changes to the driver and applies them there, relation by relation
+(docs/kinds/triangle.md#batches), as SQL run by DuckDB over the stored rows the batch reads
+(``sql_batch.py``, checked against the whole-state batch rule): the rows of ``rel`` and ``w`` named
+by the batch's values, fetched as Arrow, never as Python objects. Tables of up to
+``LOCAL_STATE_ROWS`` rows are read by delta-rs in the run's process and rewritten whole; larger ones
+are bags of appended changes (an append is one cheap commit, a MERGE into millions of rows rewrites
+their files), scanned by delta-rs by the batch's values and summed per key by DuckDB, and compacted
+now and then (``AdditiveTable``): no Spark job but the change feed's. A lake whose large state was
+written with deletion vectors (before appends) is fetched by Spark and MERGEd; so is a bag too large
+for delta-rs to scan. When |D| leaves [N/4, N) (major rebalancing, N := 2|D|+1), ε changes, or a
+batch has more than DRIVER_ROWS changed keys, parts and views are rebuilt strictly on Spark. An edge
+table joined with itself is kept as three logical copies R, S, T. Classes never affect correctness,
+only cost (docs/kinds/triangle.md#batches).
 """
 from __future__ import annotations
 
@@ -140,7 +141,7 @@ class TriangleMaintainer:
 
     def _rebuild(self, ctx: Context, relations: Mapping[str, DataFrame], epsilon: float,
                  full_count: bool) -> tuple[int | None, int, int]:
-        """Major rebalancing (IVM^ε §4.2): N := 2|D|+1, strict parts and views from the relations;
+        """Major rebalancing (IVM^ε §4, Prop. 13): N := 2|D|+1, strict parts and views from the relations;
         Q recounted from scratch when ``full_count`` (the count is split-independent otherwise)."""
         parts, views, base, size = _strict(relations, epsilon)
         shared = self._shared_tables(ctx)
@@ -229,8 +230,9 @@ def _by_role(frames: Mapping[str, DataFrame]) -> DataFrame:
 
 
 def _full_count(parts: Mapping[str, DataFrame], views: Mapping[str, DataFrame]) -> int:
-    """Q = Σ R(x,y)·S(y,z)·T(z,x) from scratch, by the batch plan with ΔR = R (digest §7.3): tA over
-    T_h (any S part), tB through W[S] = S_h·T_l, tC over S_l·T_l. One query; Spark chooses the joins."""
+    """Q = Σ R(x,y)·S(y,z)·T(z,x) from scratch, by the batch plan with ΔR = R
+    (docs/kinds/triangle.md#batches): tA over T_h (any S part), tB through W[S] = S_h·T_l, tC over
+    S_l·T_l. One query; Spark chooses the joins."""
     from pyspark.sql import functions as F
 
     d, p, n, w = parts["R"].alias("d"), _part(parts["T"], HEAVY).alias("p"), parts["S"].alias("n"), views["S"].alias("w")

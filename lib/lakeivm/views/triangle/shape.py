@@ -2,7 +2,7 @@
 
 The three relations may be three tables or one edge table joined with itself three times (graph
 triangles). Each is oriented as (x, y): x joins the previous relation of the cycle R→S→T→R, y the
-next one, so R.y = S.x, S.y = T.x and T.y = R.x (IVM^ε §2.1: each relation is partitioned on x).
+next one, so R.y = S.x, S.y = T.x and T.y = R.x (IVM^ε §2-3: each relation is partitioned on x).
 """
 from __future__ import annotations
 

@@ -1,18 +1,18 @@
-"""One IVM^ε batch as set-at-a-time SQL over the stored rows it reads (digest §7.2-§7.4).
+"""One IVM^ε batch as set-at-a-time SQL over the stored rows it reads.
 
-The batch rule of ``batch.apply_batch`` -- steps R, S, T under frozen classes, each Δ row joined
-along tA (PREV_h into x, then NEXT), tB (one entry of W[NEXT]) and tC (NEXT_l out of y, then
-PREV_l), then minor rebalancing of R, S, T -- written as joins run by DuckDB in this process over
-Arrow tables: the rows a batch reads stay columnar from the scan of the stored state to the
-appended change (a 10k-edge batch at 10^6 edges reads ~2 M rows; as Python objects they cost most
-of the run). State is additive, so within the batch a relation is *stored rows ⊎ the batch's
-changes so far* and every sum over it is linear.
+The batch rule of ``lakeivm.testing.triangle.apply_batch`` (docs/kinds/triangle.md#batches) -- steps
+R, S, T under frozen classes, each Δ row joined along tA (PREV_h into x, then NEXT), tB (one entry
+of W[NEXT]) and tC (NEXT_l out of y, then PREV_l), then minor rebalancing of R, S, T -- written as
+joins run by DuckDB in this process over Arrow tables: the rows a batch reads stay columnar from the
+scan of the stored state to the appended change (a batch over a large graph reads millions of rows;
+as Python objects they would cost most of the run). State is additive, so within the batch a
+relation is *stored rows ⊎ the batch's changes so far* and every sum over it is linear.
 
-A batch reads only rows named by its own values (§7.3): the rows of ``rel`` whose x is one of its
-x or y values or whose y is one of its x values hold every row the steps and the movers' view
-changes read -- the classes and degrees of its x values, NEXT(y, ·) and PREV(·, x) of every Δ row
--- except the light rows out of the movers' successors (§7.4), fetched afterwards when a value
-moves; of ``w``, the entries W[NEXT](y, x), under x = a y value. Rows are matched as SQL does:
+A batch reads only rows named by its own values: the rows of ``rel`` whose x is one of its x or y
+values or whose y is one of its x values hold every row the steps and the movers' view changes read
+-- the classes and degrees of its x values, NEXT(y, ·) and PREV(·, x) of every Δ row -- except the
+light rows out of the movers' successors, fetched afterwards when a value moves; of ``w``, the
+entries W[NEXT](y, x), under x = a y value. Rows are matched as SQL does:
 a NULL vertex joins nothing, as in the view's SQL.
 """
 from __future__ import annotations
@@ -90,8 +90,9 @@ def _load(con, name: str, rows: pa.Table, keys: tuple[str, ...], payload: str, a
 
 
 def _step(con, role: str) -> int:
-    """Step ``role`` (digest §7.3): ΔQ = Σ p·(tA + tB + tC) over its Δ rows against the state
-    before the step; ΔW[K] = ΔK_h ⋈ NEXT_l, ΔW[PREV] = PREV_h ⋈ ΔK_l; then ΔK joins its part."""
+    """Step ``role`` (docs/kinds/triangle.md#batches): ΔQ = Σ p·(tA + tB + tC) over its Δ rows
+    against the state before the step; ΔW[K] = ΔK_h ⋈ NEXT_l, ΔW[PREV] = PREV_h ⋈ ΔK_l; then ΔK
+    joins its part."""
     nxt, prev, delta = NEXT[role], PREV[role], f"(SELECT * FROM dc WHERE role = '{role}')"
     count = _scalar(con, f"""SELECT COALESCE(SUM(v), 0) FROM (
         SELECT d.p * ph.m * n.m AS v FROM {delta} d
@@ -122,8 +123,9 @@ _KEY_CHANGES = """SELECT dc.role, dc.x, (COALESCE(s.b, 0) + dc.p <> 0)::INT - (C
 
 
 def _rebalance(con, fetch_rel: FetchRel, theta: float, default: str, payload: str) -> tuple[tuple[str, Hashable], ...]:
-    """Minor rebalancing (digest §7.4): the batch's values whose degree left [½θ, 3/2θ) move, R's
-    then S's then T's (a move of K reads NEXT_l and PREV_h only, so K's movers move at once)."""
+    """Minor rebalancing (docs/kinds/triangle.md#batches): the batch's values whose degree left
+    [½θ, 3/2θ) move, R's then S's then T's (a move of K reads NEXT_l and PREV_h only, so K's movers
+    move at once)."""
     con.execute(f"""CREATE TEMP TABLE movers AS SELECT k.role, k.x, COALESCE(c.part, '{default}') AS src
         FROM (SELECT role, x, SUM(change) AS change FROM key_changes GROUP BY role, x) k
         LEFT JOIN classes c ON c.role = k.role AND c.x IS NOT DISTINCT FROM k.x
