@@ -21,7 +21,7 @@ from airflow.executors.local_executor import LocalExecutor
 
 # What the apply and validate tasks import (lakeivm.tasks): the Connect client, the engine,
 # every maintainer through it, GX through lakeivm.quality, and DuckDB (small state merges, F-IVM's
-# local propagation: 0.4 s to import).
+# local propagation; slow to import, so imported once here rather than in every task).
 PRELOAD = ("pyspark.sql.connect.session", "lakeivm.engine", "lakeivm.spark", "lakeivm.tasks", "lakeivm.quality", "duckdb",
            "airflow.providers.apache.spark.hooks.spark_connect")
 

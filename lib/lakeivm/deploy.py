@@ -226,9 +226,9 @@ def airflow_env(stack: Stack, api_port: int) -> dict[str, str]:
         "AIRFLOW__CORE__EXECUTOR": "lakeivm.airflow_executor.LakeIVMLocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": "4",
         # An idle scheduler sleeps this long between loops (Airflow's default: 1 s), and an on-demand
-        # refresh waits for a loop at each hop: the run queued, apply done, validate done. At 0.1 s a
-        # no-op through the scheduler took 0.38-0.47 s (0.59 s at 0.25 s); idle, the scheduler and
-        # PostgreSQL then use ~18% of a core (~8% at 0.25 s). README: "Scheduler loop".
+        # refresh waits for a loop at each hop: the run queued, apply done, validate done. A shorter
+        # sleep makes a refresh visible sooner and costs an idle scheduler and PostgreSQL more CPU
+        # (both measured in docs/benchmarks.md#latency).
         "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": os.environ.get("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "0.1"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

@@ -2,7 +2,7 @@
 
 The run plans itself (``engine.run_view``: the planner reads the log and the tables' commit files), so
 planning is no task of its own: a task more cost every on-demand refresh a task start and a scheduler
-hop (about 1 s through a real scheduler) on its way to a visible result. A run that finds nothing to
+hop on its way to a visible result. A run that finds nothing to
 apply short-circuits: validate is skipped and no Asset event is emitted.
 
 Parsing a DAG file imports neither Spark nor Great Expectations and opens no connection: the
@@ -101,7 +101,7 @@ def _mode(params: dict[str, Any] | None) -> str:
 def _session(dag_run: Any) -> str | None:
     """The Spark Connect session of one DAG run's tasks (None outside a run): one per view and hour
     of the run's ``run_after``, so that a run finds the server-side session of the runs before it
-    warm (a fresh session made a 1k-change F-IVM run ~1 s slower), while a session left idle still
+    warm (a fresh session makes a small run noticeably slower), while a session left idle still
     expires on the server (after an hour, by default) with whatever its runs left cached there. The
     DAG runs one at a time (``max_active_runs=1``), so no two runs use one session at once."""
     from lakeivm.tasks import session_for

@@ -312,8 +312,8 @@ def class_archive() -> Path:
 def class_archive_options() -> str:
     """The JVM options that map the class-data archive, if set-up dumped one; else "".
 
-    A cold Spark JVM then loads its classes from the archive instead of parsing and verifying them:
-    a local session, one small Delta write and read, 44 -> 33 CPU-s and 26 -> 19 s wall (2 cores)."""
+    A cold Spark JVM then loads its classes from the archive instead of parsing and verifying them,
+    which takes a large share of a cold start's CPU (docs/benchmarks.md#other-measurements)."""
     archive = class_archive()
     return f"-XX:SharedArchiveFile={archive} -Xshare:auto {_CDS_QUIET}" if archive.exists() else ""
 
@@ -353,7 +353,7 @@ def dump_class_archive(settings: Settings) -> tuple[Path | None, str | None]:
     check = next((line[6:] for line in run.stdout.splitlines() if line.startswith("CHECK=")), None)
     if run.returncode or not partial.exists():
         partial.unlink(missing_ok=True)
-        print("lakeivm: no class-data archive written (JVMs start without it, ~25% slower):\n"
+        print("lakeivm: no class-data archive written (JVMs start slower without it):\n"
               + "\n".join(run.stderr.strip().splitlines()[-5:]), file=sys.stderr)
         return None, check
     partial.replace(archive)

@@ -1,9 +1,9 @@
 """The system tables (``_system/log``, ``_system/costs``) read and appended in this process.
 
 They are small Delta tables of one row per run, read and appended once or twice per run. Going
-through Spark cost 0.3-1.4 s per read or append (a job, a snapshot, a commit); with delta-rs
-(the ``deltalake`` package) a read takes ~15 ms and an append ~15 ms, with no JVM -- so a run's
-bookkeeping costs milliseconds and a refresh with nothing pending needs no Spark at all. They stay
+through Spark costs a job, a snapshot and a commit per read or append; with delta-rs (the
+``deltalake`` package) there is no JVM -- so a run's bookkeeping is cheap and a refresh with nothing
+pending needs no Spark at all. They stay
 ordinary Delta tables (CDF readers, Spark, DuckDB read them); appends are blind, so concurrent
 writers never conflict, and creation is idempotent under concurrent first runs.
 """
@@ -75,7 +75,7 @@ def _local_rows(delta, where: Sequence[tuple[str, str, Any]]) -> list[dict[str, 
 
     Its files are read one by one by ``pyarrow.parquet`` and filtered in Python: delta-rs's own scan
     goes through ``pyarrow.dataset``, and pyarrow turns timestamps into datetimes and Python values
-    into Arrow ones through pandas -- importing either costs 0.3 s of a no-op ``lakeivm refresh``.
+    into Arrow ones through pandas -- importing either would dominate a no-op ``lakeivm refresh``.
     Timestamps are read as their microseconds since the epoch instead.
     """
     uris = delta.file_uris()
@@ -180,8 +180,8 @@ COMPACT_TARGET_BYTES = 8 << 20  # a compacted file this large is left alone; the
 def compact(path: str) -> None:
     """Rewrite the table's small files as one (delta-rs OPTIMIZE: rows unchanged, a commit with no
     data change). Every append is a file, and a fresh process -- each Airflow task, each CLI
-    command -- reads them all: after 1,000 runs a view's log rows took 2.96 s to read, 0.12 s
-    compacted (``lakeivm bench log``). A concurrent compaction or append that wins the commit leaves this one undone; the
+    command -- reads them all, so a read slows with every uncompacted append
+    (``lakeivm bench log``). A concurrent compaction or append that wins the commit leaves this one undone; the
     next is due ``COMPACT_EVERY`` commits later. Runs' fenced appends retry past it (``commit.Lease``)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError

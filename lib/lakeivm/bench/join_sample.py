@@ -18,11 +18,12 @@ Baselines enumerate every join result, so they get a time budget (``--budget``) 
 ``resample``, a cap on materialized results; the report gives how far each got and RSJoin's time
 over the same inserts (``speedup``). Early in the stream the join is small and every method is
 cheap; ``--warm F`` measures the steady state instead: the first F of the stream is loaded untimed
-(RSJoin: index and exact sample of the loaded join, digest §6.6, as a view's bootstrap does; SHJ:
-its hash tables, its reservoir counter set to the loaded join's size) and the rest is timed.
-``resample`` would have to materialize the loaded join and is skipped when that exceeds its cap.
-Memory: RSS growth of the child from its start to the end of the run (every method only
-accumulates state, so this is its peak).
+(RSJoin: index and exact sample of the loaded join,
+docs/kinds/join_sample.md#restarts-and-exact-re-bootstrap, as a view's bootstrap does; SHJ: its hash
+tables, its reservoir counter set to the loaded join's size) and the rest is timed. ``resample``
+would have to materialize the loaded join and is skipped when that exceeds its cap. Memory: RSS
+growth of the child from its start to the end of the run (every method only accumulates state, so
+this is its peak).
 Results: JSON + PNG under ``--out``.
 """
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """``lakeivm bench nested``: seconds to produce every per-version VWAP or TPC-H Q17 result, index vs baselines.
 
-**VWAP** (``--query vwap``, the default). Workload (RPAI §5, digest §6.5): an order book of N bids
+**VWAP** (``--query vwap``, the default). Workload (RPAI §5; a result per commit, where the index
+pays off: docs/kinds/nested.md#state-commits-and-query-texts): an order book of N bids
 (``OrderBookGenerator``: price random walk, integer ticks and volumes) and a batch of E bid events
-(inserts and deletes, 30% deletes), one source version per event; every method must output the
-VWAP after every event. Measured side by side, pure Python, on the same events:
+(inserts and deletes, 30% deletes), one source version per event; every method must output the VWAP
+after every event. Measured side by side, pure Python, on the same events:
 
 * ``index``: the incremental evaluator (:class:`~lakeivm.views.nested.evaluators.Vwap`, an
   ordered aggregate index keyed by price), loaded from the book's per-price sums as the

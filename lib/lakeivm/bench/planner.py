@@ -1,11 +1,12 @@
 """``lakeivm bench planner``: asymmetric (LGM) vs symmetric (NAIVE) batch maintenance under a deadline.
 
-(a) Simulation (paper §1/§5, digest §4.2): the paper's fitted costs f_R = 0.286 s + 0.107 ms·k,
-    f_S = 0.25 ms·k, C = 0.35 s, on the constant stream and the Figure 7 streams; cost per change
-    of NAIVE, ONLINE, ADAPT and the A* optimum OPT^LGM, with every plan checked valid.
+(a) Simulation (paper §1/§5): linear costs fitted to the paper's example (``PAPER_COSTS``,
+    docs/design/planner.md#choices-the-paper-leaves-open) and its C, on the constant stream and the
+    Figure 7 streams; cost per change of NAIVE, ONLINE, ADAPT and the A* optimum OPT^LGM, with every
+    plan checked valid.
 (b) Real Spark runs: two copies of the paper-style TPC-H view (cheapest EUROPE supply cost per
     part), one planned by LGM ONLINE and one by NAIVE, each in its own copy of one lake (in one lake
-    the second view to run read the tables' new versions warm, ~1.5 s cheaper: each learned its own
+    the second view to run read the tables' new versions warm and cheaper: each learned its own
     costs from that, and the comparison measured the order), fed the *same* seeded change
     stream (re-costed parts, moved suppliers) tick by tick, with an on-demand refresh every few
     ticks (``--view supply_value``: an F-IVM view with ``updatable: [partsupp]`` instead, where a

@@ -1,6 +1,6 @@
 """Seeded order-book generator: ``bids`` and ``asks`` rows as a price random walk, plus a change stream.
 
-Modelled on the DBToaster finance traces the RPAI paper streams (digest §5): a mid price walks by
+Modelled on the DBToaster finance traces the RPAI paper streams (§5.1.1): a mid price walks by
 at most ``step`` ticks per event, bids are placed up to ``depth`` ticks below it and asks up to
 ``depth`` ticks above. Deletes remove a uniformly chosen live row, so the stream never deletes a
 row that is absent. Prices are integer ticks, or Decimals (``ticks * tick``) when ``tick`` is set.

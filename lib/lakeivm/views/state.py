@@ -351,7 +351,8 @@ def overwrite(lake: Lake, rows: DataFrame, path: str, max_rows: int | None = Non
     """Replace the Delta table at ``path`` (schema too; ``configuration``: properties of a table it
     creates, e.g. CDF on a view's result) with ``rows``, computed once; returns their number. At
     most ``max_rows`` (default REWRITE_ROWS) of them are written by delta-rs in one commit (a Spark
-    write of a new small Delta table costs ~1 s, collecting and writing it here ~0.3 s); more, a
+    write of a new small Delta table costs a job and a snapshot, more than collecting the rows and
+    writing them here); more, a
     table the gate refuses (``fastpath``: deletion vectors, ...) or a type it does not write are
     written by Spark."""
     computed = rows.localCheckpoint(eager=True)
@@ -435,8 +436,8 @@ def read_if_small(lake: Lake, path: str, max_rows: int | None = None) -> tuple[D
 
 def read_result(ctx: Context, version: int | None = None) -> DataFrame:
     """The view's stored result (at ``version``) for its readers (``lakeivm read``, an upstream's
-    snapshot): local rows read by delta-rs when small (``Lake.read_small``), else Spark's read. Spark's first read of a table costs ~1 s (its log loaded, a snapshot built), delta-rs's
-    ~30 ms. The audit reads through Spark (``Context.spark_reads_result``): what a Spark user sees
+    snapshot): local rows read by delta-rs when small (``Lake.read_small``), else Spark's read. Spark's first read of a table loads its log and builds a snapshot, which
+    delta-rs does not need for a small table. The audit reads through Spark (``Context.spark_reads_result``): what a Spark user sees
     of files delta-rs may have written is what it checks."""
     path = ctx.lake.view_path(ctx.view)
     small = None if ctx.spark_reads_result else ctx.lake.read_small(path, REWRITE_ROWS, version)

@@ -272,7 +272,7 @@ def merge_state(ctx: Context, change: DataFrame, stored: tuple[DataFrame, object
     touched = joined.selectExpr(*[f"d.`{k}` AS `{k}`" for k in keys], *added)
     for agg, multiset in multisets.items():
         # computed once: the touched groups occur twice in the join that adds an extremum, so an
-        # unmaterialized plan doubles with each MIN/MAX (80 Spark jobs for two of them, 9 s of a 13 s run)
+        # unmaterialized plan doubles with each MIN/MAX (two of them already cost most of a run)
         values = multiset.stored_small()  # a small multiset: no Spark snapshot of it
         touched = _with_extremum(touched.localCheckpoint(eager=True), values[0] if values else ctx.lake.read(multiset.path), agg, keys)
     # the touched groups, computed once: the rewrite and MERGE both read them twice
@@ -295,7 +295,7 @@ def _stored_matching(ctx: Context, path: str, change: DataFrame, keys: list[str]
     """The stored view's rows that may match ``change``'s groups: a delta-rs scan in this process
     filtered by each key column's changed values (a superset; the join that reads it is exact),
     handed to Spark as local rows -- where Spark would scan the whole view to join a few thousand
-    changed groups (4.8 of a 6.7 s run at 4.8 M rows, ``bench upstream`` SF 1). The whole view
+    changed groups, most of a run's time for a large view. The whole view
     through Spark where the gate refuses it (``fastpath``), over SCAN_ROWS rows, with no keys, or
     with a float key (a NaN matches as Spark's ``<=>`` has it only there)."""
     from deltalake import DeltaTable
