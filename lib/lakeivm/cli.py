@@ -146,8 +146,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--remote", default=None, help="sc://host:port to listen on (default: the spark_remote setting or sc://127.0.0.1:15002)")
     p.set_defaults(func=_spark)
 
-    p = sub.add_parser("bench", help="benchmarks (JSON + PNG under bench-results/); `lakeivm bench SUITE --help`")
-    p.add_argument("suite", choices=[*BENCH_SUITES, "all"])
+    p = sub.add_parser("bench", help="benchmarks (JSON + PNG under bench-results/); `lakeivm bench SUITE --help`; "
+                                     "`record` and `render` keep results in docs/benchmarks.md")
+    p.add_argument("suite", choices=[*BENCH_SUITES, "all", *BENCH_TOOLS])
     p.add_argument("options", nargs=argparse.REMAINDER, help="the suite's own options")
     p.set_defaults(func=_bench)
     return parser
@@ -357,14 +358,21 @@ def _demo(args, settings: Settings) -> int:
 BENCH_SUITES = {"first-order": "first_order", "planner": "planner", "triangle": "triangle", "fivm": "fivm", "nested": "nested",
                 "join-sample": "join_sample", "warm": "warm", "latency": "latency", "auto": "auto", "log": "log",
                 "upstream": "upstream"}
+# Not suites: they keep results as records in docs/benchmarks/ and write docs/benchmarks.md from them.
+BENCH_TOOLS = {"record": "record", "render": "render"}
 
 
 def _bench(args, settings: Settings) -> int:
     import importlib
 
+    from lakeivm import bench
+
+    if args.suite in BENCH_TOOLS:
+        return importlib.import_module(f"lakeivm.bench.{BENCH_TOOLS[args.suite]}").main(args.options, settings)
     suites = BENCH_SUITES if args.suite == "all" else {args.suite: BENCH_SUITES[args.suite]}
     for name, module in suites.items():
         print(f"== lakeivm bench {name}", flush=True)
+        bench.invoked(name, args.options)
         status = importlib.import_module(f"lakeivm.bench.{module}").main(args.options, settings)
         if status:
             return status

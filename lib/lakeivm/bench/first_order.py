@@ -93,7 +93,7 @@ def _plot(results: dict, path: Path) -> None:
     ax.bar([i + 0.2 for i in x], [statistics.median(r["recompute_s"]) for r in runs], 0.4, label="recomputation")
     ax.set_xticks(list(x), labels)
     ax.set_ylabel("seconds per batch (median)")
-    ax.set_title(f"{results['view']}: first-order IVM vs recomputation ({results['machine']['cpus']} cores)")
+    ax.set_title(f"{results['view']}: first-order IVM vs recomputation ({results['machine']['cores']} cores)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -221,7 +221,7 @@ def _plot(results: dict, path: Path) -> None:
         ax.bar([i + (k - 2) * 0.16 for i in x], [r["median_s"].get(approach, 0.0) for r in runs], 0.16, label=label)
     ax.set_xticks(list(x), labels, fontsize=8)
     ax.set_ylabel("seconds per batch (median)")
-    ax.set_title(f"F-IVM vs first-order IVM vs recomputation ({results['machine']['cpus']} cores)")
+    ax.set_title(f"F-IVM vs first-order IVM vs recomputation ({results['machine']['cores']} cores)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -388,6 +388,6 @@ def _plot(results: dict, path: Path) -> None:
     ax_t.set_yscale("log")
     ax_t.axhline(PAPER_US_PER_INSERT, color="grey", linestyle=":", linewidth=1)
     warm = f", timed after {results.get('warm', 0):.0%} of the stream loaded" if results.get("warm") else ""
-    fig.suptitle(f"join-sample: RSJoin vs symmetric hash join vs re-sampling (pure Python, {results['machine']['cpus']} cores{warm})")
+    fig.suptitle(f"join-sample: RSJoin vs symmetric hash join vs re-sampling (pure Python, {results['machine']['cores']} cores{warm})")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

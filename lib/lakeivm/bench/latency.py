@@ -209,7 +209,7 @@ def _plot(results: dict, path: Path) -> None:
         ax.bar([i + offset for i in x], medians, 0.4, yerr=errors, capsize=3, label=label)
     ax.set_xticks(list(x), [f"{v['view']}\n({v['kind']})" for v in views])
     ax.set_ylabel("trigger -> visible, seconds (median, min-max)")
-    ax.set_title(f"on-demand refresh through Airflow, SF {results['scale']} ({results['machine']['cpus']} cores)")
+    ax.set_title(f"on-demand refresh through Airflow, SF {results['scale']} ({results['machine']['cores']} cores)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -109,6 +109,6 @@ def _plot(results: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.bar(list(labels.values()), [statistics.median(results[k]) for k in labels])
     ax.set_ylabel("seconds per refresh of the view (median)")
-    ax.set_title(f"a view over a view, TPC-H SF {results['scale']} ({results['machine']['cpus']} cores)")
+    ax.set_title(f"a view over a view, TPC-H SF {results['scale']} ({results['machine']['cores']} cores)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
