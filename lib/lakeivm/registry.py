@@ -21,6 +21,7 @@ from lakeivm.spec import (AVAILABLE_KINDS, FULL, GROUP_KINDS, KINDS, NAME_PATTER
                           Specs, ViewSpec, find_spec)
 from lakeivm.sql import (Query, compares_with_subquery, decorrelated_views, derived_views, grouped, parse_full, parse_query,
                          referenced_tables)
+from lakeivm.sql_functions import check_sql
 from lakeivm.views.join_sample.plan import plan_sample
 from lakeivm.views.nested.shape import diagnose, nested_shape
 from lakeivm.views.fivm.plan import build_plan, fit_query
@@ -70,6 +71,7 @@ def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] |
         raise SpecError("\n".join(f"{_where(source, e, lines or {})}: {_field(e)}: {e.message}" for e in errors))
     known = {"name", "sql", "deadline", "tick", "kind", "on_unreadable_changes", "nullable_keys", "max_pending_age", "description",
              "refresh_policy"}
+    check_sql(data["sql"], source)  # a function no view may call: the spec does not load
     return with_derived_views(ViewSpec(
         name=data["name"],
         sql=data["sql"],
@@ -198,9 +200,34 @@ def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
             clashing.add(spec.source)
     # A file with a clash loads none of its views: a view must not read a split view that is not its own.
     specs = {name: same[0] for name, same in loaded.items() if len(same) == 1 and same[0].source not in clashing}
+    specs, over_broken = _over_broken(specs, broken)
+    broken += over_broken
     specs, cyclic = link_upstreams(specs)
     broken += cyclic
     return Specs(specs, sorted(broken, key=lambda entry: entry.path), lake_schemas=read[0] if read else None)
+
+
+def _over_broken(specs: dict[str, ViewSpec], broken: list[BrokenSpec]) -> tuple[dict[str, ViewSpec], list[BrokenSpec]]:
+    """``specs`` less each view that reads a view whose spec does not load (a name its file declares),
+    directly or through other views: it cannot run either, and is listed saying which."""
+    unloaded = {entry.names[0]: (entry.names[0], entry) for entry in broken if _declares(entry.path, entry.names[0])}
+    out: list[BrokenSpec] = []
+    while reading := {name: read for name, spec in specs.items() for read in referenced_tables(spec.sql) if read in unloaded}:
+        for name, read in reading.items():
+            spec, (root, entry) = specs.pop(name), unloaded[read]
+            through = "" if read == root else f", which reads view {root!r}"
+            out.append(BrokenSpec(spec.source, f"{spec.source}: sql: reads view {read!r}{through}, whose spec does not load "
+                                  f"({entry.summary}); fix that spec first", (name,)))
+            unloaded[name] = (root, entry)
+    return specs, out
+
+
+def _declares(path: str, name: str) -> bool:
+    """Whether the spec file at ``path`` has the line ``name: <name>`` (not just that file name)."""
+    try:
+        return re.search(rf"^name:\s*[\"']?{re.escape(name)}\b", Path(path).read_text(), re.MULTILINE) is not None
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def link_upstreams(specs: Mapping[str, ViewSpec]) -> tuple[dict[str, ViewSpec], list[BrokenSpec]]:

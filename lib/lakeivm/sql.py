@@ -24,7 +24,7 @@ from sqlglot.optimizer.qualify import qualify
 
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.columns import MULTIPLICITY
-from lakeivm.sql_functions import RECOMPUTE_ALLOWED, check_functions
+from lakeivm.sql_functions import GENERATORS, check_functions, group, spark_name
 
 DIALECT = "spark"
 COUNT = "_lakeivm_count"
@@ -395,7 +395,7 @@ def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str =
     """Parse any one Spark SQL query over lake tables for the full kind, which recomputes it on the
     pinned snapshots: outer joins, set operations, CTEs, window functions, DISTINCT, HAVING, ORDER BY
     ... LIMIT. Refused, naming the line: anything but one query, unknown tables or columns, functions
-    outside the vetted deterministic built-ins, ``${...}``, scripts, samples, parameters, and result
+    a view may not call (``lakeivm.sql_functions``), ``${...}``, scripts, samples, parameters, and result
     columns a Delta table cannot hold (an unnamed expression, a name given twice).
 
     The Query's relations are its base tables, one each (alias = table name: ``as_written`` swaps
@@ -406,7 +406,7 @@ def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str =
         raise UnsupportedQuery(f"{source}: line {_line(tree, sql)}: a view is one query (SELECT, set operations, WITH), "
                                f"got {_what(tree)}")
     _reject_unsafe(tree, sql, source)
-    check_functions(tree, sql, source, RECOMPUTE_ALLOWED)
+    check_functions(tree, sql, source)
     for query in tree.find_all(exp.Query):
         if query.args.get("limit") and not query.args.get("order"):
             raise UnsupportedQuery(f"{source}: line {_line(query.args['limit'], sql)}: LIMIT without ORDER BY keeps arbitrary rows, "
@@ -1005,15 +1005,19 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
                 "a RIGHT JOIN that is the query's only join, and a FULL JOIN that is its first, followed by inner "
                 "joins only, are maintained incrementally."
             )
-    for agg in tree.find_all(exp.AggFunc):
-        if type(agg) not in _AGGREGATES:
+    for call in tree.find_all(exp.Func):
+        name = spark_name(call, sql)
+        if type(call) not in _AGGREGATES and (isinstance(call, exp.AggFunc) or group(name or "") == "agg_funcs"):
             raise UnsupportedQuery(
-                f"{source}: line {_line(agg, sql)}: aggregate {agg.sql(DIALECT)} is not supported; "
-                "use SUM, COUNT, AVG, MIN or MAX."
+                f"{source}: line {_line(call, sql)}: aggregate {call.sql(DIALECT)} is not maintained incrementally; "
+                "SUM, COUNT, AVG, MIN, MAX and COUNT(DISTINCT e) are (refresh_policy auto recomputes the view in full)."
             )
-        if agg.find(exp.Distinct) and not _count_distinct(agg):
-            raise UnsupportedQuery(f"{source}: line {_line(agg, sql)}: DISTINCT inside {agg.key.upper()} is not supported "
+        if type(call) in _AGGREGATES and call.find(exp.Distinct) and not _count_distinct(call):
+            raise UnsupportedQuery(f"{source}: line {_line(call, sql)}: DISTINCT inside {call.key.upper()} is not supported "
                                    "(COUNT(DISTINCT e) of one expression is).")
+        if name in GENERATORS:
+            raise UnsupportedQuery(f"{source}: line {_line(call, sql)}: generator {name}() (rows per input row) is not "
+                                   "maintained incrementally (refresh_policy auto recomputes the view in full).")
     check_functions(tree, sql, source)
 
 
