@@ -9,6 +9,10 @@
   view schema in docs/reference/spec.md;
 - every relative Markdown link resolves to a file, and its ``#anchor`` to a heading there;
 - README.md is a front page: at most 10,000 bytes, with the two commands ``make demo`` and ``make test``.
+- no module under lib/, dags/ or jobs/ cites the digests, and every ``docs/...md`` page (and heading) it
+  cites exists;
+- docs/benchmarks.md is what ``lakeivm bench render`` writes from the records in docs/benchmarks/, and
+  every record names its command, date, commit and machine.
 """
 from __future__ import annotations
 
@@ -26,9 +30,11 @@ import jsonschema
 import pytest
 import yaml
 
+from lakeivm.registry import spec_schema
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-SCHEMA = ROOT / "schemas" / "view.schema.json"
+SCHEMA = ROOT / "schemas" / "view.schema.json"  # the common fields; lakeivm.registry.spec_schema adds the kinds' options
 CLI_DOC = ROOT / "docs" / "reference" / "cli.md"
 SPEC_DOC = ROOT / "docs" / "reference" / "spec.md"
 PAGES = sorted([README, ROOT / "CHANGELOG.md", *(ROOT / "docs").rglob("*.md")])
@@ -162,7 +168,7 @@ def test_every_cli_command_option_and_choice_is_in_the_cli_reference():
 
 def test_every_spec_field_is_in_the_spec_reference():
     text = SPEC_DOC.read_text()
-    fields = json.loads(SCHEMA.read_text())["properties"]
+    fields = spec_schema()["properties"]  # the common fields and every kind's options
     missing = [name for name in fields if f"`{name}`" not in text]
     assert not missing, f"{SPEC_DOC.relative_to(ROOT)} does not document the fields {missing}"
 
@@ -180,6 +186,51 @@ def test_relative_links_resolve(page: Path):
         elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
             broken.append(f"{target} (no heading #{anchor} in {file.relative_to(ROOT)})")
     assert not broken, f"{page.relative_to(ROOT)}: broken links: {broken}"
+
+
+CODE = sorted(path for folder in ("lib", "dags", "jobs") for path in (ROOT / folder).rglob("*.py"))
+DIGEST = re.compile(r"\bdigest\s*(§|[PT]\d)|\bthe digest\b")
+CITED_PAGE = re.compile(r"\bdocs/[\w./-]+?\.md(?:#[\w-]+)?")
+RECORDS = ROOT / "docs" / "benchmarks"
+
+
+def test_no_module_cites_the_digest():
+    """The implementers' digests are not in the repository: code cites the papers' sections and docs/."""
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in CODE
+             for number, line in enumerate(path.read_text().splitlines(), 1) if DIGEST.search(line)]
+    assert not found, f"cite the paper's section or the docs/ page that says it in our words: {found}"
+
+
+def test_docs_pages_cited_in_the_code_exist():
+    cited = {match.group(0) for path in CODE for match in CITED_PAGE.finditer(path.read_text())}
+    assert len(cited) >= 10, "guards the check from passing on an empty harvest"
+    broken = []
+    for target in sorted(cited):
+        page, _, anchor = target.partition("#")
+        if not (ROOT / page).is_file():
+            broken.append(f"{target} (no file)")
+        elif anchor and anchor not in _anchors(ROOT / page):
+            broken.append(f"{target} (no heading #{anchor})")
+    assert not broken, f"the code cites docs that do not exist: {broken}"
+
+
+def test_benchmarks_page_is_rendered_from_the_records():
+    from lakeivm.bench.render import load_records, render
+
+    page = ROOT / "docs" / "benchmarks.md"
+    assert page.read_text() == render(load_records(RECORDS)), (
+        "docs/benchmarks.md is generated: change a record in docs/benchmarks/ (or `lakeivm bench record`), "
+        "then run `lakeivm bench render`")
+
+
+@pytest.mark.parametrize("record", sorted(RECORDS.glob("*.json")), ids=lambda p: p.name)
+def test_every_benchmark_record_names_its_command_date_commit_and_machine(record: Path):
+    from lakeivm.bench.render import check_record
+
+    data = json.loads(record.read_text())
+    assert not check_record(data), f"{record.relative_to(ROOT)}: {check_record(data)}"
+    if data.get("png"):
+        assert (RECORDS / data["png"]).is_file(), f"{record.relative_to(ROOT)}: no plot {data['png']}"
 
 
 def _links(page: Path) -> list[str]:
@@ -235,4 +286,4 @@ def _is_view_spec(data: object) -> bool:
 
 
 def _validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
+    return jsonschema.Draft202012Validator(spec_schema())

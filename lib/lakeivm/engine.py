@@ -20,7 +20,7 @@ from lakeivm.lake import WRITER_TAG, Lake
 from lakeivm.spec import FULL, ViewSpec, find_spec
 from lakeivm.spec_cache import cached_specs
 from lakeivm.spark import deployment
-from lakeivm.upstream import MAINTAINERS, InjectedFailure, maintainer_for, prepare, reader, schemas_for  # noqa: F401 -- the run's API
+from lakeivm.upstream import InjectedFailure, prepare, reader, schemas_for  # noqa: F401 -- the run's API
 from lakeivm.views.base import Context, Maintainer, bag
 
 if TYPE_CHECKING:
@@ -177,6 +177,8 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
         same = [r for r in committed if r.fingerprint in (None, definition)]  # not costs of an earlier definition
         choice = _auto_mode(ctx, _kind(maintainer), same, own, mode, pending, plan, in_full)
         if choice.full:
+            from lakeivm.kinds import maintainer_for
+
             return _recompute(ctx, maintainer_for(FULL), seq, mode, started, progress, choice.reason)
         if in_full:
             return _bootstrap(ctx, maintainer, seq, "rebuild", choice.reason, started, progress)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lakeivm.spec import FULL
+
 if TYPE_CHECKING:
     from lakeivm.lake import Lake
     from lakeivm.spec import ViewSpec
@@ -10,10 +12,11 @@ if TYPE_CHECKING:
 
 def explain(lake: Lake, spec: ViewSpec) -> str:
     """The lines ``lakeivm explain`` prints: the policy's choice, the views it reads or that were
-    split off it, why it is not incremental, and for fivm its view tree (F-IVM §3), for nested the
-    general algorithm's plan or the shipped shape (RPAI §4)."""
+    split off it, why it is not incremental, the kind's plan (``Kind.describe``: fivm's view tree, the
+    nested kind's index plan) and why the kinds ahead of it in order did not take it."""
     from lakeivm.engine import schemas_for
-    from lakeivm.registry import choose, why_not_fivm
+    from lakeivm.kinds import kind
+    from lakeivm.registry import choose, why_not
 
     choice = choose(spec, schemas_for(lake, spec))
     lines = [f"{spec.name}: refresh policy {spec.refresh_policy}: {choice.mode}, kind {choice.kind}"]
@@ -33,17 +36,9 @@ def explain(lake: Lake, spec: ViewSpec) -> str:
     if choice.why_full:  # the construct that keeps it from incremental maintenance (or the policy)
         lines.append(f"not incremental: {choice.why_full}")
     lines.extend(choice.query.notes)
-    if choice.kind == "fivm":  # the view tree: each view's keys, what it sums out, stored or not
-        from lakeivm.views.fivm.plan import build_plan, describe
-
-        lines.append(describe(build_plan(choice.query, spec.options)))
-    elif choice.kind == "nested":
-        from lakeivm.views.nested.general import describe as describe_general
-        from lakeivm.views.nested.shape import nested_shape
-
-        shape = nested_shape(choice.query)
-        lines.append(describe_general(shape.plan) if shape.plan is not None else
-                     f"nested, the shipped shape {shape.name} (RPAI §4.3-4.7): an ordered aggregate index, O(log n) per change")
-    elif choice.kind == "first_order" and (reason := why_not_fivm(spec, choice.query)):
-        lines.append(f"not fivm: {reason}")
+    describe = kind(choice.kind).describe
+    if describe is not None and (plan := describe(spec, choice.query)):  # e.g. fivm's view tree, nested's index plan
+        lines.append(plan)
+    if choice.kind != FULL:
+        lines.extend(why_not(spec, choice.query, choice.kind))
     return "\n".join(lines)

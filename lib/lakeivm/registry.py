@@ -17,15 +17,13 @@ import yaml
 
 from lakeivm import storage
 from lakeivm.errors import LakeIVMError, SpecError, UnsupportedQuery
-from lakeivm.spec import (AVAILABLE_KINDS, FULL, GROUP_KINDS, KINDS, NAME_PATTERN, REFRESH_POLICIES, SCHEMA_PATH, BrokenSpec,  # noqa: F401
+from lakeivm.kinds import BY_NAME, FIRST_ORDER, INCREMENTAL, JOIN_SAMPLE, Kind, kind_options, owner_of
+from lakeivm.spec import (FULL, NAME_PATTERN, REFRESH_POLICIES, SCHEMA_PATH, BrokenSpec,  # noqa: F401
                           Specs, ViewSpec, find_spec)
 from lakeivm.sql import (Query, compares_with_subquery, decorrelated_views, derived_views, grouped, parse_full, parse_query,
                          referenced_tables)
 from lakeivm.sql_functions import check_sql
-from lakeivm.views.join_sample.plan import plan_sample
-from lakeivm.views.nested.shape import diagnose, nested_shape
-from lakeivm.views.fivm.plan import build_plan, fit_query
-from lakeivm.views.triangle.shape import triangle_shape
+from lakeivm.views.nested.shape import nested_shape
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -88,9 +86,19 @@ def spec_from_dict(data: Any, source: str = "<spec>", lines: Mapping[str, int] |
 
 
 @functools.cache
+def spec_schema() -> dict[str, Any]:
+    """The view spec's JSON schema: the common fields of ``schemas/view.schema.json``, the kinds' names
+    and each kind's options (``lakeivm.kinds``)."""
+    schema = json.loads(SCHEMA_PATH.read_text())
+    schema["properties"]["kind"] = {**schema["properties"]["kind"], "enum": [k.name for k in INCREMENTAL]}
+    schema["properties"].update(kind_options())
+    return schema
+
+
+@functools.cache
 def _validator() -> jsonschema.Draft202012Validator:
-    """The view spec's JSON schema validator, read once per process."""
-    return jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
+    """The view spec's JSON schema validator, built once per process."""
+    return jsonschema.Draft202012Validator(spec_schema())
 
 
 def with_derived_views(spec: ViewSpec, schemas: Callable[[], Mapping[str, Mapping[str, str]]] | None = None) -> ViewSpec:
@@ -258,9 +266,8 @@ def link_upstreams(specs: Mapping[str, ViewSpec]) -> tuple[dict[str, ViewSpec], 
     return {name: linked[name] for name in specs if name in linked}, broken
 
 
-FIVM_OPTIONS = frozenset({"features", "label", "updatable"})  # spec options only the fivm kind reads
 # Options that shape an incremental kind's state: a view that has them is never recomputed in full instead.
-KIND_OPTIONS = FIVM_OPTIONS | {"sample_size", "seed", "foreign_keys", "epsilon", "variable_order"}
+KIND_OPTIONS = frozenset(kind_options()) | {"seed"}
 
 
 @dataclass(frozen=True)
@@ -329,102 +336,63 @@ def _asked_kind(spec: ViewSpec) -> str | None:
 
 
 def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[str, Query]:
+    """The kind ``spec`` names, or the first in ``lakeivm.kinds`` order that claims it, and the query it
+    maintains; UnsupportedQuery naming the construct or option that prevents it."""
     query = parse_query(spec.sql, schemas, source=spec.source)
     if _is_projection(spec, query):  # rows with multiplicities, kept by first_order
         query = grouped(query, spec.source)
         if spec.kind not in (None, "first_order"):
             raise UnsupportedQuery(f"{spec.source}: kind {spec.kind} needs aggregates; a projection without them is kept "
                                    "by kind first_order (each distinct row and its multiplicity). Remove `kind:`.")
-    kind = spec.kind or _default_kind(spec, query)
-    if kind not in AVAILABLE_KINDS:
-        raise UnsupportedQuery(
-            f"{spec.source}: kind {kind!r} is not available in this version of lakeivm "
-            f"(available: {', '.join(AVAILABLE_KINDS)})."
-        )
-    only_first_order = "a query over UNION ALL" if query.branches else query.outer[0].construct if query.outer else None
-    if only_first_order and kind != "first_order":
-        raise UnsupportedQuery(f"{spec.source}: {only_first_order} is maintained by kind first_order, not by kind {kind}; "
+    if spec.kind is not None and spec.kind not in BY_NAME:
+        raise UnsupportedQuery(f"{spec.source}: kind {spec.kind!r} is not available in this version of lakeivm "
+                               f"(available: {', '.join(k.name for k in INCREMENTAL)}).")
+    kind = BY_NAME[spec.kind] if spec.kind else _default_kind(spec, query)
+    only_set_kinds = "a query over UNION ALL" if query.branches else query.outer[0].construct if query.outer else None
+    if only_set_kinds and not kind.set_operations:
+        owners = " or ".join(k.name for k in INCREMENTAL if k.set_operations)
+        raise UnsupportedQuery(f"{spec.source}: {only_set_kinds} is maintained by kind {owners}, not by kind {kind.name}; "
                                "remove `kind:` (and the kind's options)")
-    if kind == "first_order":
-        _check_first_order(spec, query)
-    if kind == "fivm":
-        query = _check_fivm(spec, query, schemas)
-    elif FIVM_OPTIONS & set(spec.options):
-        raise UnsupportedQuery(f"{spec.source}: {'/'.join(sorted(FIVM_OPTIONS & set(spec.options)))} need kind fivm, "
-                               f"not {kind}; remove `kind:` (or the option).")
-    if kind == "triangle" and triangle_shape(query) is None:
-        raise UnsupportedQuery(
-            f"{spec.source}: kind triangle needs a triangle count: SELECT COUNT(*) over three relations joined "
-            "in a cycle R(a,b), S(b,c), T(c,a) (or one edge table joined with itself so), with no filters "
-            "or GROUP BY. Remove `kind: triangle` to let the classifier choose."
-        )
-    if "foreign_keys" in spec.options and kind != "join_sample":
-        raise UnsupportedQuery(f"{spec.source}: foreign_keys need a join_sample view (sample_size: k), not kind {kind}; "
-                               "remove the option.")
-    if kind == "join_sample":
-        plan_sample(query, spec.options, spec.source)  # raises UnsupportedQuery naming the construct
-    if kind == "nested":
-        shape = nested_shape(query)
-        if shape is None:
-            raise UnsupportedQuery(f"{spec.source}: kind nested: {diagnose(query)}.")
-        inexact = shape.plan.inexact(schemas) if shape.plan is not None else None
-        if inexact:
-            raise UnsupportedQuery(f"{spec.source}: kind nested: {inexact}.")
-    if spec.upstreams and kind not in GROUP_KINDS:
-        raise UnsupportedQuery(f"{spec.source}: a view over views ({', '.join(spec.upstreams)}) is maintained by kinds first_order "
-                               f"and fivm, not by kind {kind}; under refresh_policy auto it is recomputed in full.")
-    if query.limit is not None and kind not in GROUP_KINDS:
-        raise UnsupportedQuery(f"{spec.source}: ORDER BY ... LIMIT (a top-k) is maintained over the groups of kinds first_order "
-                               f"and fivm, not by kind {kind}.")
-    return kind, query
+    foreign = sorted(option for option in spec.options if (owner := owner_of(option)) is not None and owner is not kind)
+    if foreign:
+        owner = owner_of(foreign[0])
+        needs = ("need a join_sample view (sample_size: k)" if owner is JOIN_SAMPLE and "sample_size" not in spec.options
+                 else f"need kind {owner.name}")
+        raise UnsupportedQuery(f"{spec.source}: {'/'.join(foreign)} {needs}, not kind {kind.name}; remove `kind:` (or the option).")
+    query = kind.fit(spec, query, schemas)
+    if spec.upstreams and not kind.per_group:
+        raise UnsupportedQuery(f"{spec.source}: a view over views ({', '.join(spec.upstreams)}) is maintained by kinds "
+                               f"{_per_group()}, not by kind {kind.name}; under refresh_policy auto it is recomputed in full.")
+    if query.limit is not None and not kind.per_group:
+        raise UnsupportedQuery(f"{spec.source}: ORDER BY ... LIMIT (a top-k) is maintained over the groups of kinds "
+                               f"{_per_group()}, not by kind {kind.name}.")
+    return kind.name, query
+
+
+def _per_group() -> str:
+    return " and ".join(k.name for k in INCREMENTAL if k.per_group)
 
 
 def _is_projection(spec: ViewSpec, query: Query) -> bool:
-    """A select-project-join without aggregates or GROUP BY that no sample option claims."""
+    """A select-project-join without aggregates or GROUP BY that no kind's option claims (a sample, a regression)."""
     return (not query.aggregates and not query.group_keys and not query.has_subquery and spec.kind != "join_sample"
-            and not ({"sample_size"} | FIVM_OPTIONS) & set(spec.options))
+            and not any(k.claims(spec, query) for k in INCREMENTAL if not k.set_operations and set(k.options) & set(spec.options)))
 
 
-def _default_kind(spec: ViewSpec, query: Query) -> str:
-    if "sample_size" in spec.options:
-        return "join_sample"
-    if query.has_subquery:
-        return "nested"
-    if query.implicit_keys == "projection" or query.outer or query.branches:
-        return "first_order"
-    if triangle_shape(query) is not None:
-        return "triangle"
-    if FIVM_OPTIONS & set(spec.options) or why_not_fivm(spec, query) is None:
-        return "fivm"
-    return "first_order"
+def _default_kind(spec: ViewSpec, query: Query) -> Kind:
+    """The first kind in ``lakeivm.kinds`` order that claims the view."""
+    return next(candidate for candidate in INCREMENTAL if candidate.claims(spec, query))
 
 
-def why_not_fivm(spec: ViewSpec, query: Query) -> str | None:
-    """Why F-IVM cannot maintain the view (it then defaults to first_order), or None if it can."""
-    try:
-        build_plan(query, spec.options)
-    except UnsupportedQuery as err:
-        return str(err)
-    return None
-
-
-def _check_fivm(spec: ViewSpec, query: Query, schemas: Mapping[str, Mapping[str, str]]) -> Query:
-    try:
-        query = fit_query(query, spec.options, schemas)
-        build_plan(query, spec.options)
-    except UnsupportedQuery as err:
-        raise UnsupportedQuery(f"{spec.source}: kind fivm: {err}") from err
-    return query
-
-
-def _check_first_order(spec: ViewSpec, query: Query) -> None:
-    if query.has_subquery:
-        raise UnsupportedQuery(f"{spec.source}: first_order cannot maintain a nested subquery; it needs the nested kind.")
-    if not query.aggregates and not query.group_keys:
-        raise UnsupportedQuery(
-            f"{spec.source}: a first_order view needs aggregates (SUM/COUNT/AVG with or without GROUP BY) or GROUP BY; "
-            "a plain join is kept as a sample with sample_size."
-        )
+def why_not(spec: ViewSpec, query: Query, chosen: str) -> list[str]:
+    """For ``lakeivm explain``: why each kind ahead of ``chosen`` that says so did not take the view."""
+    lines = []
+    for candidate in INCREMENTAL:
+        if candidate.name == chosen:
+            break
+        if candidate.why_not is not None and (reason := candidate.why_not(spec, query)):
+            lines.append(f"not {candidate.name}: {reason}")
+    return lines
 
 
 def _yaml_problem(path: Path, err: yaml.YAMLError) -> str:

@@ -15,9 +15,6 @@ from lakeivm.config import SCHEMAS
 from lakeivm.errors import SpecError, UnknownView
 
 SCHEMA_PATH = SCHEMAS / "view.schema.json"
-KINDS = ("first_order", "fivm", "triangle", "nested", "join_sample")  # the incremental kinds (spec `kind:`)
-AVAILABLE_KINDS = ("first_order", "triangle", "join_sample", "nested", "fivm")
-GROUP_KINDS = ("first_order", "fivm")  # the kinds that keep a state per group: top-k and views over views
 FULL = "full"  # the kind that recomputes the SQL on the pinned snapshots (refresh_policy: full, or auto's fallback)
 REFRESH_POLICIES = ("auto", "incremental", "full")
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,62}")  # = the schema's name pattern (a test checks they agree)

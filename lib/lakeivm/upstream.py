@@ -22,7 +22,6 @@ maintainer (``prepare``, ``reader``) lives here too, below the engine that runs 
 """
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -40,24 +39,14 @@ if TYPE_CHECKING:
     from lakeivm.lake import Lake
     from lakeivm.spec import ViewSpec
 
-# kind -> "module:class" of its maintainer, imported on first use (keeps DAG parsing light).
-MAINTAINERS: dict[str, str] = {
-    "first_order": "lakeivm.views.first_order:FirstOrderMaintainer",
-    "triangle": "lakeivm.views.triangle.maintainer:TriangleMaintainer",
-    "fivm": "lakeivm.views.fivm.maintainer:FivmMaintainer",
-    "nested": "lakeivm.views.nested.maintainer:NestedMaintainer",
-    "join_sample": "lakeivm.views.join_sample.maintainer:JoinSampleMaintainer",
-    "full": "lakeivm.views.full.maintainer:FullMaintainer",
-}
-
-
 class InjectedFailure(LakeIVMError):
     """Raised by fault-injection tests at a named point of a run."""
 
 
 def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Context, Maintainer]:
     """Classify the view and build the run's context (pins and watermarks filled by the run)."""
-    from lakeivm.registry import choose  # here, not above: a run with nothing to do parses no SQL (lakeivm.spec)
+    from lakeivm.kinds import maintainer_for  # here, not above: a run with nothing to do parses no SQL (lakeivm.spec)
+    from lakeivm.registry import choose
 
     choice = choose(spec, schemas_for(lake, spec))
 
@@ -73,6 +62,7 @@ def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Con
 def reader(lake: Lake, spec: ViewSpec, row: LogRow | None) -> tuple[Context, Maintainer]:
     """The context and the maintainer of the result ``row`` committed: the view's kind, or the full
     kind (its query: the SQL as written) where auto recomputed that run in full."""
+    from lakeivm.kinds import maintainer_for
     from lakeivm.sql import parse_full
 
     ctx, maintainer = prepare(lake, spec)
@@ -92,14 +82,6 @@ def schemas_for(lake: Lake, spec: ViewSpec) -> dict[str, dict[str, str]]:
         raise LakeIVMError(f"{spec.source}: {', '.join(both)} is both a lake table and a view; rename the view "
                            f"or the table so that the view's FROM names one thing.")
     return {**tables, **{name: schema(lake, up) for name, up in spec.upstreams.items()}}
-
-
-def maintainer_for(kind: str) -> Maintainer:
-    """A fresh maintainer of ``kind`` (see MAINTAINERS)."""
-    module, name = MAINTAINERS[kind].split(":")
-    maintainer = getattr(importlib.import_module(module), name)()
-    maintainer.kind = kind
-    return maintainer
 
 
 @dataclass(frozen=True, eq=False)
