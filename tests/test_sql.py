@@ -258,8 +258,9 @@ def test_aggregating_ctes_and_derived_tables_split_off_as_views():
     assert views == {"v__r": "SELECT a, SUM(x) AS s FROM t GROUP BY a"}
     sql, views = derived_views("SELECT COUNT(*) AS n FROM (SELECT a FROM t WHERE x > 0) AS d", name)  # plain: merged later
     assert views == {}
-    kept = "WITH p AS (SELECT a FROM t) SELECT n FROM (SELECT a, COUNT(*) AS n FROM p GROUP BY a) AS d"  # reads a CTE kept in place
-    assert derived_views(kept, name) == (kept, {})
+    kept = "WITH p AS (SELECT a FROM t) SELECT n FROM (SELECT a, COUNT(*) AS n FROM p GROUP BY a) AS d"  # carries the CTE it reads
+    assert derived_views(kept, name) == ("SELECT n FROM v__d AS d",
+                                         {"v__d": "WITH p AS (SELECT a FROM t) SELECT a, COUNT(*) AS n FROM p GROUP BY a"})
     assert derived_views("SELECT n FROM (SELECT a, COUNT(*) AS n FROM t GROUP BY a) AS d", lambda alias: None)[1] == {}
     nested = "SELECT n FROM (SELECT a, COUNT(*) AS n FROM (SELECT b AS a, SUM(x) AS s FROM t GROUP BY b) AS i GROUP BY a) AS d"
     assert list(derived_views(nested, name)[1]) == ["v__d"]  # i is v__d's own, split when v__d is (registry)

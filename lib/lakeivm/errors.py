@@ -83,3 +83,19 @@ def _remote() -> str:
         return load_settings().spark_remote or "(none set)"
     except ValueError:  # a broken setting: the CLI said so before it ran anything
         return "(unreadable settings)"
+
+
+def analysis_error(err: BaseException) -> str | None:
+    """Spark's failure to analyse a query (an ``AnalysisException``, classic or Connect) as one line:
+    its error class and first sentence, without the plan Spark appends; None for any other error.
+
+    >>> class AnalysisException(Exception): pass
+    >>> analysis_error(AnalysisException("[TABLE_OR_VIEW_NOT_FOUND] The table `s1` cannot be found. Verify the "
+    ...                                  "spelling. SQLSTATE: 42P01; line 1 pos 40;\\n'Aggregate [k]"))
+    '[TABLE_OR_VIEW_NOT_FOUND] The table `s1` cannot be found.'
+    """
+    if not any(cls.__name__ == "AnalysisException" for cls in type(err).__mro__):
+        return None
+    text = str(err).strip()
+    first = text.splitlines()[0] if text else type(err).__name__
+    return re.split(r"(?<=\.) (?=[A-Z])| SQLSTATE: |; line \d+ pos \d+", first)[0]

@@ -440,15 +440,17 @@ def _read_as(source: exp.Expression, name: str) -> None:
 
 def derived_views(sql: str, name_of: Callable[[str], str | None],
                   schemas: Mapping[str, Mapping[str, str]] | None = None) -> tuple[str, dict[str, str]]:
-    """The aggregating CTEs and derived tables of ``sql`` (``WITH d AS (SELECT ... GROUP BY ...)``,
-    ``FROM (SELECT ... GROUP BY ...) AS d``) as views of their own, and ``sql`` reading those views.
+    """The aggregating or windowed CTEs and derived tables of ``sql`` (``WITH d AS (SELECT ... GROUP
+    BY ...)``, ``FROM (SELECT ..., ROW_NUMBER() OVER (...) ...) AS d``) as views of their own, and
+    ``sql`` reading those views.
 
     An aggregate over an aggregate (TPC-H Q13) or an aggregated CTE (Q15) is then a view over views
     (``lakeivm.upstream``): the inner aggregate is maintained by its own kind, and the outer query
     reads its changes, the signed difference of its results. Neither is ever correlated (a FROM item
-    cannot see the query around it), so the split is exact. ``name_of(alias)`` names the view of
-    derived table ``alias`` (None: keep it in place); one whose SELECT reads a CTE kept in place
-    stays too. Returns ``(sql, {view name: its SELECT})``; ``({sql}, {})`` when nothing splits off.
+    cannot see the query around it), so the split is exact. A split view carries the CTEs kept in
+    place that it reads, as a WITH of its own (``_with_ctes``); those the query no longer reads are
+    dropped. ``name_of(alias)`` names the view of derived table ``alias`` (None: keep it in place).
+    Returns ``(sql, {view name: its SELECT})``; ``({sql}, {})`` when nothing splits off.
 
     With the tables' ``schemas`` ({table: {column: type}}), a scalar subquery left in a comparison is
     also decorrelated (``_split_subqueries``): the query is qualified first when one of its columns
@@ -495,32 +497,29 @@ def _derived_views(sql: str, name_of: Callable[[str], str | None], decorrelate: 
         return sql, {}
     views: dict[str, exp.Select] = {}  # each split view's SELECT, detached from the query
     with_ = tree.args.get("with_") or tree.args.get("with")
-    kept_ctes = set()
+    kept: dict[str, exp.CTE] = {}  # the CTEs left in place, in order: a split view carries those it reads
     for cte in list(with_.expressions if with_ is not None and not with_.args.get("recursive") else ()):
-        name = name_of(cte.alias_or_name) if _aggregates_alone(cte.this) else None
+        name = name_of(cte.alias_or_name) if _splits_off(cte.this) else None
         if name is None:
-            kept_ctes.add(cte.alias_or_name)
+            kept[cte.alias_or_name] = cte
             continue
-        views[name] = cte.this.copy()  # as written: the renames below must not reach a table the CTE shadows
+        views[name] = _with_ctes(cte.this.copy(), kept)  # as written: the renames below must not reach a table the CTE shadows
         for table in list(tree.find_all(exp.Table)):
             if table.name == cte.alias_or_name and not table.db:
                 _read_as(table, name)
         cte.pop()
-    if with_ is not None and not with_.expressions:
-        with_.pop()
     for derived in list(tree.find_all(exp.Subquery)):
         if derived.root() is not tree:  # inside a derived table split off already: that view splits it in turn
             continue
-        if not isinstance(derived.parent, (exp.From, exp.Join)) or not derived.alias or not _aggregates_alone(derived.this):
-            continue
-        if any(t.name in kept_ctes and not t.db for t in derived.this.find_all(exp.Table)):
+        if not isinstance(derived.parent, (exp.From, exp.Join)) or not derived.alias or not _splits_off(derived.this):
             continue
         name = name_of(derived.alias)
         if name is not None:
-            views[name] = derived.this
+            views[name] = _with_ctes(derived.this, kept)
             _read_as(derived, name)
-    _split_subqueries(tree, views, kept_ctes, name_of, decorrelate)
+    _split_subqueries(tree, views, kept, name_of, decorrelate)
     tree = _split_having(tree, views, name_of) or tree
+    _drop_unread_ctes(tree)
     return (tree.sql(dialect=DIALECT), {name: body.sql(dialect=DIALECT) for name, body in views.items()}) if views else (sql, {})
 
 
@@ -594,7 +593,7 @@ def _split_having(tree: exp.Select, views: dict[str, exp.Select], name_of: Calla
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 
-def _split_subqueries(tree: exp.Select, views: dict[str, exp.Select], kept_ctes: set[str],
+def _split_subqueries(tree: exp.Select, views: dict[str, exp.Select], kept: Mapping[str, exp.CTE],
                       name_of: Callable[[str], str | None], decorrelate: bool = False) -> None:
     """Aggregating subqueries of ``tree`` as views of their own (``derived_views``):
 
@@ -629,7 +628,7 @@ def _split_subqueries(tree: exp.Select, views: dict[str, exp.Select], kept_ctes:
         if node.root() is not tree or not isinstance(select, exp.Select) or len(select.expressions) != 1:
             continue  # inside a subquery split off already: that view splits it in turn
         tables = list(select.find_all(exp.Table))
-        if select.args.get("with_") or any(t.name in kept_ctes and not t.db for t in tables):
+        if select.args.get("with_"):
             continue
         if not _aggregates_alone(select):  # a semi-join, unless first_order cannot join it as one: its own view then
             if scalar or not decorrelate or not (select.args.get("joins") or select.find(exp.Subquery)) or _refers_outside(select):
@@ -664,7 +663,7 @@ def _split_subqueries(tree: exp.Select, views: dict[str, exp.Select], kept_ctes:
         if keys:
             select.set("where", where)
             select.set("group", exp.Group(expressions=[inner.copy() for inner, _ in keys]))
-        views[name] = select
+        views[name] = _with_ctes(select, kept)
         if scalar:
             sub.replace(exp.column(column, table=name))
             if keys:
@@ -740,6 +739,49 @@ def _own_columns(select: exp.Select, tables: list[exp.Table], known: Mapping[str
     unqualified = {c.name for c in select.find_all(exp.Column) if not c.table}
     columns = [known.get(t.name) for t in tables]
     return not unqualified or (bool(columns) and all(columns) and unqualified <= set().union(*columns))
+
+
+def _splits_off(select: exp.Expression) -> bool:
+    """A CTE's or derived table's SELECT that is a view of its own (``derived_views``): it aggregates
+    (``_aggregates_alone``) or has a window function of its own."""
+    return _aggregates_alone(select) or (isinstance(select, exp.Select) and any(
+        window.find_ancestor(exp.Subquery) is None for window in select.copy().find_all(exp.Window)))
+
+
+def _with_ctes(select: exp.Select, ctes: Mapping[str, exp.CTE]) -> exp.Select:
+    """``select`` (a split view's body) with a WITH of the CTEs of ``ctes`` that it reads, directly or
+    through one another, in their order: the view is its SQL's own CTE with the CTEs it needs."""
+    needed: set[str] = set()
+    pending: list[exp.Expression] = [select]
+    while pending:
+        for table in pending.pop().find_all(exp.Table):
+            if not table.db and table.name in ctes and table.name not in needed:
+                needed.add(table.name)
+                pending.append(ctes[table.name].this)
+    if not needed:
+        return select
+    carried = [ctes[name].copy() for name in ctes if name in needed]
+    own = select.args.get("with_")
+    select.set("with_", exp.With(expressions=[*carried, *(own.expressions if own else [])]))
+    return select
+
+
+def _drop_unread_ctes(tree: exp.Select) -> None:
+    """Remove the CTEs of ``tree`` that its query no longer reads (each it read was split off as a view,
+    which carries what it reads: ``_with_ctes``), and the WITH once empty."""
+    with_ = tree.args.get("with_")
+    if with_ is None:
+        return
+    ctes = {cte.alias_or_name: cte for cte in with_.expressions}
+    body = tree.copy()
+    body.set("with_", None)
+    read = _with_ctes(body, ctes).args.get("with_")
+    names = {cte.alias_or_name for cte in read.expressions} if read is not None else set()
+    for name, cte in ctes.items():
+        if name not in names:
+            cte.pop()
+    if not with_.expressions:
+        with_.pop()
 
 
 def _aggregates_alone(select: exp.Expression) -> bool:

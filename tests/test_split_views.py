@@ -1,0 +1,84 @@
+"""Chains of CTEs split into views of their own (``lakeivm.sql.derived_views``, issue 52 item 1): an
+aggregating or windowed CTE that reads earlier CTEs is split off as ``<view>__<cte>`` carrying the
+CTEs it reads, and it, the view and every view over it equal their SQL after random batches. A query
+Spark cannot analyse fails naming the view and its spec file, not with Spark's plan."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from lakeivm.engine import audit, run_view
+from lakeivm.errors import UnsupportedQuery
+from lakeivm.explain import explain
+from lakeivm.registry import derived_specs, load_specs
+from lakeivm.sql import derived_views
+from tests.helpers import random_batch
+
+BANDED = ("WITH s1 AS (SELECT k, v FROM t WHERE v > 0), s2 AS (SELECT k, MAX(v) AS mv FROM s1 GROUP BY k) "
+          "SELECT k, mv, CASE WHEN mv > 5 THEN 'hi' ELSE 'lo' END AS band FROM s2")
+
+
+def write(folder, name: str, sql: str) -> None:
+    (folder / f"{name}.yaml").write_text(f"name: {name}\ndeadline: 60s\nsql: |\n  {sql}\n")
+
+
+def test_a_split_cte_carries_the_ctes_it_reads_and_the_query_drops_those_it_no_longer_reads():
+    name = lambda alias: f"v__{alias}"  # noqa: E731
+    sql, views = derived_views(BANDED, name)
+    assert sql == "SELECT k, mv, CASE WHEN mv > 5 THEN 'hi' ELSE 'lo' END AS band FROM v__s2 AS s2"
+    assert views == {"v__s2": "WITH s1 AS (SELECT k, v FROM t WHERE v > 0) SELECT k, MAX(v) AS mv FROM s1 GROUP BY k"}
+    chain = ("WITH a AS (SELECT k, v FROM t), b AS (SELECT k, v FROM a WHERE v > 1), c AS (SELECT k, SUM(v) AS s FROM b GROUP BY k), "
+             "d AS (SELECT k, s, ROW_NUMBER() OVER (ORDER BY s) AS rn FROM c) SELECT d.k, d.s FROM d JOIN a ON a.k = d.k WHERE rn < 3")
+    sql, views = derived_views(chain, name)
+    assert sql == "WITH a AS (SELECT k, v FROM t) SELECT d.k, d.s FROM v__d AS d JOIN a ON a.k = d.k WHERE rn < 3"
+    assert views == {"v__c": "WITH a AS (SELECT k, v FROM t), b AS (SELECT k, v FROM a WHERE v > 1) SELECT k, SUM(v) AS s FROM b GROUP BY k",
+                     "v__d": "SELECT k, s, ROW_NUMBER() OVER (ORDER BY s) AS rn FROM v__c AS c"}  # a window splits off too
+
+
+@pytest.mark.heavy(170)
+def test_chained_ctes_and_the_views_over_them_follow_random_batches(lake, spark, tmp_path):
+    rng = random.Random(52)
+    lake.create_table("t", spark.createDataFrame([(0, 1), (1, 4), (2, 6), (2, None), (3, 7)], "k int, v int"))
+    lake.create_table("u", spark.createDataFrame([(0, 2), (1, 3), (3, 9)], "k int, v int"))
+    write(tmp_path, "banded", BANDED)
+    write(tmp_path, "ranked", "WITH a AS (SELECT k, v FROM t), b AS (SELECT a.k, a.v, u.v AS w FROM a JOIN u ON a.k = u.k), "
+                              "c AS (SELECT k, SUM(v) AS s, COUNT(w) AS n FROM b GROUP BY k), "
+                              "d AS (SELECT k, s, n, ROW_NUMBER() OVER (ORDER BY s DESC, k) AS rn FROM c) "
+                              "SELECT k, s, n FROM d WHERE rn <= 3")
+    write(tmp_path, "per_band", "SELECT band, COUNT(*) AS n, SUM(mv) AS total FROM banded GROUP BY band")
+    specs = load_specs(tmp_path)
+    assert not specs.broken, [b.summary for b in specs.broken]
+    assert {s.name for s in derived_specs(specs["banded"])} == {"banded__s2"}
+    assert {name: spec.derived_from for name, spec in specs.items() if spec.derived_from} == {
+        "banded__s2": "banded", "ranked__c": "ranked", "ranked__d": "ranked"}
+    every = list(specs.values())
+    for spec in every:
+        lines = explain(lake, spec)  # Spark analyses each split view's SQL: s1 is carried along
+        assert f"{spec.name}: refresh policy auto:" in lines
+    assert "incremental" in explain(lake, specs["banded"]).splitlines()[0]
+    for round_ in range(3):
+        for table in ("t", "u", "t"):
+            random_batch(lake, rng, table, "k", "v")
+        for spec in (specs["per_band"], specs["ranked"]):
+            run_view(lake, spec)  # refreshes the views it reads first
+        for spec in every:
+            report = audit(lake, spec)
+            assert report.ok, f"round {round_}: {report}; missing {report.missing[:5]}, unexpected {report.unexpected[:5]}"
+
+
+def test_a_query_spark_cannot_analyse_is_named_with_its_view_and_file(lake, spark, tmp_path):
+    import lakeivm
+
+    lake.create_table("t", spark.createDataFrame([(0, 1), (1, 4)], "k int, v int"))
+    folder = tmp_path / "views"
+    folder.mkdir()
+    write(folder, "bad", "SELECT k, COUNT(*) AS n FROM t GROUP BY k HAVING v > 1")  # v is not grouped: Spark refuses it
+    write(folder, "over", "SELECT SUM(n) AS total FROM bad")
+    views = lakeivm.Views.open(spark, lake=lake.root, views=str(folder))
+    for call in (views["over"].explain, views["over"].refresh, views["bad"].refresh):
+        with pytest.raises(UnsupportedQuery) as err:
+            call()
+        message = str(err.value)
+        assert message.startswith(f"{folder}/bad.yaml: view bad: Spark cannot analyse its SQL: [UNRESOLVED_COLUMN"), message
+        assert "\n" not in message and len(message) < 400, message
