@@ -26,7 +26,7 @@ def _fit(spec: ViewSpec, query: Query, schemas: Schemas) -> Query:
 def _describe(spec: ViewSpec, query: Query) -> str:
     shape = nested_shape(query)
     return (describe_general(shape.plan) if shape.plan is not None else
-            f"nested, the shipped shape {shape.name} (RPAI §4.3-4.7): an ordered aggregate index, O(log n) per change")
+            f"nested, the shipped shape {shape.name} (RPAI §4.3): an ordered aggregate index, O(log n) per change")
 
 
 KIND = Kind(
