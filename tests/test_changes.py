@@ -19,9 +19,9 @@ def test_read_delta_nets_inserts_updates_deletes(lake, spark, monkeypatch, reade
     table with deletion vectors (delta-rs cannot read them), by Spark: the same netted rows."""
     if reader == "spark":
         monkeypatch.setattr(changes, "SMALL_DELTA_ROWS", -1)
-    small = changes._read_small_delta
+    small = changes.TableSource._read_small
     used = []
-    monkeypatch.setattr(changes, "_read_small_delta", lambda *args: used.append(small(*args)) or used[-1])
+    monkeypatch.setattr(changes.TableSource, "_read_small", lambda *args: used.append(small(*args)) or used[-1])
     lake.create_table("r", spark.createDataFrame([(1, 10), (2, 20)], "a int, x int"))
     if reader == "deletion vectors":
         sql(lake, "ALTER TABLE {t} SET TBLPROPERTIES ('delta.enableDeletionVectors' = true)", "r")
@@ -34,7 +34,7 @@ def test_read_delta_nets_inserts_updates_deletes(lake, spark, monkeypatch, reade
     delta = changes.read_delta(lake, "r", 0, head, ["a", "x"])
     got = sorted(tuple(r) for r in delta.collect())
     assert got == [(1, 10, -1), (1, 11, 1), (2, 20, -1), (3, 30, 2)]
-    assert changes.pending_rows(lake, "r", 0, head) == 2 + 2 + 1 + 1 + 1
+    assert changes.source(lake, "r").pending_rows(0, head) == 2 + 2 + 1 + 1 + 1
     assert changes.read_delta(lake, "r", 0, head, ["a"]).where("a = 1").count() == 0  # projected, then netted
     assert [frame is not None for frame in used] == [reader == "arrow"] * 2
 
@@ -44,7 +44,7 @@ def test_cdf_turned_off_is_named(lake, spark):
     sql(lake, "ALTER TABLE {t} SET TBLPROPERTIES (delta.enableChangeDataFeed = false)", "r")
     sql(lake, "INSERT INTO {t} VALUES (2, 20)", "r")
     with pytest.raises(ChangeRangeError, match="change data feed was turned off at version 1"):
-        changes.check_readable(lake, "r", 0, 2, ["a"])
+        changes.source(lake, "r").check_readable(0, 2, ["a"])
 
 
 def test_vacuumed_changes_are_named(lake, spark):
@@ -66,8 +66,8 @@ def test_schema_change_of_a_used_column_is_named(lake, spark):
     spark.createDataFrame([(1, "ten")], "a int, x string").write.format("delta").mode("overwrite").option(
         "overwriteSchema", "true").save(lake.table_path("r"))
     with pytest.raises(ChangeRangeError, match=r"column 'x' changed between versions 0 and 1 \(int -> string\)"):
-        changes.check_readable(lake, "r", 0, 1, ["a", "x"])
-    changes.check_readable(lake, "r", 0, 1, ["a"])  # a column the view does not use may change
+        changes.source(lake, "r").check_readable(0, 1, ["a", "x"])
+    changes.source(lake, "r").check_readable(0, 1, ["a"])  # a column the view does not use may change
 
 
 def test_pending_rows_of_commits_delta_rs_wrote_equal_their_change_feed(lake, spark):
@@ -83,4 +83,4 @@ def test_pending_rows_of_commits_delta_rs_wrote_equal_their_change_feed(lake, sp
     DeltaTable(path).update(updates={"a": "a + 10"}, predicate="a = 5")
     head = lake.head_version(path)
     feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 1).load(path).count()
-    assert changes.pending_rows(lake, "rs", 0, head) == feed == 3 + 2 + 2
+    assert changes.source(lake, "rs").pending_rows(0, head) == feed == 3 + 2 + 2

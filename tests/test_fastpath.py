@@ -124,7 +124,7 @@ def test_every_fast_path_reads_what_spark_reads(lake, feature):
     # the change feed of (start, head], netted (Spark's where a commit in it changes the metadata: an
     # identity column's high-water mark is metadata, written by every insert)
     columns = ["k", "a", "b", "s", "d", "dt"]
-    fast = changes._read_small_delta(lake, feature, start, head, columns, path)
+    fast = changes.TableSource(lake, feature, path)._read_small(start, head, columns)
     taken = readable and not any(c["reshapes"] for c in storage.history(path, start, head)) and feature not in FALLS_BACK
     assert (fast is not None) == taken
     if fast is not None:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Protocol
 
 from lakeivm import storage
 from lakeivm.errors import ChangeRangeError
 from lakeivm.columns import MULTIPLICITY
 from lakeivm.lake import CDF, Lake
-from lakeivm.limits import SMALL_DELTA_ROWS
+from lakeivm.limits import SMALL_DELTA_ROWS, SNAPSHOT_ROWS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -29,17 +31,56 @@ _CDF_ROWS_PER_METRIC = {"numOutputRows": 1, "numDeletedRows": 1, "numUpdatedRows
                         "num_target_rows_inserted": 1, "num_target_rows_deleted": 1, "num_target_rows_updated": 2}
 
 
+class Source(Protocol):
+    """A relation a run reads: a Delta table by its versions (``TableSource``) or a view by its runs
+    (``lakeivm.upstream.ViewSource``). A version is what a run pins and a watermark names; a change
+    range ``(watermark, head]`` is read as one netted signed delta."""
+
+    def pin(self) -> int:
+        """The version a run reads the source at: the newest there is."""
+
+    def identity(self) -> str | None:
+        """An id that changes when the source is replaced under the same name, or None."""
+
+    def pending_rows(self, watermark: int, head: int) -> int:
+        """Change rows in ``(watermark, head]`` (a cost proxy, read without the data)."""
+
+    def pending_age_seconds(self, watermark: int, head: int) -> float:
+        """Seconds since the oldest change in ``(watermark, head]`` was committed."""
+
+    def check_readable(self, watermark: int, head: int, columns: Iterable[str]) -> None:
+        """Raise ChangeRangeError if ``(watermark, head]`` cannot be read as changes of ``columns``."""
+
+    def read_counted(self, watermark: int, head: int, columns: Iterable[str]) -> tuple[DataFrame, int]:
+        """The netted signed delta over ``(watermark, head]`` projected to ``columns``, and its rows."""
+
+    def snapshot(self, version: int, oracle: bool = False) -> DataFrame:
+        """The rows at ``version`` (``oracle``: read as an audit's recompute reads them)."""
+
+    def span(self, watermark: int, head: int) -> str:
+        """``(watermark, head]`` in words, for progress lines."""
+
+
+def source(lake: Lake, name: str) -> Source:
+    """What ``name`` in a view's FROM reads: a view registered on the lake (``lake.upstreams``), else
+    the lake table of that name."""
+    return lake.upstreams.get(name) or TableSource(lake, name)
+
+
 def pin(lake: Lake, tables: Iterable[str]) -> dict[str, int]:
-    """Head version of each table: the run reads every table up to this version and no further
-    (for a view read as a source, the seq of its last consistent run: ``lakeivm.upstream``)."""
-    return {t: lake.upstreams[t].pin() if t in lake.upstreams else lake.head_version(lake.table_path(t))
-            for t in tables}
+    """The version of each source a run reads up to and no further."""
+    return {t: source(lake, t).pin() for t in tables}
 
 
 def identities(lake: Lake, tables: Iterable[str]) -> dict[str, str]:
     """Each base table's Delta id (``storage.table_id``); a view read as a source has none: its
     runs are numbered by the log the reading view shares, so they cannot be replaced under it."""
-    return {t: storage.table_id(lake.table_path(t)) for t in tables if t not in lake.upstreams}
+    return {t: ident for t in tables if (ident := source(lake, t).identity()) is not None}
+
+
+def pending(lake: Lake, watermarks: Mapping[str, int], heads: Mapping[str, int]) -> dict[str, int]:
+    """Change rows pending per source, ``(watermark, head]`` (no watermark: from the start)."""
+    return {t: source(lake, t).pending_rows(watermarks.get(t, -1), head) for t, head in heads.items()}
 
 
 def replaced(lake: Lake, recorded: Mapping[str, str], ids: Mapping[str, str] | None = None) -> ChangeRangeError | None:
@@ -58,149 +99,164 @@ def replaced(lake: Lake, recorded: Mapping[str, str], ids: Mapping[str, str] | N
     return None
 
 
-def pending_rows(lake: Lake, table: str, watermark: int, head: int, path: str | None = None) -> int:
-    """Change-feed rows in (watermark, head], from the commits' operation metrics (no data read).
+@dataclass(frozen=True, eq=False)
+class TableSource:
+    """A Delta table read through its change data feed: the lake table ``name``, or with ``path`` any
+    Delta table (a view's stored result, read by a view over it) that errors call ``name``."""
 
-    An updated row counts twice (pre- and post-image), as in the change data feed. ``path``: the
-    Delta table's, where it is not the lake table ``table`` (a view's result, read by a view over it).
-    """
-    if path is None and table in lake.upstreams:
-        return lake.upstreams[table].pending_rows(watermark, head)
-    if head <= watermark:
-        return 0
-    return sum(_cdf_rows(row["operationMetrics"] or {}) for row in history(lake, table, watermark, head, path))
+    lake: Lake
+    name: str
+    path: str = ""
 
+    def __post_init__(self) -> None:
+        if not self.path:
+            object.__setattr__(self, "path", self.lake.table_path(self.name))
 
-def pending_age_seconds(lake: Lake, table: str, watermark: int, head: int) -> float:
-    """Seconds since the oldest commit in (watermark, head] was written (0 when nothing is pending)."""
-    from datetime import datetime, timezone
+    def pin(self) -> int:
+        return self.lake.head_version(self.path)
 
-    if table in lake.upstreams:
-        return lake.upstreams[table].pending_age_seconds(watermark, head)
-    commits = history(lake, table, watermark, head)
-    if not commits:
-        return 0.0
-    oldest = min(row["timestamp"] for row in commits)
-    return max(0.0, (datetime.now(timezone.utc) - oldest).total_seconds())
+    def span(self, watermark: int, head: int) -> str:
+        return f"{self.name} (versions {watermark + 1}..{head})"
 
+    def identity(self) -> str | None:
+        return storage.table_id(self.path)
 
-def check_readable(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str], path: str | None = None) -> None:
-    """Raise ChangeRangeError if (watermark, head] of ``table`` (at ``path``, as ``pending_rows``)
-    cannot be read as changes."""
-    if path is None and table in lake.upstreams:
-        return lake.upstreams[table].check_readable(watermark, head, columns)
-    path = path or lake.table_path(table)
-    if head < watermark:
-        raise ChangeRangeError(
-            f"table {table!r} is at version {head}, behind the view's watermark {watermark}: it was "
-            "restored or recreated. Rebuild the view (policy rebuild) from the table's current snapshot."
-        )
-    if head == watermark:
-        return
-    commits = history(lake, table, watermark, head, path)
-    versions = {int(r["version"]) for r in commits}
-    missing = set(range(watermark + 1, head + 1)) - versions
-    if missing:
-        raise ChangeRangeError(
-            f"table {table!r}: the commit history for versions {min(missing)}..{max(missing)} is gone "
-            "(log retention); its changes cannot be read. Rebuild the view from a snapshot, and raise "
-            "delta.logRetentionDuration or refresh more often."
-        )
-    for row in sorted(commits, key=lambda r: r["version"]):
-        _check_commit(table, row)
-    before, after = lake.schema_at(path, watermark), lake.schema_at(path, head)
-    for column in columns:
-        old, new = before.get(column), after.get(column)
-        if old != new:
+    def history(self, watermark: int, head: int) -> list:
+        """Commits ``(watermark, head]``, read from the commit files in this process (no Spark job);
+        cached on the lake (committed versions never change)."""
+        key = ("history", self.path, watermark, head)
+        if key not in self.lake.cache:
+            self.lake.cache[key] = storage.history(self.path, watermark, head)
+        return self.lake.cache[key]
+
+    def pending_rows(self, watermark: int, head: int) -> int:
+        """Change-feed rows in (watermark, head], from the commits' operation metrics (no data read);
+        an updated row counts twice (pre- and post-image), as in the change data feed."""
+        if head <= watermark:
+            return 0
+        return sum(_cdf_rows(row["operationMetrics"] or {}) for row in self.history(watermark, head))
+
+    def pending_age_seconds(self, watermark: int, head: int) -> float:
+        commits = self.history(watermark, head)
+        if not commits:
+            return 0.0
+        oldest = min(row["timestamp"] for row in commits)
+        return max(0.0, (datetime.now(timezone.utc) - oldest).total_seconds())
+
+    def check_readable(self, watermark: int, head: int, columns: Iterable[str]) -> None:
+        """Raise ChangeRangeError saying what happened and the fix: the table restored behind the
+        watermark, history gone, the feed off or the table replaced in the range, a column changed."""
+        table = self.name
+        if head < watermark:
             raise ChangeRangeError(
-                f"table {table!r}: column {column!r} changed between versions {watermark} and {head} "
-                f"({old or 'absent'} -> {new or 'absent'}); the view's SQL no longer means the same. "
-                "Fix the table or the view, then rebuild the view."
+                f"table {table!r} is at version {head}, behind the view's watermark {watermark}: it was "
+                "restored or recreated. Rebuild the view (policy rebuild) from the table's current snapshot."
             )
+        if head == watermark:
+            return
+        commits = self.history(watermark, head)
+        versions = {int(r["version"]) for r in commits}
+        missing = set(range(watermark + 1, head + 1)) - versions
+        if missing:
+            raise ChangeRangeError(
+                f"table {table!r}: the commit history for versions {min(missing)}..{max(missing)} is gone "
+                "(log retention); its changes cannot be read. Rebuild the view from a snapshot, and raise "
+                "delta.logRetentionDuration or refresh more often."
+            )
+        for row in sorted(commits, key=lambda r: r["version"]):
+            _check_commit(table, row)
+        before, after = self.lake.schema_at(self.path, watermark), self.lake.schema_at(self.path, head)
+        for column in columns:
+            old, new = before.get(column), after.get(column)
+            if old != new:
+                raise ChangeRangeError(
+                    f"table {table!r}: column {column!r} changed between versions {watermark} and {head} "
+                    f"({old or 'absent'} -> {new or 'absent'}); the view's SQL no longer means the same. "
+                    "Fix the table or the view, then rebuild the view."
+                )
+
+    def read_counted(self, watermark: int, head: int, columns: Iterable[str]) -> tuple[DataFrame, int]:
+        """The netted signed delta (rows carry ``_lakeivm_m``, a non-zero signed multiplicity) and its
+        number of rows (known without a Spark job when netted in this process). Materialized (local
+        checkpoint), so a vacuumed range fails here, before any state is written."""
+        from pyspark.sql import functions as F
+
+        columns = list(columns)
+        self.check_readable(watermark, head, columns)
+        small = self._read_small(watermark, head, columns)
+        if small is not None:
+            return small
+        sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
+        try:
+            changes = (
+                self.lake.spark.read.format("delta")
+                .option("readChangeFeed", "true")
+                .option("startingVersion", watermark + 1)
+                .option("endingVersion", head)
+                .load(self.path)
+            )
+            delta = (
+                changes.select(*columns, sign.alias(MULTIPLICITY))
+                .groupBy(*columns)
+                .agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
+                .where(F.col(MULTIPLICITY) != 0)
+            ).localCheckpoint(eager=True)
+            return delta, delta.count()
+        except Exception as err:  # Spark raises Py4J/Analysis errors; classify them for the user
+            raise ChangeRangeError(explain_read_error(self.name, watermark, head, err)) from err
+
+    def snapshot(self, version: int, oracle: bool = False) -> DataFrame:
+        """The table at ``version``; one of at most SNAPSHOT_ROWS rows is read by delta-rs and handed to
+        Spark as local rows (no Delta snapshot job), except for the ``oracle``, which always reads
+        through Spark's Delta reader so that an audit stays independent of the maintained path."""
+        small = None if oracle else self.lake.read_small(self.path, SNAPSHOT_ROWS, version)
+        return self.lake.read(self.path, version) if small is None else small[0]
+
+    def _read_small(self, watermark: int, head: int, columns: list[str]) -> tuple[DataFrame, int] | None:
+        """``read_counted`` for a range of at most SMALL_DELTA_ROWS change-feed rows (by its commits'
+        metrics): read by delta-rs and netted with Arrow in this process, handed to Spark as local rows.
+        Spark then loads no snapshot of the changed table at its new version (on a warm session the
+        Spark read of a few changed rows costs jobs and a snapshot of every new table version). None:
+        Spark reads it -- a commit without metrics, a table the gate refuses (``fastpath``: deletion
+        vectors, column mapping, ...), a range with a commit that changes the table's protocol or
+        metadata (the gate judges the head's), a key type Arrow cannot group, or any read error
+        (Spark's read names it)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from lakeivm import fastpath
+
+        lake, path = self.lake, self.path
+        commits = self.history(watermark, head)
+        unknown = any(not row["operationMetrics"] and row["operation"] not in _NO_ROWS for row in commits)
+        reshaped = any(row.get("reshapes") for row in commits)
+        if not columns or unknown or reshaped or self.pending_rows(watermark, head) > SMALL_DELTA_ROWS:
+            return None
+        types = lake.schema_at(path, head)
+        try:
+            delta_table = fastpath.load(path, version=head)
+            if delta_table is None:
+                return None
+            reader = delta_table.load_cdf(starting_version=watermark + 1, ending_version=head, columns=[*columns, "_change_type"])
+            changes = pa.RecordBatchReader.from_stream(reader).read_all()
+            kind = changes["_change_type"].cast(pa.string())
+            signs = pc.if_else(pc.is_in(kind, value_set=pa.array(["insert", "update_postimage"])), 1, -1).cast(pa.int64())
+            rows = changes.select(columns)  # string views as plain strings: Arrow's filter has no kernel for them
+            rows = rows.cast(pa.schema([plain_field(f) for f in rows.schema])).append_column(MULTIPLICITY, signs)
+            netted = rows.group_by(columns, use_threads=False).aggregate([(MULTIPLICITY, "sum")])
+            netted = netted.filter(pc.not_equal(netted[f"{MULTIPLICITY}_sum"], 0)).select([*columns, f"{MULTIPLICITY}_sum"])
+        except Exception:  # noqa: BLE001 -- the Spark read below raises the error a user can act on
+            return None
+        ddl = ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint"
+        return lake.spark.createDataFrame(netted.rename_columns([*columns, MULTIPLICITY]), schema=ddl), netted.num_rows
 
 
 def read_delta(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str]) -> DataFrame:
-    """The netted signed delta of ``table`` over (watermark, head], projected to ``columns``.
-
-    Rows carry ``_lakeivm_m`` (a non-zero signed multiplicity); the result is materialized
-    (local checkpoint), so a vacuumed range fails here, before any state is written.
-    """
-    return read_counted(lake, table, watermark, head, columns)[0]
-
-
-def read_counted(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str],
-                 path: str | None = None) -> tuple[DataFrame, int]:
-    """``read_delta`` and its number of rows (known without a Spark job when netted in this process);
-    ``path`` as ``pending_rows``."""
-    from pyspark.sql import functions as F
-
-    if path is None and table in lake.upstreams:
-        delta = lake.upstreams[table].read_delta(watermark, head, columns)
-        return delta, delta.count()
-    columns, path = list(columns), path or lake.table_path(table)
-    check_readable(lake, table, watermark, head, columns, path)
-    small = _read_small_delta(lake, table, watermark, head, columns, path)
-    if small is not None:
-        return small
-    sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
-    try:
-        changes = (
-            lake.spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", watermark + 1)
-            .option("endingVersion", head)
-            .load(path)
-        )
-        delta = (
-            changes.select(*columns, sign.alias(MULTIPLICITY))
-            .groupBy(*columns)
-            .agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
-            .where(F.col(MULTIPLICITY) != 0)
-        ).localCheckpoint(eager=True)
-        return delta, delta.count()
-    except Exception as err:  # Spark raises Py4J/Analysis errors; classify them for the user
-        raise ChangeRangeError(_explain_read_error(table, watermark, head, err)) from err
+    """The netted signed delta of source ``table`` over (watermark, head], projected to ``columns``."""
+    return source(lake, table).read_counted(watermark, head, columns)[0]
 
 
 _NO_ROWS = ("SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "ADD COLUMNS", "CHANGE COLUMN", "ADD CONSTRAINT", "DROP CONSTRAINT")
-
-
-def _read_small_delta(lake: Lake, table: str, watermark: int, head: int, columns: list[str], path: str) -> tuple[DataFrame, int] | None:
-    """``read_delta`` for a range of at most SMALL_DELTA_ROWS change-feed rows (by its commits'
-    metrics): read by delta-rs and netted with Arrow in this process, handed to Spark as local rows.
-    Spark then loads no snapshot of the changed table at its new version (on a warm session the
-    Spark read of a few changed rows costs jobs and a snapshot of every new table version). None:
-    Spark reads it -- a commit without metrics, a table the gate refuses (``fastpath``: deletion
-    vectors, column mapping, ...), a range with a commit that changes the table's protocol or
-    metadata (the gate judges the head's), a key type Arrow cannot group, or any read error
-    (Spark's read names it)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from lakeivm import fastpath
-
-    commits = history(lake, table, watermark, head, path)
-    unknown = any(not row["operationMetrics"] and row["operation"] not in _NO_ROWS for row in commits)
-    reshaped = any(row.get("reshapes") for row in commits)
-    if not columns or unknown or reshaped or pending_rows(lake, table, watermark, head, path) > SMALL_DELTA_ROWS:
-        return None
-    types = lake.schema_at(path, head)
-    try:
-        delta_table = fastpath.load(path, version=head)
-        if delta_table is None:
-            return None
-        reader = delta_table.load_cdf(starting_version=watermark + 1, ending_version=head, columns=[*columns, "_change_type"])
-        changes = pa.RecordBatchReader.from_stream(reader).read_all()
-        kind = changes["_change_type"].cast(pa.string())
-        signs = pc.if_else(pc.is_in(kind, value_set=pa.array(["insert", "update_postimage"])), 1, -1).cast(pa.int64())
-        rows = changes.select(columns)  # string views as plain strings: Arrow's filter has no kernel for them
-        rows = rows.cast(pa.schema([plain_field(f) for f in rows.schema])).append_column(MULTIPLICITY, signs)
-        netted = rows.group_by(columns, use_threads=False).aggregate([(MULTIPLICITY, "sum")])
-        netted = netted.filter(pc.not_equal(netted[f"{MULTIPLICITY}_sum"], 0)).select([*columns, f"{MULTIPLICITY}_sum"])
-    except Exception:  # noqa: BLE001 -- the Spark read below raises the error a user can act on
-        return None
-    ddl = ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint"
-    return lake.spark.createDataFrame(netted.rename_columns([*columns, MULTIPLICITY]), schema=ddl), netted.num_rows
 
 
 def plain_field(field):
@@ -222,16 +278,6 @@ def net(changes: Iterable[tuple[Mapping[str, object], str]]) -> dict[tuple, int]
         key = tuple(row.values())
         totals[key] = totals.get(key, 0) + SIGN[change_type]
     return {k: m for k, m in totals.items() if m != 0}
-
-
-def history(lake: Lake, table: str, watermark: int, head: int, path: str | None = None) -> list:
-    """Commits (watermark, head] of ``table`` (at ``path``), read from its commit files in this
-    process (no Spark job); cached on the lake (committed versions never change)."""
-    path = path or lake.table_path(table)
-    key = ("history", path, watermark, head)
-    if key not in lake.cache:
-        lake.cache[key] = storage.history(path, watermark, head)
-    return lake.cache[key]
 
 
 def _cdf_rows(metrics: Mapping[str, str]) -> int:
@@ -264,7 +310,8 @@ def _cdf_off(table: str, version: int) -> str:
     )
 
 
-def _explain_read_error(table: str, watermark: int, head: int, err: Exception) -> str:
+def explain_read_error(table: str, watermark: int, head: int, err: Exception) -> str:
+    """What a failed read of ``table``'s changes over (watermark, head] means, and the fix."""
     text = str(err)
     where = f"table {table!r}, changes of versions {watermark + 1}..{head}"
     if "FileNotFound" in text or "FILE_NOT_FOUND" in text or "does not exist" in text:

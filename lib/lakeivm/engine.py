@@ -82,7 +82,7 @@ def _too_old(ctx: Context) -> frozenset[str]:
     if limit is None:
         return frozenset()
     return frozenset(t for t in ctx.query.tables
-                     if changes.pending_age_seconds(ctx.lake, t, ctx.watermarks[t], ctx.pins[t]) > limit)
+                     if changes.source(ctx.lake, t).pending_age_seconds(ctx.watermarks[t], ctx.pins[t]) > limit)
 
 
 def run_view(
@@ -167,7 +167,7 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
     gone = _missing_state(ctx, maintainer, last)
     if gone is not None:
         raise gone
-    pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
+    pending = changes.pending(lake, ctx.watermarks, ctx.pins)
     here = deployment(lake.spark)
     committed = [r for r in claim.history if r.status == "committed" and r.deployment in (None, here)]
     own = [r for r in committed if r.kind == _kind(maintainer)]  # the incremental cost models learn from these
@@ -251,14 +251,13 @@ def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[st
            progress: Callable[[str], None]) -> dict[str, tuple[int, float]]:
     """Apply the plan's tables; returns {table: (change-feed rows, seconds)}: the cost models' unit."""
     for table in plan.tables:
-        changes.check_readable(ctx.lake, table, ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
+        changes.source(ctx.lake, table).check_readable(ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
     applied = {}
     for table in plan.tables:
         t0 = time.perf_counter()
-        delta, rows = changes.read_counted(ctx.lake, table, ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
+        delta, rows = changes.source(ctx.lake, table).read_counted(ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
         ctx.delta_rows[table] = rows
-        span = (f"view {table}'s runs #{ctx.watermarks[table] + 1}..#{ctx.pins[table]}" if table in ctx.lake.upstreams
-                else f"{table} (versions {ctx.watermarks[table] + 1}..{ctx.pins[table]})")
+        span = changes.source(ctx.lake, table).span(ctx.watermarks[table], ctx.pins[table])
         progress(f"{ctx.view}: applying {rows} netted changes of {span}")
         if rows:
             maintainer.apply(ctx, table, delta)
@@ -279,8 +278,7 @@ def _bootstrap(ctx: Context, maintainer: Maintainer, seq: int, mode: str, reason
 def _recompute(ctx: Context, maintainer: Maintainer, seq: int, mode: str, started: float, progress,
                reason: str | None = None) -> commit.LogRow:
     """A run of the full kind (or auto's choice, ``reason``): the view's SQL on the snapshots at the pins replaces its result."""
-    behind = {t: changes.pending_rows(ctx.lake, t, ctx.watermarks[t], ctx.pins[t])
-              for t in ctx.query.tables if ctx.pins[t] > ctx.watermarks[t]}
+    behind = {t: rows for t, rows in changes.pending(ctx.lake, ctx.watermarks, ctx.pins).items() if ctx.pins[t] > ctx.watermarks[t]}
     progress(f"{ctx.view}: recomputing in full on snapshots at {ctx.pins} ({', '.join(behind)} changed)"
              + (f" -- {reason}" if reason else ""))
     maintainer.bootstrap(ctx)
@@ -319,7 +317,7 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
     if late is not None:
         raise late
     seconds = time.perf_counter() - started
-    pending = {t: changes.pending_rows(lake, t, ctx.watermarks[t], ctx.pins[t]) for t in ctx.query.tables}
+    pending = changes.pending(lake, ctx.watermarks, ctx.pins)
     row = commit.LogRow(
         view=ctx.view, seq=seq, status="committed", mode=mode, kind=_kind(maintainer),
         pins=dict(ctx.pins), watermarks=dict(ctx.watermarks), state_versions=versions,
@@ -477,7 +475,7 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec], lease_seconds: float = com
             from lakeivm.planning.auto import full_seconds
             from lakeivm.planning.tick import plan_refresh
 
-            pending = {t: changes.pending_rows(lake, t, last.watermarks.get(t, -1), h) for t, h in heads.items()}
+            pending = changes.pending(lake, last.watermarks, heads)
             if last.kind == FULL:  # a recomputation costs what the last ones did, whatever is pending
                 seconds, why = full_seconds(history, _kind(maintainer))
             else:

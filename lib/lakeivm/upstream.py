@@ -8,16 +8,15 @@ upstream's pin and watermark, and the upstream's changes over ``(watermark, pin]
 - from the change data feed of the upstream's stored result, between the result versions the two
   runs logged, where that feed says them exactly (``_from_change_feed``): the runs of one kind and of
   the current definition, a kind whose result is its stored rows row by row, and only MERGEs and
-  appends between them. A MERGEd result's feed holds the rows a run changed: at TPC-H SF 0.1 a view
-  over a 481k-row upstream read it in 0.9 s against 3.0 s for the difference (``lakeivm bench upstream``);
+  appends between them. A MERGEd result's feed holds only the rows a run changed, so a small change
+  of a large upstream costs a small read (``lakeivm bench upstream``);
 - else as the signed difference of its results at the two seqs, read through the upstream's own
   reader: exact whatever happened between the two (a crash rolled back -- RESTORE writes no change
   data --, a rebuild, an edited definition, auto switching the upstream between incremental and
   full), and as cheap as the feed for a small result, which each run rewrites whole.
 
-A view read so is registered on the lake as a ``ViewSource`` (``lake.upstreams``), which
-``changes`` and ``Context.snapshot`` ask for pins, change ranges and snapshots without importing
-this module. Reading a view's result needs its kind, so the binding of a spec to its context and
+A view read so is a ``ViewSource``, the other ``changes.Source`` beside a table's, registered on
+the lake (``lake.upstreams``) so that ``changes.source`` finds it without importing this module. Reading a view's result needs its kind, so the binding of a spec to its context and
 maintainer (``prepare``, ``reader``) lives here too, below the engine that runs it.
 """
 from __future__ import annotations
@@ -86,14 +85,20 @@ def schemas_for(lake: Lake, spec: ViewSpec) -> dict[str, dict[str, str]]:
 
 @dataclass(frozen=True, eq=False)
 class ViewSource:
-    """A view read by other views as a source, as ``changes`` and ``Context.snapshot`` ask for it:
-    its log seqs stand for a table's versions."""
+    """A view read by other views as a source (``changes.Source``): its log seqs stand for a table's
+    versions."""
 
     lake: Lake
     spec: ViewSpec
 
     def pin(self) -> int:
         return pin(self.lake, self.spec)
+
+    def span(self, watermark: int, head: int) -> str:
+        return f"view {self.spec.name}'s runs #{watermark + 1}..#{head}"
+
+    def identity(self) -> None:
+        return None  # its runs are numbered by the log the reading view shares: never replaced under it
 
     def pending_rows(self, watermark: int, head: int) -> int:
         return pending_rows(self.lake, self.spec, watermark, head)
@@ -104,10 +109,11 @@ class ViewSource:
     def check_readable(self, watermark: int, head: int, columns: Iterable[str]) -> None:
         check_readable(self.lake, self.spec, watermark, head, columns)
 
-    def read_delta(self, watermark: int, head: int, columns: Iterable[str]) -> DataFrame:
-        return read_delta(self.lake, self.spec, watermark, head, columns)
+    def read_counted(self, watermark: int, head: int, columns: Iterable[str]) -> tuple[DataFrame, int]:
+        delta = read_delta(self.lake, self.spec, watermark, head, columns)
+        return delta, delta.count()
 
-    def snapshot(self, seq: int) -> DataFrame:
+    def snapshot(self, seq: int, oracle: bool = False) -> DataFrame:
         return snapshot(self.lake, self.spec, seq)
 
 
@@ -279,11 +285,11 @@ def _from_change_feed(lake: Lake, spec: ViewSpec, watermark: int, head: int, col
         if any(c not in types for c in columns):
             return None
         return lake.spark.createDataFrame([], ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint")
-    label = f"view {spec.name}'s result"
-    if not all(_feeds(commit) for commit in changes.history(lake, label, since, until, path)):  # read_counted reuses it
+    result = changes.TableSource(lake, f"view {spec.name}'s result", path)
+    if not all(_feeds(commit) for commit in result.history(since, until)):  # read_counted reuses it
         return None
     try:  # read_counted checks the range (a commit gone, the feed off, a column changed) and raises ChangeRangeError
-        rows, _ = changes.read_counted(lake, label, since, until, list(lake.schema_at(path, until)), path=path)
+        rows, _ = result.read_counted(since, until, list(lake.schema_at(path, until)))
         seen = maintainer.result_changes(ctx, rows)
         if seen is None or any(c not in seen.columns for c in columns):
             return None

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lakeivm.lake import Lake
-from lakeivm.limits import SNAPSHOT_ROWS
+from lakeivm.changes import source
 from lakeivm.spec import ViewSpec
 
 if TYPE_CHECKING:
@@ -55,21 +55,13 @@ class Context:
         """Register ``table`` as of ``version`` as a temp view, once per run; returns the view's name.
 
         Once: a Delta read at a version other than the table's newest reconstructs that snapshot's
-        file list (a Spark job, ~0.75 s warm), and the delta rule reads each relation at its
-        watermark once per changed table. A base table of at most SNAPSHOT_ROWS rows is read by
-        delta-rs and handed to Spark as local rows (~30 ms instead of 0.3-1 s of Delta snapshot and
-        scan jobs); the ``oracle`` (the audit's recompute) always reads through Spark's Delta
-        reader, so that it stays independent of the maintained path."""
+        file list (a Spark job), and the delta rule reads each relation at its watermark once per
+        changed table. The source reads it (``changes.Source.snapshot``): a view by its run's seq, a
+        small table by delta-rs; the ``oracle`` (the audit's recompute) through Spark's Delta reader."""
         name = f"lakeivm_{self.view}_{table}_v{version}{'_oracle' if oracle else ''}"
         if name in self._snapshots:
             return name
-        if table in self.lake.upstreams:  # a view read as a source (upstream.ViewSource): ``version`` is its run's seq
-            frame = self.lake.upstreams[table].snapshot(version)
-        else:
-            path = self.lake.table_path(table)
-            small = None if oracle else self.lake.read_small(path, SNAPSHOT_ROWS, version)
-            frame = self.lake.read(path, version) if small is None else small[0]
-        frame.createOrReplaceTempView(name)
+        source(self.lake, table).snapshot(version, oracle).createOrReplaceTempView(name)
         self._snapshots.add(name)  # only once registered: a read that failed is tried again
         return name
 

@@ -591,7 +591,7 @@ def read_versions(ctx: Context, table: str, start: int, end: int, values: Mappin
                   .where(F.col(MULTIPLICITY) != 0))
         return netted.toArrow() if local else netted.localCheckpoint(eager=True)
     except Exception as err:  # classified as in changes.read_delta
-        raise ChangeRangeError(changes._explain_read_error(table, start, end, err)) from err
+        raise ChangeRangeError(changes.explain_read_error(table, start, end, err)) from err
 
 
 def _events_by_version(shape: NestedShape, table: str, frame) -> dict[int, list[Event]]:
