@@ -413,8 +413,9 @@ _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser
 
 def _parse_yaml(text: str) -> tuple[Any, dict[str, int]]:
     """The document and its top-level keys' lines (``_node_lines``) from one parse, by libyaml where
-    installed (PyYAML's own parser twice took ~7 ms a spec: 75 ms of every command's start). A
-    malformed document is parsed again by PyYAML's loader, whose error names the context."""
+    installed: every command parses every spec as it starts, and PyYAML's pure-Python parser made
+    that start slow. A malformed document is parsed again by PyYAML's loader, whose error names the
+    context."""
     loader = _FAST_LOADER(text)
     try:
         node = loader.get_single_node()
