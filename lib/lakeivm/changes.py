@@ -1,4 +1,6 @@
-"""Change capture: Delta's change data feed -> netted signed-multiplicity deltas (ARCHITECTURE §4.2, §4.4).
+"""Change capture: Delta's change data feed -> netted signed-multiplicity deltas.
+
+A run's pin and apply steps (``docs/design/run.md#3-pin``, ``docs/design/run.md#5-apply``).
 
 A table's pending range is (watermark, head]. Before reading it we check it is readable -- the
 change data feed on over the range, the history still there, the view's columns unchanged -- and

@@ -2,8 +2,9 @@
 
 The registry (``lakeivm.kinds``) asks the kinds in order, most specific first, which one claims a
 view, and the chosen kind's ``fit`` either returns the query it maintains or raises UnsupportedQuery
-naming the construct that prevents it (ARCHITECTURE §5). A kind's maintainer is named by its import
-path and loaded on first use, so that choosing a kind imports no Spark.
+naming the construct that prevents it (``docs/design/run.md#kinds-and-their-maintainers``). A kind's
+maintainer is named by its import path and loaded on first use, so that choosing a kind imports no
+Spark.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The kinds lakeivm maintains views with, most specific first: a new kind is a package plus one line here.
 
 The classifier (``lakeivm.registry``) asks them in this order which one claims a view; ``full``
-recomputes whatever none maintains (ARCHITECTURE §5).
+recomputes whatever none maintains (``docs/design/run.md#kinds-and-their-maintainers``).
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Great Expectations suites generated from a view's spec, run on the stored view (ARCHITECTURE §4.6).
+"""Great Expectations suites generated from a view's spec, run on the stored view.
 
 The suite of a grouped view: every GROUP BY key not null (unless listed in ``nullable_keys``),
 the keys unique together, each group's row count (``_lakeivm_count``) positive, every COUNT
-output non-negative. A failed expectation fails the DAG's validate task, naming it.
+output non-negative. A failed expectation fails the DAG's validate task, naming it
+(``docs/design/run.md#7-publish``).
 """
 from __future__ import annotations
 

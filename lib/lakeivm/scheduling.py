@@ -1,4 +1,6 @@
-"""Airflow 3 DAGs: one maintenance DAG per view spec, tasks apply -> validate (ARCHITECTURE §6).
+"""Airflow 3 DAGs: one maintenance DAG per view spec, tasks apply -> validate.
+
+What the DAGs do for a user: ``docs/operations/airflow.md#one-dag-per-view``.
 
 The run plans itself (``engine.run_view``: the planner reads the log and the tables' commit files), so
 planning is no task of its own: a task more cost every on-demand refresh a task start and a scheduler
