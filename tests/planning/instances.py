@@ -1,4 +1,8 @@
-"""Random small planning instances and random valid plans (digest §3 generators), seeded by the caller."""
+"""Random small planning instances and random valid plans, seeded by the caller.
+
+Cost families the paper's model admits (§2: monotone, subadditive, zero at zero): linear, concave,
+and block-shaped like §2's ⌈x/B⌉ disk scan, subadditive but not concave.
+"""
 from __future__ import annotations
 
 import math
@@ -36,7 +40,8 @@ class BlockCost:
 
 @dataclass(frozen=True)
 class TightCost:
-    """The tight example of §3.3 (digest T3): (eps*x/2)*C up to 2/eps, then (1 + eps/2)*C; exact."""
+    """The cost of the example after Theorem 1 (§3.2) that makes its bound tight: (eps*x/2)*C up to
+    2/eps, then (1 + eps/2)*C; exact."""
 
     eps: Fraction
     deadline: Fraction
@@ -68,7 +73,8 @@ def random_instance(rng: random.Random, family: str | None = None, n_max: int = 
 
 
 def random_valid_plan(instance: Instance, rng: random.Random) -> Plan:
-    """At each t < T a random p <= s_t, redrawn until the backlog is not full; flush all at T (digest T4)."""
+    """At each t < T a random p <= s_t, redrawn until the backlog is not full; flush all at T: the
+    arbitrary valid plans Lemmas 1-6 (§3) transform."""
     post: State = (0,) * instance.n
     actions: list[State] = []
     for t, d in enumerate(instance.arrivals):
@@ -85,7 +91,7 @@ def random_valid_plan(instance: Instance, rng: random.Random) -> Plan:
 
 
 def tight_instance(eps: Fraction, m: int) -> Instance:
-    """Digest T3: n = 1, C = 1, 2/eps + 1 arrivals at t = 0..2m-1, T = 2m - 1."""
+    """The tight instance after Theorem 1 (§3.2): n = 1, C = 1, 2/eps + 1 arrivals at t = 0..2m-1, T = 2m - 1."""
     deadline = Fraction(1)
     per_tick = int(2 / eps) + 1
     return Instance((TightCost(eps, deadline),), tuple((per_tick,) for _ in range(2 * m)), deadline)

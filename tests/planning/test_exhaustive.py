@@ -1,4 +1,7 @@
-"""The DP optimum against enumeration of every plan on tiny instances (digest §2.4)."""
+"""The DP optimum against enumeration of every plan on tiny instances.
+
+The exact optimum the tests compare the planners with (``docs/design/planner.md#choices-the-paper-leaves-open``).
+"""
 from __future__ import annotations
 
 import itertools

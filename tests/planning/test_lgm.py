@@ -1,4 +1,4 @@
-"""LGM actions and the proof transformations: digest T4-T7 on random valid plans."""
+"""LGM actions and the proof transformations of §3: Lemmas 1-6 on random valid plans."""
 from __future__ import annotations
 
 import itertools

@@ -1,4 +1,5 @@
-"""The paper's §1 example (digest §4.2 anchor) and its arrival streams."""
+"""The paper's §1 example (Figure 1) with linear costs fitted to it, and the arrival streams of §5
+(Figure 7); the fit: ``docs/design/planner.md#choices-the-paper-leaves-open``."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""NAIVE, ONLINE, ADAPT and the cheaper-of planner: digest T11 (Theorem 4) and T12 (validity)."""
+"""NAIVE, ONLINE, ADAPT and the cheaper-of planner: Theorem 4 (§4.2), and every plan they give is valid."""
 from __future__ import annotations
 
 import math
@@ -62,7 +62,8 @@ def test_t12_every_policy_gives_a_valid_plan_and_opt_bounds_naive() -> None:
 
 
 def test_t12_cheaper_of_lgm_and_naive_catches_lgm_losing() -> None:
-    """Digest P15: for non-linear costs the best LGM plan can cost more than NAIVE; best_plan keeps NAIVE."""
+    """For non-linear costs the best LGM plan can cost more than NAIVE (Theorem 1 bounds it by 2·OPT
+    only); best_plan keeps NAIVE (``docs/design/planner.md#choices-the-paper-leaves-open``)."""
     rng = random.Random(15)
     losses = 0
     for _ in range(3000):

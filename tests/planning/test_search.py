@@ -1,4 +1,7 @@
-"""A* over the LGM graph against brute force: digest T1-T3 and T8-T10."""
+"""A* over the LGM graph against brute force: Theorems 1-3 (§3.2-§4.1) and the A* heuristic.
+
+Why the code's heuristic is not the paper's: ``docs/design/planner.md#the-a-heuristic``.
+"""
 from __future__ import annotations
 
 import functools
@@ -85,7 +88,8 @@ def test_t8_astar_matches_dijkstra_and_enumeration_and_expands_no_more() -> None
 
 
 def test_t8_paper_heuristic_regression() -> None:
-    """Digest §2.3: closed-set A* with the paper's heuristic returns 58 where OPT^LGM = OPT = 56."""
+    """Lemma 7 (§4.1) does not hold: closed-set A* with the paper's heuristic returns 58 where
+    OPT^LGM = OPT = 56 (``docs/design/planner.md#the-a-heuristic``)."""
     inst = Instance(
         (LinearCost(0.5, 1), LinearCost(2, 5), LinearCost(2, 3)),
         ((0, 2, 2), (0, 1, 3), (3, 1, 2), (0, 0, 2), (3, 1, 2)),

@@ -1,8 +1,8 @@
 """View trees of the paper's worked examples (Fig. 2, Ex. 1.1, 4.2, 7.1) as golden tests.
 
 Expected keys and stored sets are transcribed from the paper's text: Fig. 2b / Ex. 3.2 (views and
-keys), Ex. 4.2 (μ for U = {T}, U ⊇ {R, S}, U = ∅), Ex. 1.1 with A, C free (μ per relation, as in
-digest §3.3) and Ex. 7.1 (matrix chain, identical views at X5 and X1 dropped).
+keys), Ex. 4.2 (μ for U = {T}, U ⊇ {R, S}, U = ∅), Ex. 1.1 with A, C free (Fig. 5's μ for each
+relation updatable alone) and Ex. 7.1 (matrix chain, identical views at X5 and X1 dropped).
 """
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Statistical and brute-force oracles shared by the join_sample tests (digest §7.1-§7.2)."""
+"""Statistical and brute-force oracles shared by the join_sample tests.
+
+What they check and why: ``docs/kinds/join_sample.md#how-it-is-tested``.
+"""
 from __future__ import annotations
 
 from collections import Counter
@@ -23,7 +26,7 @@ def subset_chi2_pvalue(samples: Iterable[Iterable[Hashable]], population: Sequen
 
 
 def marginal_chi2_pvalue(samples: Iterable[Iterable[Hashable]], population: Sequence[Hashable], k: int) -> float:
-    """Corrected marginal-inclusion χ² of digest §7.2: Σ (c_i − Rp)² / (Rp(1−p)·n/(n−1)) ~ χ²_{n−1}."""
+    """Marginal-inclusion χ², corrected for a sample of exactly k: Σ (c_i − Rp)² / (Rp(1−p)·n/(n−1)) ~ χ²_{n−1}."""
     counts: Counter[Hashable] = Counter()
     runs = 0
     for s in samples:

@@ -1,4 +1,7 @@
-"""Exact re-bootstrap (digest §6.6): the static sampler is a bijection onto the join; samples uniform, w ~ Beta."""
+"""Exact re-bootstrap: the static sampler is a bijection onto the join; samples uniform, w ~ Beta.
+
+Why a reservoir can be rebuilt exactly from a snapshot: ``docs/kinds/join_sample.md#restarts-and-exact-re-bootstrap``.
+"""
 from __future__ import annotations
 
 import random

@@ -1,4 +1,7 @@
-"""The dynamic join index against brute force: every ΔJ holds exactly the new join results (§4, digest §7.1)."""
+"""The dynamic join index against brute force: every ΔJ holds exactly the new join results (§4).
+
+How the tests check it: ``docs/kinds/join_sample.md#how-it-is-tested``.
+"""
 from __future__ import annotations
 
 import random
@@ -95,7 +98,8 @@ def _subtree(spec: JoinSpec, node: str, parent: str) -> list[str]:
 
 
 def test_self_join_slots_updated_one_at_a_time_count_each_result_once() -> None:
-    """Digest §6.1 step 5: one edge table behind three star slots, each new edge inserted slot by slot."""
+    """One edge table behind three star slots, each new edge inserted slot by slot
+    (``docs/kinds/join_sample.md#rows-slots-and-order``)."""
     rnd = random.Random(5)
     edges = sorted({(rnd.randrange(4), rnd.randrange(6)) for _ in range(14)})
     rnd.shuffle(edges)

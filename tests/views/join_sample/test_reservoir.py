@@ -50,7 +50,8 @@ def test_batches_with_restarts_are_uniform() -> None:
 
 
 def test_losing_w_at_a_restart_is_detected() -> None:
-    """Negative control (digest §7.2): re-initializing w at a restart biases the sample, and χ² sees it."""
+    """Negative control: re-initializing w at a restart biases the sample, and χ² sees it
+    (``docs/kinds/join_sample.md#restarts-and-exact-re-bootstrap``)."""
     samples = []
     for seed in range(6000):
         res = run_stream(seed, 3, [PATTERN[:12]])

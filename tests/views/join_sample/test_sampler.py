@@ -1,5 +1,6 @@
 """JoinSampler end to end: real results only, and uniform k-subsets over seeds for one stream, batches,
-JSON restarts and a mid-stream re-bootstrap; w follows Beta(k, n−k+1) (digest §7.2)."""
+JSON restarts and a mid-stream re-bootstrap; w follows Beta(k, n−k+1)
+(``docs/kinds/join_sample.md#restarts-and-exact-re-bootstrap``)."""
 from __future__ import annotations
 
 import json

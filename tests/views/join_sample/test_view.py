@@ -118,7 +118,7 @@ RUNS = 3000
 
 
 def test_uniform_over_seeds_across_restarts_duplicates_and_a_rebootstrap():
-    """χ² over all 2-subsets (digest §7.2): bootstrap, restart, insert, restart, insert; and a delete's re-bootstrap."""
+    """χ² over all 2-subsets (``docs/kinds/join_sample.md#how-it-is-tested``): bootstrap, restart, insert, restart, insert; and a delete's re-bootstrap."""
     plan = make_plan(RS, 2)
     final = {"r": R0 + R1, "s": S0 + S1}
     population = sorted(join_ids(plan, final))

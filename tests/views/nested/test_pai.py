@@ -29,7 +29,8 @@ def test_pai_matches_brute_force(ops, probes) -> None:
 
 
 def test_tied_groups_are_not_merged() -> None:
-    """Two groups at the same key; moving one leaves the other's share behind (digest §0.5)."""
+    """Two groups at the same key; moving one leaves the other's share behind
+    (``docs/kinds/nested.md#tied-aggregate-values``)."""
     pai = PaiMap(2)
     pai.add("a", 5, (1, 10))
     pai.add("b", 5, (1, 0))

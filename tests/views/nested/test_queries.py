@@ -1,7 +1,7 @@
 """The shipped SQL texts, run by stdlib sqlite3, agree with the literal Python oracles.
 
-This ties the oracles the evaluators are tested against to the SQL the views ship (digest §7,
-oracle 2). Data are integers, so ``0.5*T``, ``0.75*T`` and ``0.25*T`` are exact doubles; PSP's
+This ties the oracles the evaluators are tested against to the SQL the views ship (the texts and
+where they come from: ``docs/kinds/nested.md#state-commits-and-query-texts``). Data are integers, so ``0.5*T``, ``0.75*T`` and ``0.25*T`` are exact doubles; PSP's
 ``0.0001*T`` and Q17's ``0.2*AVG`` are not, so snapshots where they sit exactly on a boundary are
 left to the Python oracle.
 """

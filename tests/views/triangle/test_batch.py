@@ -84,7 +84,8 @@ def test_result_is_independent_of_the_batch_split(epsilon: float) -> None:
 
 
 def test_one_batch_across_all_three_relations_has_its_cross_terms() -> None:
-    """ΔR·ΔS·ΔT from an empty state: only the telescoped order sees the triangle (digest §7.2)."""
+    """ΔR·ΔS·ΔT from an empty state: only the telescoped order sees the triangle
+    (``docs/kinds/triangle.md#batches``)."""
     state = bootstrap({}, 0.5)
     apply_batch(state, {"R": {(1, 2): 2}, "S": {(2, 3): 3}, "T": {(3, 1): 5}})
     assert state.count == 30

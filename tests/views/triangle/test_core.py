@@ -1,4 +1,4 @@
-"""IVM^ε single-tuple engine against brute force (digest §8): every ε, every update, invariants."""
+"""IVM^ε single-tuple engine (§3.2, Fig. 3; rebalancing, §4) against brute force: every ε, every update, invariants."""
 from __future__ import annotations
 
 import math
