@@ -217,7 +217,7 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
     branches = _union_branches(tree, sql, source)
     if branches is not None:
         notes = (*notes, f"UNION ALL: each of its {len(branches)} branches maintained by the delta rule, their states added")
-        query = _combine(sql, tree, [_build(sql, b, source) for b in branches], source)
+        query = _combine(sql, tree, _built_branches(sql, branches, source), source)
     else:
         _reject_constructs(tree, sql, source)
         query = _build(sql, tree, source)
@@ -297,13 +297,26 @@ def _suffixed(select: exp.Select, suffix: str) -> exp.Select:
     return tree
 
 
+def _built_branches(sql: str, branches: list[exp.Select], source: str) -> list[Query]:
+    """The Query of each branch of a view over UNION ALL. Aggregates of one expression share their
+    state; where that keeps different state in two branches (``SUM(b), SUM(c)`` over a branch that
+    selects ``v AS b, v AS c``, and one that does not), each aggregate call keeps its own."""
+    built = [_build(sql, branch, source) for branch in branches]
+    if any(_state_shape(query) != _state_shape(built[0]) for query in built):
+        built = [_build(sql, branch, source, shared=False) for branch in branches]
+    return built
+
+
 def _combine(sql: str, tree: exp.Select, branches: list[Query], source: str) -> Query:
     """The Query of a view over UNION ALL from its branches' Queries, which must keep the same state."""
     first = branches[0]
     for i, branch in enumerate(branches[1:], start=2):
         if _state_shape(branch) != _state_shape(first):
-            raise UnsupportedQuery(f"{source}: UNION ALL: branch {i} makes different state than branch 1 (two aggregates of "
-                                   "the query read the same expression in one branch only); aggregate distinct columns")
+            what = next(part for part, mine, theirs in zip(("GROUP BY keys", "aggregates", "result columns"),
+                                                          _state_shape(branch), _state_shape(first)) if mine != theirs)
+            raise UnsupportedQuery(f"{source}: UNION ALL: branch {i} keeps different {what} than branch 1 "
+                                   f"({_state_shape(branch)} against {_state_shape(first)}); its branches are added "
+                                   "per group, so they must keep the same state")
     if any(b.outer for b in branches) or any(a.func == "DISTINCT" for a in first.aggregates):
         what = "a LEFT JOIN in a branch" if any(b.outer for b in branches) else "COUNT(DISTINCT ...)"
         raise UnsupportedQuery(f"{source}: UNION ALL: {what} is not maintained incrementally over UNION ALL")
@@ -963,13 +976,15 @@ def recompute_sql(query: Query, sources: Mapping[str, str]) -> str:
     return _with_sources(query.tree, sources, by_table).sql(dialect=DIALECT)
 
 
-def _build(sql: str, tree: exp.Select, source: str) -> Query:
+def _build(sql: str, tree: exp.Select, source: str, shared: bool = True) -> Query:
+    """The Query of one SELECT; ``shared``: aggregates of one expression share their state (a UNION ALL's
+    branches may need one state per aggregate call to keep the same state: ``_built_branches``)."""
     relations = _relations(tree)
     joins, filters, residual = _split_conditions(tree)
     group_keys = _group_keys(tree)
-    aggregates: dict[tuple[str, str | None], Aggregate] = {}
+    aggregates: dict[tuple, Aggregate] = {}
     if group_keys or _aggregates_here(tree):
-        outputs = tuple(_output(item, group_keys, aggregates, sql, source) for item in tree.expressions)
+        outputs = tuple(_output(item, group_keys, aggregates, sql, source, shared) for item in tree.expressions)
     else:  # a plain select-project-join (a join sample's query)
         outputs = tuple(Output(i.alias_or_name, (i.this if isinstance(i, exp.Alias) else i).sql(DIALECT), False) for i in tree.expressions)
     return Query(
@@ -1240,26 +1255,31 @@ def _group_keys(tree: exp.Select) -> tuple[GroupKey, ...]:
     group = tree.args.get("group")
     if not group:
         return ()
-    aliases = {item.this.sql(DIALECT): item.alias for item in tree.expressions if isinstance(item, exp.Alias)}
+    aliases: dict[str, list[str]] = {}  # an expression selected twice (`v AS b, v AS c`) is two keys, one per name
+    for item in tree.expressions:
+        if isinstance(item, exp.Alias):
+            aliases.setdefault(item.this.sql(DIALECT), []).append(item.alias)
     keys = []
     for i, key in enumerate(group.expressions):
         text = key.sql(DIALECT)
-        keys.append(GroupKey(aliases.get(text, f"_lakeivm_g{i}"), text))
+        names = aliases.get(text)
+        keys.append(GroupKey(names.pop(0) if names and len(names) > 1 else names[0] if names else f"_lakeivm_g{i}", text))
     return tuple(keys)
 
 
-def _output(item: exp.Expression, keys: tuple[GroupKey, ...], aggs: dict, sql: str, source: str) -> Output:
+def _output(item: exp.Expression, keys: tuple[GroupKey, ...], aggs: dict, sql: str, source: str, shared: bool = True) -> Output:
     name = item.alias_or_name
     body = item.this if isinstance(item, exp.Alias) else item
     by_sql = {k.sql: k.name for k in keys}
-    if body.sql(DIALECT) in by_sql:
-        return Output(name, by_sql[body.sql(DIALECT)], True)
+    if body.sql(DIALECT) in by_sql:  # its own key where the expression is selected twice (``_group_keys``)
+        own = any(k.name == name and k.sql == body.sql(DIALECT) for k in keys)
+        return Output(name, name if own else by_sql[body.sql(DIALECT)], True)
     if not body.find(exp.AggFunc):
         raise UnsupportedQuery(
             f"{source}: line {_line(item, sql)}: SELECT item {body.sql(DIALECT)} is neither a GROUP BY key "
             "nor an aggregate; add it to GROUP BY or aggregate it."
         )
-    finalized = body.copy().transform(lambda node: _finalize(node, by_sql, aggs, sql, source))
+    finalized = body.copy().transform(lambda node: _finalize(node, by_sql, aggs, sql, source, shared))
     return Output(name, finalized.sql(DIALECT), False)
 
 
@@ -1270,16 +1290,18 @@ def _count_distinct(agg: exp.Expression) -> exp.Expression | None:
     return None
 
 
-def _finalize(node: exp.Expression, by_sql: dict[str, str], aggs: dict, sql: str, source: str) -> exp.Expression:
+def _finalize(node: exp.Expression, by_sql: dict[str, str], aggs: dict, sql: str, source: str, shared: bool = True) -> exp.Expression:
+    """``node`` of a SELECT item with its aggregates read from the state (``aggs``: the state kept so
+    far, by what it aggregates; ``shared``: one state per aggregated expression, else one per call)."""
+    def state(func: str, arg: str | None) -> Aggregate:
+        return aggs.setdefault((func, arg) if shared else (func, arg, len(aggs)), Aggregate(func, arg, len(aggs)))
+
     if (distinct := _count_distinct(node)) is not None:  # the number of values with a positive count in the multiset
-        agg = aggs.setdefault(("DISTINCT", distinct.sql(DIALECT)), Aggregate("DISTINCT", distinct.sql(DIALECT), len(aggs)))
-        return sqlglot.parse_one(f"COALESCE(_lakeivm_s{agg.index}, 0)", dialect=DIALECT)
+        return sqlglot.parse_one(f"COALESCE(_lakeivm_s{state('DISTINCT', distinct.sql(DIALECT)).index}, 0)", dialect=DIALECT)
     if isinstance(node, exp.AggFunc):
         func = _AGGREGATES[type(node)]
         arg = None if isinstance(node.this, exp.Star) else node.this.sql(DIALECT)
-        state = func if func in ("MIN", "MAX") else "SUM"
-        agg = aggs.setdefault((state, arg), Aggregate(state, arg, len(aggs)))
-        return sqlglot.parse_one(_finalize_sql(func, agg), dialect=DIALECT)
+        return sqlglot.parse_one(_finalize_sql(func, state(func if func in ("MIN", "MAX") else "SUM", arg)), dialect=DIALECT)
     if not isinstance(node, exp.Column):
         return node
     if node.sql(DIALECT) in by_sql:

@@ -31,3 +31,38 @@ def test_union_all_views_match_sql_under_random_streams_and_asymmetric_plans(lak
             random_batch(lake, rng, table, "a", value)
             random_batch(lake, rng, table, "a", value)
         refresh_and_audit(lake, specs, tables)
+
+
+REPEATED = {
+    # an expression selected twice, padded with NULLs in the other branch (issue 52, item 4)
+    "padded": "SELECT a AS k, x AS b, x AS c FROM r UNION ALL SELECT a, CAST(NULL AS INT), CAST(NULL AS INT) FROM s",
+    # the repeat in one branch only, and aggregated over: each SUM keeps its own state in both branches
+    "one_side": "SELECT a AS k, x AS b, x AS c FROM r UNION ALL SELECT a, g, CAST(NULL AS INT) FROM s",
+    "summed": "SELECT k, SUM(b) AS sb, SUM(c) AS sc, COUNT(c) AS nc, MAX(b) AS mb FROM (SELECT a AS k, x AS b, x AS c FROM r "
+              "UNION ALL SELECT a, g, CAST(NULL AS INT) FROM s) AS u GROUP BY k",
+}
+
+
+def test_a_repeated_output_expression_keeps_one_column_per_name():
+    from lakeivm.registry import choose, spec_from_dict
+
+    schemas = {"r": {"a": "int", "x": "int"}, "s": {"a": "int", "g": "int"}}
+    for name, sql in REPEATED.items():
+        choice = choose(spec_from_dict({"name": name, "deadline": 60, "sql": sql}), schemas)
+        assert choice.kind == "first_order" and choice.why_full is None, (name, choice.why_full)
+    padded = choose(spec_from_dict({"name": "padded", "deadline": 60, "sql": REPEATED["padded"]}), schemas).query
+    assert [(k.name, k.sql) for k in padded.branches[0].group_keys] == [("k", "r__u0.a"), ("b", "r__u0.x"), ("c", "r__u0.x")]
+    assert [(o.name, o.finalize_sql) for o in padded.outputs] == [("k", "k"), ("b", "b"), ("c", "c")]
+
+
+@pytest.mark.heavy(150)
+def test_a_repeated_output_expression_matches_sql_under_random_streams(lake, spark):
+    rng = random.Random(52)
+    lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5), (3, 2)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(0, 0), (1, 4), (2, 7), (5, 3)], "a int, g int"))
+    specs = bootstrap_incremental(lake, REPEATED, "first_order")
+    for tables in (("r",), None, None):
+        for table, value in (("r", "x"), ("s", "g")):
+            random_batch(lake, rng, table, "a", value)
+            random_batch(lake, rng, table, "a", value)
+        refresh_and_audit(lake, specs, tables)
