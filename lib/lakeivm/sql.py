@@ -29,7 +29,10 @@ from lakeivm.sql_functions import GENERATORS, check_functions, group, spark_name
 DIALECT = "spark"
 COUNT = "_lakeivm_count"
 HAVING = "_lakeivm_having"  # a hidden result column: the group satisfies the view's HAVING (its reader keeps those)
-_AGGREGATES = {exp.Sum: "SUM", exp.Count: "COUNT", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
+_AGGREGATES = {exp.Sum: "SUM", exp.Count: "COUNT", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX",
+               exp.Stddev: "STDDEV_SAMP", exp.StddevSamp: "STDDEV_SAMP", exp.StddevPop: "STDDEV_POP",
+               exp.Variance: "VAR_SAMP", exp.VariancePop: "VAR_POP"}
+_ALIASES = {"std": exp.Stddev, "mean": exp.Avg}  # Spark's other names of those (sqlglot keeps them as anonymous calls)
 MULTISET_FUNCS = ("MIN", "MAX", "DISTINCT")  # state kept as a multiset per group; DISTINCT: COUNT(DISTINCT e)
 
 
@@ -184,7 +187,7 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
     deterministic built-ins (``lakeivm.sql_functions``). Subqueries are recorded, not rejected: the
     classifier decides whether the nested kind takes them.
     """
-    tree = _parse(sql, source)
+    tree = _canonical_aggregates(_parse(sql, source))
     if isinstance(tree, exp.Union) and _union_all_parts(tree) is not None:  # rows of a UNION ALL (UNION: DISTINCT of them)
         distinct = bool(tree.args.get("distinct"))
         tree = exp.select("*").from_(_as_union_all(tree).subquery("_lakeivm_union"))
@@ -222,6 +225,14 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
         _reject_constructs(tree, sql, source)
         query = _build(sql, tree, source)
     return replace(query, notes=notes, implicit_keys=implicit, top=top, limit=limit)
+
+
+def _canonical_aggregates(tree: exp.Expression) -> exp.Expression:
+    """``tree`` with Spark's other names of the aggregates maintained (``std``, ``mean``: ``_ALIASES``) as
+    sqlglot's nodes of the aggregates they are."""
+    return tree.transform(lambda node: _ALIASES[node.name.lower()](this=node.expressions[0].copy())
+                          if isinstance(node, exp.Anonymous) and node.name.lower() in _ALIASES and len(node.expressions) == 1
+                          else node)
 
 
 def _union_all_parts(union: exp.Union) -> list[exp.Select] | None:
@@ -400,8 +411,17 @@ def _check_distinct_names(names: list[str], source: str) -> None:
 
 
 def _aggregates_here(tree: exp.Select) -> bool:
-    """Whether the SELECT itself aggregates (an aggregate inside a subquery does not count)."""
-    return any(agg.find_ancestor(exp.Subquery) is None for agg in tree.find_all(exp.AggFunc))
+    """Whether the SELECT itself aggregates (an aggregate inside a subquery does not count, nor a
+    window function such as ``MAX(v) OVER (...)``: it keeps every row)."""
+    return any(agg.find_ancestor(exp.Subquery) is None and not _is_window_function(agg) for agg in tree.find_all(exp.AggFunc))
+
+
+def _is_window_function(call: exp.Expression) -> bool:
+    """Whether ``call`` is the function of a window, ``call OVER (...)`` (``IGNORE NULLS`` between them)."""
+    node = call
+    while isinstance(node.parent, (exp.IgnoreNulls, exp.RespectNulls)):
+        node = node.parent
+    return isinstance(node.parent, exp.Window) and node.parent.this is node
 
 
 def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str = "<sql>") -> Query:
@@ -1039,13 +1059,14 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
     """What incremental maintenance does not take (refresh_policy: auto recomputes such a view in full);
     parse_query has already refused what no view may hold (``_reject_unsafe``)."""
     checks = [
+        (tree.find(exp.Window), f"a window function ({_window_sql(tree)})",
+         "window functions are not maintained incrementally: the view is recomputed in full"),
         (tree.find(exp.With), "a CTE that is not a plain SELECT (it aggregates, or is read twice)", "inline it as a join"),
         (next((q for q in tree.find_all(exp.Subquery) if isinstance(q.parent, (exp.From, exp.Join))), None),
          "a derived table that is not a plain SELECT (FROM (SELECT ... GROUP BY ...))", "join the tables themselves"),
         (tree.args.get("distinct"), "SELECT DISTINCT", "GROUP BY the columns instead"),
         (tree.args.get("having"), "HAVING", "filter when reading the view"),
         (tree.args.get("limit"), "ORDER BY ... LIMIT (a top-k)", "it is recomputed in full under refresh_policy auto"),
-        (tree.find(exp.Window), "a window function", "window functions are not maintained incrementally"),
         (tree.find(exp.Union, exp.Intersect, exp.Except), "a set operation", "register one view per branch"),
     ]
     for node, construct, fix in checks:
@@ -1067,7 +1088,8 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
         if type(call) not in _AGGREGATES and (isinstance(call, exp.AggFunc) or group(name or "") == "agg_funcs"):
             raise UnsupportedQuery(
                 f"{source}: line {_line(call, sql)}: aggregate {call.sql(DIALECT)} is not maintained incrementally; "
-                "SUM, COUNT, AVG, MIN, MAX and COUNT(DISTINCT e) are (refresh_policy auto recomputes the view in full)."
+                "SUM, COUNT, AVG, MIN, MAX, COUNT(DISTINCT e) and STDDEV/VARIANCE (their _SAMP and _POP forms) are "
+                "(refresh_policy auto recomputes the view in full)."
             )
         if type(call) in _AGGREGATES and call.find(exp.Distinct) and not _count_distinct(call):
             raise UnsupportedQuery(f"{source}: line {_line(call, sql)}: DISTINCT inside {call.key.upper()} is not supported "
@@ -1076,6 +1098,12 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
             raise UnsupportedQuery(f"{source}: line {_line(call, sql)}: generator {name}() (rows per input row) is not "
                                    "maintained incrementally (refresh_policy auto recomputes the view in full).")
     check_functions(tree, sql, source)
+
+
+def _window_sql(tree: exp.Select) -> str:
+    """The first window function of ``tree`` as written, for a message: ``MAX(v) OVER (...)``."""
+    window = tree.find(exp.Window)
+    return f"{window.this.sql(DIALECT)} OVER (...)" if window is not None else ""
 
 
 def _is_left_outer(join: exp.Join) -> bool:
@@ -1298,6 +1326,10 @@ def _finalize(node: exp.Expression, by_sql: dict[str, str], aggs: dict, sql: str
 
     if (distinct := _count_distinct(node)) is not None:  # the number of values with a positive count in the multiset
         return sqlglot.parse_one(f"COALESCE(_lakeivm_s{state('DISTINCT', distinct.sql(DIALECT)).index}, 0)", dialect=DIALECT)
+    if isinstance(node, exp.AggFunc) and _AGGREGATES[type(node)].startswith(("STDDEV", "VAR")):
+        value = f"CAST({node.this.sql(DIALECT)} AS DOUBLE)"
+        return sqlglot.parse_one(_variance_sql(_AGGREGATES[type(node)], state("SUM", value), state("SUM", f"{value} * {value}")),
+                                 dialect=DIALECT)
     if isinstance(node, exp.AggFunc):
         func = _AGGREGATES[type(node)]
         arg = None if isinstance(node.this, exp.Star) else node.this.sql(DIALECT)
@@ -1312,6 +1344,19 @@ def _finalize(node: exp.Expression, by_sql: dict[str, str], aggs: dict, sql: str
             "but is not a GROUP BY key."
         )
     return node
+
+
+def _variance_sql(func: str, values: Aggregate, squares: Aggregate) -> str:
+    """SQL's ``VAR_SAMP``/``VAR_POP``/``STDDEV_SAMP``/``STDDEV_POP`` from the state: the sum of the values,
+    of their squares and their count, ``(n * Σx² - (Σx)²) / (n (n - 1))`` (``n²`` for the population),
+    in doubles as Spark computes them; NULL over no value, and a sample's over one. Clamped at 0: the
+    rounding of the difference must not make a constant group's variance negative."""
+    s, n, s2 = f"_lakeivm_s{values.index}", f"_lakeivm_n{values.index}", f"_lakeivm_s{squares.index}"
+    if func.endswith("SAMP"):
+        variance = f"CASE WHEN {n} < 2 THEN NULL ELSE GREATEST({n} * {s2} - {s} * {s}, 0) / ({n} * ({n} - 1)) END"
+    else:
+        variance = f"CASE WHEN {n} = 0 THEN NULL ELSE GREATEST({n} * {s2} - {s} * {s}, 0) / ({n} * {n}) END"
+    return f"SQRT({variance})" if func.startswith("STDDEV") else variance
 
 
 def _finalize_sql(func: str, agg: Aggregate) -> str:
