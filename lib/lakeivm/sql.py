@@ -428,8 +428,8 @@ def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str =
     """Parse any one Spark SQL query over lake tables for the full kind, which recomputes it on the
     pinned snapshots: outer joins, set operations, CTEs, window functions, DISTINCT, HAVING, ORDER BY
     ... LIMIT. Refused, naming the line: anything but one query, unknown tables or columns, functions
-    a view may not call (``lakeivm.sql_functions``), ``${...}``, scripts, samples, parameters, and result
-    columns a Delta table cannot hold (an unnamed expression, a name given twice).
+    a view may not call (``lakeivm.sql_functions``), ``${...}``, scripts, samples, parameters, and a
+    result column named twice. An unnamed result column is named ``_col_<i>`` (``named_outputs``).
 
     The Query's relations are its base tables, one each (alias = table name: ``as_written`` swaps
     every reference to a table, at any depth, for that table's snapshot).
@@ -446,8 +446,7 @@ def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str =
                                    "so the view would differ from its SQL between runs; add an ORDER BY that decides every tie")
     tables = _base_tables(tree)
     _check_tables(tables, schemas, sql, source)
-    _check_result_columns(tree, sql, source)
-    names = _qualified(tree.copy(), schemas, source).named_selects  # validates the columns; the SQL runs as written
+    names = _qualified(named_outputs(tree.copy()), schemas, source).named_selects  # validates the columns; the SQL runs as written
     _check_distinct_names(names, source)
     used = tuple(dict.fromkeys(t.name for t in tables))
     return Query(sql=sql, tree=tree, relations=tuple(Relation(t, t, tuple(schemas[t])) for t in used), joins=(), filters={},
@@ -458,8 +457,9 @@ def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str =
 def as_written(sql: str, sources: Mapping[str, str]) -> str:
     """The view's SQL as its spec has it, every reference to a base table (``{table: Spark table or
     view}``) at any depth swapped for its source; a CTE of the same name is left alone. The audit's
-    oracle: what Spark computes from the user's own SQL, not from lakeivm's reading of it."""
-    tree = sqlglot.parse_one(sql, dialect=DIALECT)
+    oracle: what Spark computes from the user's own SQL, not from lakeivm's reading of it. Its unnamed
+    result columns are named as every kind names them (``named_outputs``)."""
+    tree = named_outputs(sqlglot.parse_one(sql, dialect=DIALECT))
     for table in _base_tables(tree):
         if table.name in sources:
             _read_as(table, sources[table.name])
@@ -871,17 +871,22 @@ def _qualified(tree: exp.Expression, schemas: Mapping[str, Mapping[str, str]], s
         raise UnsupportedQuery(f"{source}: {err}; check the column names against the tables' schemas") from err
 
 
-def _check_result_columns(tree: exp.Query, sql: str, source: str) -> None:
-    """Every result column of a recomputed view has a name Delta can store: a column, ``*`` or ``AS``."""
+def named_outputs(tree: exp.Expression) -> exp.Expression:
+    """``tree`` with each unnamed result column (no ``AS``: ``COUNT(*)``, ``k + 1``) named ``_col_<i>``
+    by its position, as sqlglot's qualification names it and so every incremental kind stores it: a
+    full recompute then has the incremental kind's columns, which Delta can store (Spark would name the
+    first ``count(1)``). Changes ``tree`` in place and returns it.
+
+    >>> named_outputs(sqlglot.parse_one("SELECT k, COUNT(*) FROM t GROUP BY k")).sql()
+    'SELECT k, COUNT(*) AS _col_1 FROM t GROUP BY k'
+    """
     first = tree
-    while isinstance(first, exp.SetOperation):
+    while isinstance(first, (exp.SetOperation, exp.Subquery)):
         first = first.this
-    if isinstance(first, exp.Subquery):
-        first = first.unnest()
-    for item in first.expressions if isinstance(first, exp.Select) else ():
-        if not isinstance(item, (exp.Alias, exp.Column, exp.Star)):
-            raise UnsupportedQuery(f"{source}: line {_line(item, sql)}: result column {item.sql(DIALECT)} has no name; "
-                                   "name it with AS (a view's columns are stored in a Delta table)")
+    for i, item in enumerate(list(first.expressions) if isinstance(first, exp.Select) else ()):
+        if not isinstance(item, (exp.Alias, exp.Column, exp.Star, exp.Dot)):
+            item.replace(exp.alias_(item.copy(), f"_col_{i}"))
+    return tree
 
 
 def state_sql(query: Query, sources: Mapping[str, str], delta_alias: str | None = None) -> str:

@@ -16,7 +16,7 @@ from lakeivm.errors import UnsupportedQuery
 from lakeivm.fingerprint import fingerprint
 from lakeivm.planning.auto import PROBE, Mode
 from lakeivm.registry import choose, spec_from_dict
-from tests.helpers import random_batch
+from tests.helpers import random_batch, sql
 
 SCHEMAS = {"r": {"a": "int", "x": "int"}, "s": {"a": "int", "g": "int"}}
 
@@ -55,7 +55,6 @@ def test_a_view_that_asked_for_a_kind_is_not_recomputed_instead():
 
 
 @pytest.mark.parametrize("sql, problem", [
-    ("SELECT a, COUNT(*) FROM r GROUP BY a UNION ALL SELECT a, 0 AS n FROM r", "result column COUNT\\(\\*\\) has no name"),
     ("SELECT r.a, s.a FROM r JOIN s ON r.a = s.a", "result column 'a' is named twice"),
     ("SELECT a FROM t", "unknown table 't'"),
     ("SELECT a FROM r; DROP TABLE s", "several statements"),
@@ -65,6 +64,13 @@ def test_a_view_that_asked_for_a_kind_is_not_recomputed_instead():
 def test_what_no_view_may_hold_is_refused_under_auto_too(sql, problem):
     with pytest.raises(UnsupportedQuery, match=problem):
         choose(spec("bad", sql), SCHEMAS)
+
+
+def test_an_unnamed_result_column_is_named_by_its_position_as_the_incremental_kinds_name_it():
+    recomputed = choose(spec("unnamed", "SELECT a, COUNT(*) FROM r GROUP BY a UNION ALL SELECT a, 0 AS n FROM r"), SCHEMAS)
+    assert recomputed.kind == "full" and [o.name for o in recomputed.query.outputs] == ["a", "_col_1"]
+    maintained = choose(spec("unnamed", "SELECT a, COUNT(*), SUM(x) + 1 FROM r GROUP BY a"), SCHEMAS)
+    assert maintained.kind != "full" and [o.name for o in maintained.query.outputs] == ["a", "_col_1", "_col_2"]
 
 
 def test_the_fingerprint_records_a_full_policy_only():
@@ -160,6 +166,50 @@ def test_auto_recomputes_a_run_in_full_when_its_log_predicts_that_cheaper_and_co
     again = run_view(lake, view)
     assert again.kind == "fivm" and again.mode == "refresh" and again.applied == ("r",)
     assert audit(lake, view).ok
+
+
+UNNAMED = {  # unnamed result columns, each kind; and a view reading one by its name (issue 52, item 6)
+    "nested": "SELECT COUNT(*) FROM bids b WHERE 0.5 * (SELECT SUM(b1.volume) FROM bids b1) > "
+              "(SELECT SUM(b2.volume) FROM bids b2 WHERE b2.price > b.price)",
+    "fivm": "SELECT a, COUNT(*), SUM(x) + 1 FROM r GROUP BY a",
+    "first_order": "SELECT a, MIN(x), COUNT(*) FROM r GROUP BY a",
+}
+
+
+@pytest.mark.heavy(170)
+def test_auto_falls_back_to_full_and_back_for_every_kind_with_unnamed_columns(lake, spark, monkeypatch):
+    """Unnamed columns are ``_col_<i>`` in every kind and in a full recompute, so auto's switch writes
+    names Delta takes (Spark's own name, ``count(1)``, it refuses), and a view over one reads the same
+    column whichever way the upstream ran."""
+    from lakeivm.registry import link_upstreams
+
+    lake.create_table("r", spark.createDataFrame([(0, 1), (0, 2), (2, 5)], "a int, x int"))
+    lake.create_table("bids", spark.createDataFrame([], "price decimal(10,2), volume decimal(10,2)"))
+    sql(lake, "INSERT INTO {t} VALUES (1.00, 3.00), (2.00, 1.00), (3.00, 4.00)", "bids")
+    specs, _ = link_upstreams({**{f"unnamed_{kind}": spec(f"unnamed_{kind}", query) for kind, query in UNNAMED.items()},
+                               "over": spec("over", "SELECT SUM(_col_1) AS rows_, MAX(_col_2) AS top FROM unnamed_fivm")})
+    views = list(specs.values())
+    assert [run_view(lake, view).kind for view in views] == ["nested", "fivm", "first_order", "first_order"]
+    rng = random.Random(6)
+
+    def change_and_audit(choice: Mode) -> list:
+        monkeypatch.setattr("lakeivm.planning.auto.choose_mode", lambda history, kind, seconds, in_full: choice)
+        random_batch(lake, rng, "r", "a", "x")
+        sql(lake, f"INSERT INTO {{t}} VALUES ({rng.randint(0, 3)}, {rng.randint(0, 9)})", "r")  # each view has a change
+        sql(lake, f"INSERT INTO {{t}} VALUES ({rng.randint(0, 5)}.00, {rng.randint(0, 5)}.00)", "bids")
+        rows = [run_view(lake, view) for view in views]
+        for view in views:
+            assert audit(lake, view).ok, view.name
+        return rows
+
+    for row in change_and_audit(Mode(True, "auto: full (forced)")):
+        assert row.kind == "full", (row.view, row.plan)
+    stored = {view.name: lake.spark.read.format("delta").load(lake.view_path(view.name)).columns for view in views}
+    assert stored == {"unnamed_nested": ["_col_0"], "unnamed_fivm": ["a", "_col_1", "_col_2"],
+                      "unnamed_first_order": ["a", "_col_1", "_col_2"], "over": ["rows_", "top"]}
+    back = change_and_audit(Mode(False, "auto: back (forced)"))
+    assert [row.kind for row in back] == ["nested", "fivm", "first_order", "first_order"]
+    change_and_audit(Mode(False, "auto: incremental (forced)"))
 
 
 def test_a_probe_stops_at_its_limit_and_reports_a_lower_bound(lake, spark):
