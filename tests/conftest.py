@@ -53,7 +53,7 @@ def spark():
 
 @pytest.fixture
 def lake(spark, tmp_path):
-    from lakeivm.engine import open_lake
+    from lakeivm.lake import open_lake
     from lakeivm.config import Settings
 
     return open_lake(spark, Settings(lake=str(tmp_path / f"lake{next(_counter)}")))

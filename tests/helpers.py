@@ -57,7 +57,8 @@ def bootstrap_incremental(lake: Lake, views: dict[str, str], kind: str) -> list:
 
 def refresh_and_audit(lake: Lake, specs: list, tables: tuple[str, ...] | None) -> None:
     """Refresh every view applying only ``tables`` (None: all), and check each equals its SQL at its watermarks."""
-    from lakeivm.engine import audit, run_view
+    from lakeivm.audit import audit
+    from lakeivm.engine import run_view
 
     for spec in specs:
         row = run_view(lake, spec, tables=tables)

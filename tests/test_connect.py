@@ -14,7 +14,9 @@ import pytest
 
 from lakeivm import commit, storage
 from lakeivm.config import Settings
-from lakeivm.engine import audit, open_lake, run_view
+from lakeivm.audit import audit
+from lakeivm.engine import run_view
+from lakeivm.lake import open_lake
 from lakeivm.registry import spec_from_dict
 from lakeivm.spark import connect, is_connect
 from lakeivm.views.nested.queries import QUERIES

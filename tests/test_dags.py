@@ -144,7 +144,7 @@ def airflow_db():
 @pytest.mark.heavy(330)
 def test_dag_test_bootstraps_ticks_and_refreshes(lake, spark, tmp_path, airflow_db, monkeypatch):
     from lakeivm import commit
-    from lakeivm.engine import audit
+    from lakeivm.audit import audit
     from lakeivm.registry import load_specs
     from lakeivm.scheduling import build_dags
     from tests.helpers import sql

@@ -36,7 +36,7 @@ TABLES = ("nation", "customer", "orders", "lineitem")
 
 def test_scheduled_and_on_demand_runs_of_a_view(tmp_path, monkeypatch):
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-    from lakeivm.engine import open_lake
+    from lakeivm.lake import open_lake
     from lakeivm.spark import connect
 
     # The views folder does not change during the test: parse the DAG files once, not every 30 s (each

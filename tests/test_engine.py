@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from lakeivm import commit
-from lakeivm.engine import InjectedFailure, audit, run_view, view_snapshot
+from lakeivm.audit import audit
+from lakeivm.engine import InjectedFailure, run_view
+from lakeivm.reading import view_snapshot
 from lakeivm.lake import Lake
 from lakeivm.errors import ChangeRangeError, LeaseHeld, StateError
 from lakeivm.registry import spec_from_dict
@@ -99,7 +101,7 @@ def test_a_read_broken_by_a_late_write_is_reported_as_the_late_write(lake, spark
     Connect write committing into the state folder that the rerun's recovery had just removed,
     naming data files that are gone. The run's failure then names the late write (refresh again),
     not the missing file; a failure with no foreign commit is left as it is."""
-    from lakeivm.engine import WRITER_TAG
+    from lakeivm.lake import WRITER_TAG
 
     make_tables(lake, spark)
     run_view(lake, JOIN_VIEW)
@@ -257,7 +259,7 @@ def test_a_lost_log_commit_is_rolled_forward_never_rolled_back(lake, spark):
 def test_a_late_write_of_another_run_is_never_committed(lake, spark, monkeypatch):
     """A state write that is not the run's own (a killed client's Spark Connect operation landing
     late, a paused run's last write) lands mid-run: the run refuses to commit; the rerun undoes it."""
-    from lakeivm.engine import WRITER_TAG
+    from lakeivm.lake import WRITER_TAG
 
     make_tables(lake, spark)
     run_view(lake, JOIN_VIEW)

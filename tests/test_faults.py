@@ -36,7 +36,8 @@ import yaml
 
 from lakeivm import commit
 from lakeivm.config import Settings
-from lakeivm.engine import audit, open_lake
+from lakeivm.audit import audit
+from lakeivm.lake import open_lake
 from lakeivm.registry import load_specs
 from lakeivm.spark import connect
 from lakeivm.views.nested.queries import QUERIES

@@ -31,7 +31,8 @@ FLOORS = {
     "lakeivm.views.triangle.maintainer": 3, "lakeivm.views.triangle.sql_batch": 3, "lakeivm.views.nested.maintainer": 3,
     "lakeivm.views.join_sample.maintainer": 3, "lakeivm.views.first_order": 3,
     "lakeivm.views.full": 3,
-    "lakeivm.engine": 4, "lakeivm.calibrate": 4, "lakeivm.quality": 4, "lakeivm.explain": 4,
+    "lakeivm.recovery": 3,
+    "lakeivm.engine": 4, "lakeivm.audit": 4, "lakeivm.reading": 4, "lakeivm.status": 4, "lakeivm.calibrate": 4, "lakeivm.quality": 4, "lakeivm.explain": 4,
     "lakeivm": 5,  # the package itself (its __init__: the public API) and everything not named above
 }
 

@@ -22,7 +22,9 @@ from dataclasses import replace
 
 from lakeivm.config import load_settings
 from lakeivm.datagen.tpch import TpchChangeStream
-from lakeivm.engine import audit, open_lake, run_view
+from lakeivm.audit import audit
+from lakeivm.engine import run_view
+from lakeivm.lake import open_lake
 from lakeivm.registry import find_spec, load_specs
 from lakeivm.spark import get_spark
 

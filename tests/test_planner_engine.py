@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from lakeivm import commit
-from lakeivm.engine import audit, run_view
+from lakeivm.audit import audit
+from lakeivm.engine import run_view
 from lakeivm.planning.tick import RUN_COST, run_seconds
 from lakeivm.registry import spec_from_dict
 from tests.helpers import sql

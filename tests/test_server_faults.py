@@ -34,7 +34,8 @@ import yaml
 
 from lakeivm import commit, server
 from lakeivm.config import Settings
-from lakeivm.engine import audit, open_lake
+from lakeivm.audit import audit
+from lakeivm.lake import open_lake
 from lakeivm.lake import Lake
 from lakeivm.processes import alive
 from lakeivm.registry import load_specs

@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from lakeivm.engine import audit, run_view
+from lakeivm.audit import audit
+from lakeivm.engine import run_view
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.explain import explain
 from lakeivm.registry import derived_specs, load_specs

@@ -6,7 +6,7 @@ import threading
 from datetime import datetime, timezone
 
 from lakeivm import storage, system_tables
-from lakeivm.commit import LogRow, _to_row
+from lakeivm.commit import LogRow, to_row
 from lakeivm.lake import Lake
 
 
@@ -44,7 +44,7 @@ def test_log_rows_round_trip(tmp_path):
             for seq, view in ((1, "a"), (1, "b"), (2, "a"))]
     for row in rows:
         system_tables.append(lake.log_path, "log.json", [row.__dict__])
-    back = sorted((_to_row(r) for r in system_tables.read(lake.log_path, [("view", "=", "a")])), key=lambda r: r.seq)
+    back = sorted((to_row(r) for r in system_tables.read(lake.log_path, [("view", "=", "a")])), key=lambda r: r.seq)
     assert [(r.view, r.seq) for r in back] == [("a", 1), ("a", 2)]
     first = back[0]
     assert first.pins == {"t": 1} and first.applied == ("t",) and first.table_seconds == {"t": 0.5}

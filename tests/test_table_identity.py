@@ -10,7 +10,8 @@ import shutil
 import pytest
 
 from lakeivm import commit
-from lakeivm.engine import audit, run_view
+from lakeivm.audit import audit
+from lakeivm.engine import run_view
 from lakeivm.errors import ChangeRangeError
 from lakeivm.registry import spec_from_dict
 from tests.helpers import sql

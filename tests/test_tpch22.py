@@ -9,7 +9,8 @@ import pytest
 from lakeivm import commit
 from lakeivm.config import SCHEMAS
 from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-from lakeivm.engine import audit, run_view
+from lakeivm.audit import audit
+from lakeivm.engine import run_view
 from lakeivm.registry import derived_specs, load_specs
 
 INCREMENTAL = {"tpch_q01", "tpch_q02", "tpch_q03", "tpch_q04", "tpch_q05", "tpch_q06", "tpch_q07", "tpch_q08", "tpch_q09", "tpch_q10", "tpch_q11", "tpch_q12",

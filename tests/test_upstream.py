@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from lakeivm import commit
-from lakeivm.engine import audit, run_view
+from lakeivm.audit import audit
+from lakeivm.engine import run_view
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.registry import choose, link_upstreams, load_specs, spec_from_dict
 from tests.helpers import random_batch, sql

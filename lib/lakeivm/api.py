@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from lakeivm.commit import LogRow
-    from lakeivm.engine import Audit
+    from lakeivm.audit import Audit
     from lakeivm.lake import Lake
     from lakeivm.spec import Specs, ViewSpec
 
@@ -67,7 +67,7 @@ class ViewStatus:
 
     @classmethod
     def of(cls, entry: Mapping[str, Any]) -> ViewStatus:
-        """From ``engine.status``'s entry of one view."""
+        """From ``lakeivm.status.status``'s entry of one view."""
         known = {k: v for k, v in entry.items() if k in cls.__dataclass_fields__}
         if "upstreams" in known:
             known["upstreams"] = tuple(known["upstreams"])
@@ -106,7 +106,7 @@ class View:
 
     def read(self, latest: bool = False) -> DataFrame:
         """The view's rows as of its last consistent run (``latest``: its newest, possibly asymmetric, run)."""
-        from lakeivm.engine import view_snapshot
+        from lakeivm.reading import view_snapshot
 
         with _named_failure(self.spec):
             return view_snapshot(self._views.lake, self.spec, latest)
@@ -124,7 +124,7 @@ class View:
 
     def audit(self) -> Audit:
         """The view (its newest committed run) against its SQL recomputed by Spark at that run's watermarks."""
-        from lakeivm.engine import audit
+        from lakeivm.audit import audit
 
         with _named_failure(self.spec):
             return audit(self._views.lake, self.spec)
@@ -176,7 +176,7 @@ class Views(Mapping[str, View]):
         without one the settings' session (a Spark Connect server, or local Spark) is made when a
         run first needs it -- a refresh with nothing to apply makes none. A spec file that does not
         load is left out and listed in ``broken``."""
-        from lakeivm.engine import open_lake
+        from lakeivm.lake import open_lake
         from lakeivm.spec_cache import cached_specs
 
         settings = settings or load_settings()
@@ -201,7 +201,7 @@ class Views(Mapping[str, View]):
 
     def status(self, names: list[str] | None = None) -> list[ViewStatus]:
         """Each view's freshness (of ``names``, default all), in the folder's order."""
-        from lakeivm.engine import status
+        from lakeivm.status import status
         from lakeivm.spec import find_spec
 
         chosen = {name: find_spec(self.specs, name) for name in (names if names is not None else list(self.specs))}

@@ -30,7 +30,8 @@ def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int | Mapping[str, int] 
               progress: Callable[[str], None] = print) -> dict[str, Calibration]:
     """Time batches of 1, 2, 4, ..., 2^max_exponent changes per table (an int, or one per table);
     store and return {table: Calibration}."""
-    from lakeivm.engine import open_lake, prepare, run_view
+    from lakeivm.engine import prepare, run_view
+    from lakeivm.lake import open_lake
 
     last = commit.last_committed(lake, spec.name)
     if last is None:

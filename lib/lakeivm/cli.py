@@ -158,7 +158,7 @@ def _lake(settings: Settings, create: bool = False):
     """The configured lake; unless the command creates lakes (datagen), one must exist there: a
     mistyped --lake is refused instead of growing a new _system folder."""
     from lakeivm import storage
-    from lakeivm.engine import open_lake
+    from lakeivm.lake import open_lake
 
     if not create and not storage.exists(f"{settings.lake.rstrip('/')}/tables"):
         raise LakeIVMError(f"no lake at {settings.lake} (no tables/ folder there): pass --lake (or LAKEIVM_LAKE) "

@@ -1,9 +1,9 @@
-"""The commit protocol (ARCHITECTURE §4.1, §4.5): lease, maintenance log, recovery.
+"""The commit protocol (ARCHITECTURE §4.1, §4.5): the lease and the maintenance log.
 
 A run writes its state tables first and appends its log row last: the committed log row -- new
 watermarks and the version of every state table -- is the commit point. Recovery restores every
-state table to the version the last committed row names, so a run that crashed after any write
-leaves the view as if it had not run, and the rerun gives the crash-free result.
+state table to the version the last committed row names (``lakeivm.recovery``), so a run that
+crashed after any write leaves the view as if it had not run, and the rerun gives the crash-free result.
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def append_log(lake: Lake, row: LogRow) -> None:
     """Append ``row`` to ``_system/log`` unfenced (a blind append; runs append through their Lease)."""
     key = ("log", row.view)
     if key in lake.cache:
-        _view_log(lake, row.view)  # bring the cached rows up to the log's head first
+        view_log(lake, row.view)  # bring the cached rows up to the log's head first
     _append_row(lake, row)
 
 
@@ -89,10 +89,10 @@ def _append_row(lake: Lake, row: LogRow, after: int | None = None) -> bool:
 
 def log_rows(lake: Lake, view: str, status: str | None = "committed") -> list[LogRow]:
     """The view's log rows in run order (only committed ones by default)."""
-    return [r for r in _view_log(lake, view) if not status or r.status == status]
+    return [r for r in view_log(lake, view) if not status or r.status == status]
 
 
-def _view_log(lake: Lake, view: str, head: int | None = None) -> list[LogRow]:
+def view_log(lake: Lake, view: str, head: int | None = None) -> list[LogRow]:
     """All of ``view``'s log rows, oldest first: read once per Lake, then kept current.
 
     The cached rows stay valid at a newer log version when every commit in between only appended
@@ -104,7 +104,7 @@ def _view_log(lake: Lake, view: str, head: int | None = None) -> list[LogRow]:
     if cached and cached[0] < head and _only_other_views(lake, view, cached[0], head):
         cached = lake.cache[key] = (head, cached[1])
     if not cached or cached[0] != head:
-        rows = sorted((_to_row(r) for r in system_tables.read(lake.log_path, [("view", "=", view)], version=head)), key=_run_order)
+        rows = sorted((to_row(r) for r in system_tables.read(lake.log_path, [("view", "=", view)], version=head)), key=_run_order)
         cached = lake.cache[key] = (head, rows)
     return cached[1]
 
@@ -134,7 +134,7 @@ def _as_read(row: LogRow) -> LogRow:
     """``row`` as reading it back from the log gives it (timestamps naive, in local time)."""
     naive = {k: datetime.fromtimestamp(getattr(row, k).timestamp()) for k in ("started_at", "finished_at", "lease_expires")
              if getattr(row, k) is not None}
-    return _to_row({**row.__dict__, **naive})
+    return to_row({**row.__dict__, **naive})
 
 
 def record_costs(lake: Lake, view: str, models: Mapping[str, Any]) -> None:
@@ -172,70 +172,6 @@ def last_of(rows: list[LogRow]) -> LogRow | None:
     """The newest committed row of ``rows``."""
     committed = [r for r in rows if r.status == "committed"]
     return committed[-1] if committed else None
-
-
-def recover(lake: Lake, last: LogRow | None, state_paths: Mapping[str, str],
-            claim: Lease | None = None) -> tuple[list[str], LogRow | None]:
-    """Restore every state table written after ``last`` committed to the version ``last`` names.
-
-    Returns what was done (for the log) and the committed row recovery ended at. With no
-    committed run, partial state is deleted. Before rolling anything back, a committed row the log
-    lost (its commit file deleted or moved aside by ``lakeivm repair``, its data file still there)
-    is rolled forward instead: re-appended through the run's ``claim``, so what a committed row
-    names is never undone (``lost_commit``).
-    """
-    heads = {name: lake.head_version(path) for name, path in state_paths.items() if lake.is_delta(path)}
-    done: list[str] = []
-    ahead = any(last is None or last.state_versions.get(name) != head for name, head in heads.items())
-    lost = lost_commit(lake, claim.view, last, heads) if ahead and claim is not None else None
-    if lost is not None:
-        claim.append(lost)
-        done.append(f"rolled forward run #{lost.seq} (its log commit was lost; its row was read back from its data file)")
-        last = lost
-    for name, head in heads.items():
-        path = state_paths[name]
-        if last is None or name not in last.state_versions:
-            lake.delete(path)
-            done.append(f"{name}: removed uncommitted state")
-            continue
-        logged = last.state_versions[name]
-        if head < logged:
-            raise StateError(
-                f"state table {path} is at version {head}, behind the log's {logged}: it was modified "
-                f"outside lakeivm. Rebuild the view (lakeivm refresh {last.view} --rebuild)."
-            )
-        if head > logged:
-            lake.restore(path, logged)
-            done.append(f"{name}: restored {head} -> {logged}")
-    return done, last
-
-
-def lost_commit(lake: Lake, view: str, last: LogRow | None, heads: Mapping[str, int]) -> LogRow | None:
-    """The newest committed row of ``view`` newer than ``last`` that sits in a data file of
-    ``_system/log`` no commit references -- a commit file lost after its data file was written --
-    and whose state versions all still exist (``heads``: the state tables' versions); None if there
-    is none (the usual case: a crash).
-
-    A data file no commit references is also left by an append that lost its race for a version
-    (it was retried) or was compacted away: their rows are in the log, and are skipped by run id.
-    """
-    import pyarrow.parquet as pq
-    from deltalake import DeltaTable
-
-    known = {r.run_id for r in _view_log(lake, view) if r.status != RUNNING}
-    referenced = {os.path.basename(uri) for uri in DeltaTable(lake.log_path).file_uris()}
-    found = []
-    for name in storage.list_names(lake.log_path, directories=False):
-        if not name.endswith(".parquet") or name in referenced:
-            continue
-        try:
-            rows = pq.read_table(f"{lake.log_path}/{name}", filters=[("view", "=", view), ("status", "=", "committed")]).to_pylist()
-        except Exception:  # a partly written file of a crashed append: nothing committed in it
-            continue
-        found += [_to_row(system_tables.from_arrow(row)) for row in rows if row["run_id"] not in known]
-    newer = [row for row in found if last is None or row.seq > last.seq]
-    survivors = [row for row in newer if all(heads.get(name, -1) >= v for name, v in row.state_versions.items())]
-    return max(survivors, key=lambda row: row.seq, default=None)
 
 
 class Lease:
@@ -469,7 +405,7 @@ def _append_fenced(lake: Lake, view: str, decide: Callable[[list[LogRow]], LogRo
     deadline = time.monotonic() + patience
     while True:
         version = lake.head_version(lake.log_path)
-        rows = _view_log(lake, view, version)
+        rows = view_log(lake, view, version)
         row = decide(rows)
         if row is None:
             return rows, None
@@ -482,7 +418,7 @@ def _append_fenced(lake: Lake, view: str, decide: Callable[[list[LogRow]], LogRo
         time.sleep(random.uniform(0.002, 0.03))
 
 
-def _to_row(d: dict[str, Any]) -> LogRow:
+def to_row(d: dict[str, Any]) -> LogRow:
     d = dict(d)
     d["applied"] = tuple(d.get("applied") or ())
     for key in ("pins", "watermarks", "state_versions", "delta_rows", "table_seconds", "pending_rows", "table_ids"):

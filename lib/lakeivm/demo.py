@@ -23,7 +23,7 @@ def build_lake(settings: Settings, scale: float):
     """A fresh demo lake: TPC-H at ``scale`` under ``<lake>/tables``."""
     from lakeivm.datagen.graph import rmat_edges, write_graph
     from lakeivm.datagen.tpch import generate_tpch
-    from lakeivm.engine import open_lake
+    from lakeivm.lake import open_lake
     from lakeivm.lake import Lake
     from lakeivm.spark import get_spark
 
@@ -81,7 +81,9 @@ def run_demo(settings: Settings, scale: float = 0.01, batches: int = 3, keep_ser
 def _run_demo(settings: Settings, scale: float, batches: int) -> int:
     from lakeivm.datagen.graph import apply_edge_batch, edge_stream
     from lakeivm.datagen.tpch import TpchChangeStream
-    from lakeivm.engine import audit, status, view_snapshot
+    from lakeivm.audit import audit
+    from lakeivm.reading import view_snapshot
+    from lakeivm.status import status
     from lakeivm.registry import load_specs
 
     started = time.perf_counter()

@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _demo(root: Path, scale: float) -> None:
     from lakeivm.datagen.tpch import generate_tpch
-    from lakeivm.engine import open_lake
+    from lakeivm.lake import open_lake
     from lakeivm.spark import connect
 
     stack = start_stack(root, lake=str(root / "lake"))

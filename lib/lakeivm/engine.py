@@ -1,6 +1,8 @@
-"""One maintenance run (ARCHITECTURE §4): lease -> recover -> pin -> plan -> apply -> commit.
+"""One maintenance run (ARCHITECTURE §4): claim -> recover -> pin -> plan -> apply -> commit.
 
-``run_view`` is the single code path behind the Airflow DAG, ``lakeivm refresh`` and the tests.
+``run_view`` is the single code path behind the Airflow DAG, ``lakeivm refresh``, the Python API and
+the tests. What reads a run's results lives beside it: ``reading`` (a view's rows), ``audit`` (a view
+against its SQL), ``status``; what undoes an interrupted run: ``recovery``.
 """
 from __future__ import annotations
 
@@ -12,16 +14,15 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from lakeivm import changes, commit, storage, upstream
-from lakeivm.config import Settings, load_settings
+from lakeivm import changes, commit, recovery, upstream
+from lakeivm.config import load_settings
 from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError, known_failure
 from lakeivm.fingerprint import fingerprint
-from lakeivm.lake import WRITER_TAG, Lake
-from lakeivm.spec import FULL, ViewSpec, find_spec
-from lakeivm.spec_cache import cached_specs
+from lakeivm.lake import WRITER_TAG, Lake, open_lake  # noqa: F401 -- open_lake: where a run starts
+from lakeivm.spec import FULL, ViewSpec
 from lakeivm.spark import deployment
-from lakeivm.upstream import InjectedFailure, prepare, reader, schemas_for  # noqa: F401 -- the run's API
-from lakeivm.views.base import Context, Maintainer, bag
+from lakeivm.upstream import InjectedFailure, prepare, schemas_for  # noqa: F401 -- the run's API
+from lakeivm.views.base import Context, Maintainer
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,17 +40,6 @@ class Plan:
 
     def __str__(self) -> str:
         return f"apply {', '.join(self.tables) or 'nothing'}: {self.reason}"
-
-
-def open_lake(spark: SparkSession | Callable[[], SparkSession] | None = None, settings: Settings | None = None) -> Lake:
-    """The configured lake, with its system tables created if missing. Without ``spark`` the
-    settings' session is made on first use (``Lake.spark``): a run with nothing to apply makes none."""
-    from lakeivm.spark import get_spark
-
-    settings = settings or load_settings()
-    lake = Lake(spark or (lambda: get_spark(settings)), settings.lake)
-    lake.ensure_system_tables()
-    return lake
 
 
 def plan_run(ctx: Context, mode: str, pending: Mapping[str, int], history: Sequence[commit.LogRow] = (),
@@ -118,14 +108,14 @@ def run_view(
             return None
         ctx, maintainer = prepare(lake, spec, fail_at)
         ctx.fingerprint, ctx.lease, ctx.progress = definition, claim, progress
-        lake.spark.conf.set(WRITER_TAG, writer_tag(claim))  # every Delta commit of this run names it
+        lake.spark.conf.set(WRITER_TAG, recovery.writer_tag(claim))  # every Delta commit of this run names it
         try:
             return _run(ctx, maintainer, claim, mode, tables, started, progress)
         except Exception as err:  # a late write can also break the run before its commit: say so, not what broke
             late = None
             if ctx.bases and known_failure(err):
                 with contextlib.suppress(Exception):  # the history unreadable too: the run's own error stands
-                    late = _late_write(ctx, maintainer)
+                    late = recovery.late_write(ctx, maintainer)
             if late is not None:
                 raise late from err
             raise
@@ -134,48 +124,43 @@ def run_view(
             ctx.release()
 
 
-def writer_tag(claim: commit.Lease) -> str:
-    """What a run's Delta commits carry as ``userMetadata`` (``_commit`` checks its state tables had no other writer)."""
-    return f"lakeivm:{claim.view}:{claim.run_id}"
-
-
 def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, tables: Iterable[str] | None,
          started: float, progress: Callable[[str], None]) -> commit.LogRow | None:
     """run_view once the run holds the view's claim: recover, pin, plan, apply, commit."""
     lake, spec, definition, seq = ctx.lake, ctx.spec, ctx.fingerprint, claim.seq
-    restored, last = commit.recover(lake, commit.last_of(claim.history), maintainer.state_tables(ctx), claim)
-    ctx.bases = _state_heads(ctx, maintainer)
+    restored, last = recovery.recover(lake, commit.last_of(claim.history), maintainer.state_tables(ctx), claim)
+    ctx.bases = recovery.state_heads(ctx, maintainer)
     if restored:
         progress(f"{spec.name}: recovered from an interrupted run ({'; '.join(restored)})")
     changed = last is not None and last.fingerprint is not None and last.fingerprint != definition
     in_full = ctx.auto and last is not None and last.kind == FULL  # auto recomputed the last run in full
-    rekinded = last is not None and last.kind != _kind(maintainer) and not in_full  # e.g. a lakeivm upgrade maintains the SQL otherwise
+    rekinded = last is not None and last.kind != maintainer.kind and not in_full  # e.g. a lakeivm upgrade maintains the SQL otherwise
     ctx.pins = changes.pin(lake, ctx.query.tables)
     ctx.table_ids = changes.identities(lake, ctx.query.tables)
     if last is None or mode == "rebuild" or changed or rekinded or set(last.watermarks) != set(ctx.query.tables):
         reason = ("first run" if last is None else "rebuild requested" if mode == "rebuild" else
                   f"the view's definition changed (fingerprint {last.fingerprint} -> {definition})" if changed else
-                  f"the view's kind changed ({last.kind} -> {_kind(maintainer)})" if rekinded else
+                  f"the view's kind changed ({last.kind} -> {maintainer.kind})" if rekinded else
                   "the view's tables changed")
         return _bootstrap(ctx, maintainer, seq, "bootstrap" if last is None else "rebuild", reason, started, progress)
     replaced = changes.replaced(lake, last.table_ids, ctx.table_ids)
     if replaced is not None:  # a table deleted and created anew: its versions are not the ones the watermarks count
         return _unreadable(ctx, maintainer, last, seq, replaced, started, progress)
     ctx.watermarks = dict(last.watermarks)
-    if _kind(maintainer) == FULL:
+    if maintainer.kind == FULL:
         return _recompute(ctx, maintainer, seq, mode, started, progress)
-    gone = _missing_state(ctx, maintainer, last)
+    gone = recovery.missing_state(ctx, maintainer, last)
     if gone is not None:
         raise gone
     pending = changes.pending(lake, ctx.watermarks, ctx.pins)
     here = deployment(lake.spark)
     committed = [r for r in claim.history if r.status == "committed" and r.deployment in (None, here)]
-    own = [r for r in committed if r.kind == _kind(maintainer)]  # the incremental cost models learn from these
+    own = [r for r in committed if r.kind == maintainer.kind]  # the incremental cost models learn from these
     probe = False
     plan = plan_run(ctx, mode, pending, history=own, tables=tables)
     if ctx.auto and tables is None and (plan.tables or in_full):
         same = [r for r in committed if r.fingerprint in (None, definition)]  # not costs of an earlier definition
-        choice = _auto_mode(ctx, _kind(maintainer), same, own, mode, pending, plan, in_full)
+        choice = _auto_mode(ctx, maintainer.kind, same, own, mode, pending, plan, in_full)
         if choice.full:
             from lakeivm.kinds import maintainer_for
 
@@ -293,13 +278,13 @@ def _unreadable(ctx: Context, maintainer: Maintainer, last: commit.LogRow | None
         progress(f"{ctx.view}: {err} -- rebuilding from snapshots (policy rebuild)")
         return _bootstrap(ctx, maintainer, seq, "rebuild", f"unreadable changes: {err}", started, progress)
     failed = commit.LogRow(
-        view=ctx.view, seq=seq, status="failed", mode="tick", kind=_kind(maintainer),
+        view=ctx.view, seq=seq, status="failed", mode="tick", kind=maintainer.kind,
         pins=ctx.pins, watermarks=dict(last.watermarks) if last else {}, state_versions=dict(last.state_versions) if last else {},
         consistent=False, seconds=time.perf_counter() - started, message=str(err), plan="policy fail",
         table_ids=dict(last.table_ids) if last else {},
         fingerprint=ctx.fingerprint, deployment=deployment(ctx.spark), run_id=ctx.lease.run_id,
     )
-    commit.recover(ctx.lake, last, maintainer.state_tables(ctx))
+    recovery.recover(ctx.lake, last, maintainer.state_tables(ctx))
     ctx.lease.commit(failed)
     raise err
 
@@ -313,13 +298,13 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
 
     lake = ctx.lake
     versions = {name: lake.head_version(path) for name, path in maintainer.state_tables(ctx).items()}
-    late = _late_write(ctx, maintainer, versions)  # never commit over another writer's commit
+    late = recovery.late_write(ctx, maintainer, versions)  # never commit over another writer's commit
     if late is not None:
         raise late
     seconds = time.perf_counter() - started
     pending = changes.pending(lake, ctx.watermarks, ctx.pins)
     row = commit.LogRow(
-        view=ctx.view, seq=seq, status="committed", mode=mode, kind=_kind(maintainer),
+        view=ctx.view, seq=seq, status="committed", mode=mode, kind=maintainer.kind,
         pins=dict(ctx.pins), watermarks=dict(ctx.watermarks), state_versions=versions,
         consistent=all(ctx.watermarks[t] == ctx.pins[t] for t in ctx.pins),
         started_at=datetime.fromtimestamp(time.time() - seconds, timezone.utc), applied=tuple(applied) + tuple(recomputed or ()),
@@ -333,180 +318,3 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
     ctx.checkpoint("before_log")
     ctx.lease.commit(row)
     return row
-
-
-def _state_heads(ctx: Context, maintainer: Maintainer) -> dict[str, int]:
-    """Each state table's newest version (-1: not written yet)."""
-    return {name: ctx.lake.head_version(path) if ctx.lake.is_delta(path) else -1 for name, path in maintainer.state_tables(ctx).items()}
-
-
-def _missing_state(ctx: Context, maintainer: Maintainer, last: commit.LogRow) -> StateError | None:
-    """The error naming a state table that ``last`` (the committed run an incremental run goes on
-    from) names but that is gone -- its folder deleted by hand -- or None: the changes would have
-    nothing to be applied to. A rebuild makes every state table again from the snapshots."""
-    paths = maintainer.state_tables(ctx)
-    gone = [name for name in last.state_versions if ctx.bases.get(name) == -1]
-    if not gone:
-        return None
-    name = gone[0]
-    return StateError(f"view {ctx.view!r}: its state table {paths[name]} is gone (not a Delta table any more; run #{last.seq} "
-                      f"committed its version {last.state_versions[name]}): it was deleted outside lakeivm. Rebuild the "
-                      f"view: lakeivm refresh {ctx.view} --rebuild")
-
-
-def _late_write(ctx: Context, maintainer: Maintainer, versions: Mapping[str, int] | None = None) -> StateError | None:
-    """The error naming a state table's first commit since the run's recovery that the run did not
-    make (up to ``versions``, default the heads), or None: the late write of a run that was killed
-    (its Spark Connect operation went on without it) or paused past its claim, which the next run's
-    recovery undoes. The run must not commit over it; it may also have broken the run before its
-    commit (a write into the folder of an uncommitted table the recovery removed names files that
-    are gone)."""
-    mine, heads = writer_tag(ctx.lease), versions if versions is not None else _state_heads(ctx, maintainer)
-    for name, path in maintainer.state_tables(ctx).items():
-        head = heads[name]
-        base = ctx.bases.get(name, -1)  # a table the run re-created (bootstrap) is checked from its first version
-        foreign = [info for info in storage.history(path, base if head >= base else -1, head) if info["userMetadata"] != mine]
-        if foreign:
-            info = foreign[0]
-            return StateError(
-                f"view {ctx.view!r}: {path} version {info['version']} was written by {info['userMetadata'] or 'a writer outside lakeivm'} "
-                f"({info['operation']}) while this run held the view -- the late write of a killed or paused run. "
-                "This run commits nothing; refresh again (recovery undoes that write).")
-    return None
-
-
-def _kind(maintainer: Maintainer) -> str:
-    return maintainer.kind  # type: ignore[attr-defined]
-
-
-def read_view(spark: SparkSession, view: str, latest: bool = False, settings: Settings | None = None) -> DataFrame:
-    """The view as of its last consistent run (or, ``latest``, its newest, possibly asymmetric, run)."""
-    settings = settings or load_settings()
-    lake = open_lake(spark, settings)
-    spec = find_spec(cached_specs(settings.views, settings.lake), view)
-    return view_snapshot(lake, spec, latest)
-
-
-def view_snapshot(lake: Lake, spec: ViewSpec, latest: bool = False) -> DataFrame:
-    """The view's rows at the state versions its last (consistent) committed log row names."""
-    row = commit.last_committed(lake, spec.name, consistent=not latest)
-    if row is None:
-        raise StateError(f"view {spec.name!r} has no {'committed' if latest else 'consistent'} run yet; run `lakeivm refresh {spec.name}`.")
-    ctx, maintainer = reader(lake, spec, row)
-    return maintainer.result(ctx, row.state_versions["result"])
-
-
-def recompute(lake: Lake, spec: ViewSpec, versions: Mapping[str, int]) -> DataFrame:
-    """The view's own SQL, as its spec has it, run by Spark on the snapshots at ``versions``: the oracle."""
-    from lakeivm.sql import as_written
-
-    ctx, _ = prepare(lake, spec)
-    return lake.spark.sql(as_written(spec.sql, {t: ctx.snapshot(t, versions[t], oracle=True) for t in ctx.query.tables}))
-
-
-@dataclass(frozen=True)
-class Audit:
-    """The maintained view against its SQL recomputed at the view's watermarks."""
-
-    view: str
-    watermarks: Mapping[str, int]
-    rows: int
-    missing: tuple[tuple, ...]
-    unexpected: tuple[tuple, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.missing and not self.unexpected
-
-    def __str__(self) -> str:
-        verdict = "no difference" if self.ok else f"{len(self.missing)} rows missing, {len(self.unexpected)} unexpected"
-        return f"audit {self.view} at {dict(self.watermarks)}: {self.rows} rows, {verdict}"
-
-
-def audit(lake: Lake, spec: ViewSpec, latest: bool = True) -> Audit:
-    """Diff the view (newest committed run by default) with its SQL at that run's watermarks."""
-    row = commit.last_committed(lake, spec.name, consistent=not latest)
-    if row is None:
-        raise StateError(f"view {spec.name!r} has no committed run to audit; run `lakeivm refresh {spec.name}`.")
-    ctx, maintainer = reader(lake, spec, row)
-    ctx = replace(ctx, spark_reads_result=True)
-    expected = bag(recompute(lake, spec, row.watermarks))
-    if hasattr(maintainer, "audit_sample"):  # a sample: each row a join result, min(k, |join|) rows
-        rows, missing, unexpected = maintainer.audit_sample(ctx, expected, row.state_versions["result"])
-        return Audit(spec.name, row.watermarks, rows, missing, unexpected)
-    actual = bag(maintainer.result(ctx, row.state_versions["result"]))
-    missing = tuple(r for r in expected - actual)
-    unexpected = tuple(r for r in actual - expected)
-    return Audit(spec.name, row.watermarks, sum(actual.values()), missing, unexpected)
-
-
-def status(lake: Lake, specs: Mapping[str, ViewSpec], lease_seconds: float = commit.LEASE_SECONDS) -> list[dict[str, object]]:
-    """Per view: kind, last run, watermarks vs heads, pending rows per table, deadline; for a view a
-    run holds, who holds it and its heartbeat's age (lapsing past ``lease_seconds``: ``commit.heartbeat``)."""
-    report = []
-    for spec in specs.values():
-        entry: dict[str, object] = {"view": spec.name, "deadline_s": spec.deadline_s, "tick_s": spec.tick_s}
-        try:
-            ctx, maintainer = prepare(lake, spec)
-        except LakeIVMError as err:
-            report.append({**entry, "error": str(err)})
-            continue
-        rows = commit.log_rows(lake, spec.name, status=None)  # every row, oldest first: one read of the log
-        history = [r for r in rows if r.status == "committed"]
-        last = history[-1] if history else None
-        running = commit.holder(rows)
-        if running is not None:
-            entry.update(_claim_status(lake, running, lease_seconds))
-        try:
-            heads = changes.pin(lake, ctx.query.tables)
-        except LakeIVMError as err:  # a view it reads has not run yet, a table is gone: this view's line says so
-            report.append({**entry, "error": str(err)})
-            continue
-        entry["kind"] = _kind(maintainer)
-        entry["refresh_policy"] = spec.refresh_policy
-        if ctx.why_full:
-            entry["why_full"] = ctx.why_full
-        entry["heads"] = heads
-        if spec.upstreams:  # views it reads: their "versions" are log seqs
-            entry["upstreams"] = list(spec.upstreams)
-        if last is None:
-            entry.update(last_run=None, pending_rows={t: None for t in heads})
-        else:
-            from lakeivm.planning.auto import full_seconds
-            from lakeivm.planning.tick import plan_refresh
-
-            pending = changes.pending(lake, last.watermarks, heads)
-            if last.kind == FULL:  # a recomputation costs what the last ones did, whatever is pending
-                seconds, why = full_seconds(history, _kind(maintainer))
-            else:
-                own = [r for r in history if r.kind == last.kind]
-                decision = plan_refresh(own, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name))
-                seconds, why = decision.predicted_seconds, decision.reason
-            if ctx.auto:  # the last run's choice between incremental and full, and why
-                entry["last_mode"] = "full" if last.kind == FULL else "incremental"
-            refreshes = [r for r in history if r.mode == "refresh" and r.deadline_met is not None]
-            entry.update(
-                last_run=f"#{last.seq} {last.mode} at {last.finished_at:%Y-%m-%d %H:%M:%S} ({last.seconds:.1f}s)",
-                watermarks=dict(last.watermarks),
-                pending_rows=pending,
-                consistent=last.consistent,
-                predicted_refresh_s=round(seconds, 3),
-                refresh_prediction=why,
-                last_plan=last.plan,
-                deadline_record={"refreshes": len(refreshes), "met": sum(bool(r.deadline_met) for r in refreshes),
-                                 "recent": [(r.seq, round(r.seconds, 1), r.deadline_met) for r in refreshes[-5:]]},
-            )
-        report.append(entry)
-    return report
-
-
-def _claim_status(lake: Lake, running: commit.LogRow, lease_seconds: float) -> dict[str, object]:
-    """``status``'s entries of a view a run holds: a line, and the claim's holder, run and heartbeat age."""
-    age, lapses = commit.heartbeat(lake, running, lease_seconds)
-    lapsed = commit.stale(lake, running, lease_seconds)
-    verdict = ("claim lapsed: the next run takes it over" if lapsed else
-               f"lapses at {lapses:.0f} s; `lakeivm unlock {running.view} --force` ends it now")
-    line = (f"#{running.seq} {running.mode} on {running.holder} (run {running.run_id[:8]}) since "
-            f"{running.started_at:%Y-%m-%d %H:%M:%S}, last heartbeat {commit.ago(age)} ({verdict})")
-    return {"running": line, "holder": running.holder, "run_id": running.run_id,
-            "heartbeat_age_s": round(age, 1) if math.isfinite(age) else None, "lease_s": lapses, "claim_lapsed": lapsed}

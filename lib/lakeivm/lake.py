@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
 
+    from lakeivm.config import Settings
+
 CDF = "delta.enableChangeDataFeed"
 WRITER_TAG = "spark.databricks.delta.commitInfo.userMetadata"  # set per run: every Delta commit of the run names it
 
@@ -232,6 +234,18 @@ class Lake:
     def delete(self, path: str) -> None:
         """Remove a folder (state of a view being dropped or rebuilt from scratch)."""
         storage.delete_tree(path)
+
+
+def open_lake(spark: SparkSession | Callable[[], SparkSession] | None = None, settings: Settings | None = None) -> Lake:
+    """The configured lake, with its system tables created if missing. Without ``spark`` the
+    settings' session is made on first use (``Lake.spark``): a run with nothing to apply makes none."""
+    from lakeivm.config import load_settings
+    from lakeivm.spark import get_spark
+
+    settings = settings or load_settings()
+    lake = Lake(spark or (lambda: get_spark(settings)), settings.lake)
+    lake.ensure_system_tables()
+    return lake
 
 
 def read_with_delta_rs(path: str, max_rows: int, version: int | None = None, table=None, write: bool = False):

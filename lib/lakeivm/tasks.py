@@ -41,7 +41,7 @@ def validate(view: str, summary: dict[str, Any], session: str | None = None) -> 
     """Validate the stored view with its expectation suite; raises ExpectationFailed naming it.
     A run that applied nothing (``summary`` empty) left the validated state as it was: nothing to check again."""
     from lakeivm import commit
-    from lakeivm.engine import reader
+    from lakeivm.upstream import reader
     from lakeivm.quality import PANDAS_ROWS
     from lakeivm.quality import validate as run_suite
     from lakeivm.spec import find_spec
@@ -77,7 +77,7 @@ def resolve(settings: Settings) -> Settings:
 
 
 def _open(settings: Settings, session: str | None):
-    from lakeivm.engine import open_lake
+    from lakeivm.lake import open_lake
     from lakeivm.spark import connect, get_spark
 
     def spark():  # made on first use: a run with nothing to apply needs no session

@@ -5,7 +5,8 @@ import pytest
 
 from lakeivm.config import SHIPPED_VIEWS
 from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-from lakeivm.engine import audit, run_view
+from lakeivm.audit import audit
+from lakeivm.engine import run_view
 from lakeivm.registry import load_specs
 
 

@@ -104,7 +104,9 @@ def _tpch_workload(sql: str) -> Callable:
 
 def _compare(spark, settings: Settings, root: str, workload: str, size: float,
              setup: Callable, batch: int, batches: int) -> dict:
-    from lakeivm.engine import open_lake, run_view, view_snapshot
+    from lakeivm.engine import run_view
+    from lakeivm.lake import open_lake
+    from lakeivm.reading import view_snapshot
     from lakeivm.views.base import bag
     from lakeivm.lake import Lake
     from lakeivm.registry import spec_from_dict

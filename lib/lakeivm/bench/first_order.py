@@ -40,7 +40,9 @@ def run_first_order_bench(settings: Settings, scales: list[float], fractions: li
                           view: Path = SHIPPED_VIEWS / "revenue_by_nation.yaml") -> dict:
     """Run the benchmark; returns (and writes) the results."""
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-    from lakeivm.engine import audit, open_lake, recompute, run_view
+    from lakeivm.audit import audit, recompute
+    from lakeivm.engine import run_view
+    from lakeivm.lake import open_lake
     from lakeivm.lake import Lake
     from lakeivm.registry import load_spec
     from lakeivm.spark import get_spark

@@ -145,7 +145,9 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
     """Run the benchmark; returns (and writes) the results. Recomputation always runs (the first_order view's SQL)."""
     from lakeivm.bench.duckdb_baseline import recompute_duckdb
     from lakeivm.datagen.tpch import generate_tpch
-    from lakeivm.engine import audit, open_lake, recompute, run_view
+    from lakeivm.audit import audit, recompute
+    from lakeivm.engine import run_view
+    from lakeivm.lake import open_lake
     from lakeivm.lake import Lake
     from lakeivm.spark import get_spark
 

@@ -56,7 +56,7 @@ def main(argv: list[str], settings: Settings) -> int:
 def run_latency_bench(settings: Settings, scale: float, changes: int, repeats: int, views: list[str], out: str) -> dict:
     """Start the stack, build the lake, time every view's refreshes; returns (and writes) the results."""
     from lakeivm.deploy import start_stack
-    from lakeivm.engine import open_lake
+    from lakeivm.lake import open_lake
     from lakeivm.spark import connect
 
     root = Path(tempfile.mkdtemp(prefix="lakeivm-latency-"))

@@ -109,7 +109,9 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     from lakeivm import commit
     from lakeivm.calibrate import calibrate, describe
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-    from lakeivm.engine import audit, open_lake, run_view
+    from lakeivm.audit import audit
+    from lakeivm.engine import run_view
+    from lakeivm.lake import open_lake
     from lakeivm.lake import Lake
     from lakeivm.registry import load_spec, spec_from_dict
     from lakeivm.spark import get_spark

@@ -51,7 +51,9 @@ def run(settings: Settings, sizes: list[int], batch_sizes: list[int], epsilons: 
         edge_factor: int, timeout: float, out: Path) -> dict:
     from lakeivm.datagen.graph import apply_edge_batch, edge_stream, rmat_edges, write_graph
     from lakeivm.bench.duckdb_baseline import recompute_duckdb
-    from lakeivm.engine import open_lake, recompute, run_view
+    from lakeivm.audit import recompute
+    from lakeivm.engine import run_view
+    from lakeivm.lake import open_lake
     from lakeivm.lake import Lake
     from lakeivm.registry import spec_from_dict
     from lakeivm.spark import get_spark

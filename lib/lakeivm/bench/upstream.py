@@ -43,7 +43,9 @@ def run_upstream_bench(settings: Settings, scale: float, orders: int, repeats: i
     from lakeivm import upstream
     from lakeivm.bench.duckdb_baseline import recompute_duckdb
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-    from lakeivm.engine import audit, open_lake, recompute, run_view
+    from lakeivm.audit import audit, recompute
+    from lakeivm.engine import run_view
+    from lakeivm.lake import open_lake
     from lakeivm.lake import Lake
     from lakeivm.registry import link_upstreams, spec_from_dict
     from lakeivm.spark import get_spark

@@ -53,7 +53,9 @@ def main(argv: list[str], settings: Settings) -> int:
 def run(settings: Settings, info, scale: float, views: list[str], repeats: int, out: str, cold: float | None) -> dict:
     from lakeivm import server
     from lakeivm.datagen.tpch import generate_tpch
-    from lakeivm.engine import audit, open_lake, run_view
+    from lakeivm.audit import audit
+    from lakeivm.engine import run_view
+    from lakeivm.lake import open_lake
     from lakeivm.registry import load_spec, spec_from_dict
     from lakeivm.spark import get_spark
 

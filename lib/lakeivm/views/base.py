@@ -81,6 +81,8 @@ class Context:
 class Maintainer(Protocol):
     """One kind of view maintenance. State lives in Delta tables named by ``state_tables``."""
 
+    kind: str  # its kind's name, set by ``lakeivm.kinds.maintainer_for``
+
     def bootstrap(self, ctx: Context) -> None:
         """Build all state from the snapshots at ``ctx.pins``."""
 

@@ -10,7 +10,8 @@ import random
 
 import pytest
 
-from lakeivm.engine import InjectedFailure, audit, run_view
+from lakeivm.audit import audit
+from lakeivm.engine import InjectedFailure, run_view
 from lakeivm.registry import spec_from_dict
 from tests.helpers import random_batch, sql
 

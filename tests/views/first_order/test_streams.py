@@ -10,7 +10,9 @@ import random
 
 import pytest
 
-from lakeivm.engine import audit, run_view, view_snapshot
+from lakeivm.audit import audit
+from lakeivm.engine import run_view
+from lakeivm.reading import view_snapshot
 from lakeivm.registry import spec_from_dict
 from tests.helpers import random_batch, sql
 

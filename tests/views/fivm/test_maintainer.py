@@ -17,7 +17,8 @@ import sqlglot
 
 from lakeivm import commit
 from lakeivm.config import SHIPPED_VIEWS
-from lakeivm.engine import InjectedFailure, audit, prepare, run_view
+from lakeivm.audit import audit
+from lakeivm.engine import InjectedFailure, prepare, run_view
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.registry import classify, load_spec, spec_from_dict
 from lakeivm.sql import recompute_sql

@@ -11,7 +11,8 @@ import random
 
 import pytest
 
-from lakeivm.engine import InjectedFailure, audit, run_view
+from lakeivm.audit import audit
+from lakeivm.engine import InjectedFailure, run_view
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.fingerprint import fingerprint
 from lakeivm.planning.auto import PROBE, Mode

@@ -18,7 +18,8 @@ from decimal import Decimal
 import pytest
 
 from lakeivm import commit
-from lakeivm.engine import InjectedFailure, audit, prepare, recompute, run_view
+from lakeivm.audit import audit, recompute
+from lakeivm.engine import InjectedFailure, prepare, run_view
 from lakeivm.views.base import normalize
 from lakeivm.registry import spec_from_dict
 from lakeivm.views.nested.maintainer import SEQ, state_sql, version_columns

@@ -11,7 +11,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from lakeivm.engine import InjectedFailure, audit, run_view
+from lakeivm.audit import audit
+from lakeivm.engine import InjectedFailure, run_view
 from lakeivm.registry import classify, spec_from_dict
 from lakeivm.sql import parse_query
 from lakeivm.views.triangle.shape import NEXT, ROLES, triangle_shape
