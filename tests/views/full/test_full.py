@@ -174,14 +174,15 @@ UNNAMED = {  # unnamed result columns, each kind; and a view reading one by its 
               "(SELECT SUM(b2.volume) FROM bids b2 WHERE b2.price > b.price)",
     "fivm": "SELECT a, COUNT(*), SUM(x) + 1 FROM r GROUP BY a",
     "first_order": "SELECT a, MIN(x), COUNT(*) FROM r GROUP BY a",
+    "triangle": "SELECT COUNT(*) FROM r e1 JOIN r e2 ON e1.x = e2.a JOIN r e3 ON e2.x = e3.a AND e3.x = e1.a",
 }
 
 
-@pytest.mark.heavy(170)
+@pytest.mark.heavy(240)
 def test_auto_falls_back_to_full_and_back_for_every_kind_with_unnamed_columns(lake, spark, monkeypatch):
-    """Unnamed columns are ``_col_<i>`` in every kind and in a full recompute, so auto's switch writes
-    names Delta takes (Spark's own name, ``count(1)``, it refuses), and a view over one reads the same
-    column whichever way the upstream ran."""
+    """Unnamed columns are ``_col_<i>`` in every kind auto may switch (join_sample's options ask for it:
+    never) and in a full recompute, so auto's switch writes names Delta takes (Spark's own name,
+    ``count(1)``, it refuses), and a view over one reads the same column whichever way the upstream ran."""
     from lakeivm.registry import link_upstreams
 
     lake.create_table("r", spark.createDataFrame([(0, 1), (0, 2), (2, 5)], "a int, x int"))
@@ -190,7 +191,7 @@ def test_auto_falls_back_to_full_and_back_for_every_kind_with_unnamed_columns(la
     specs, _ = link_upstreams({**{f"unnamed_{kind}": spec(f"unnamed_{kind}", query) for kind, query in UNNAMED.items()},
                                "over": spec("over", "SELECT SUM(_col_1) AS rows_, MAX(_col_2) AS top FROM unnamed_fivm")})
     views = list(specs.values())
-    assert [run_view(lake, view).kind for view in views] == ["nested", "fivm", "first_order", "first_order"]
+    assert [run_view(lake, view).kind for view in views] == ["nested", "fivm", "first_order", "triangle", "first_order"]
     rng = random.Random(6)
 
     def change_and_audit(choice: Mode) -> list:
@@ -207,9 +208,9 @@ def test_auto_falls_back_to_full_and_back_for_every_kind_with_unnamed_columns(la
         assert row.kind == "full", (row.view, row.plan)
     stored = {view.name: lake.spark.read.format("delta").load(lake.view_path(view.name)).columns for view in views}
     assert stored == {"unnamed_nested": ["_col_0"], "unnamed_fivm": ["a", "_col_1", "_col_2"],
-                      "unnamed_first_order": ["a", "_col_1", "_col_2"], "over": ["rows_", "top"]}
+                      "unnamed_first_order": ["a", "_col_1", "_col_2"], "unnamed_triangle": ["_col_0"], "over": ["rows_", "top"]}
     back = change_and_audit(Mode(False, "auto: back (forced)"))
-    assert [row.kind for row in back] == ["nested", "fivm", "first_order", "first_order"]
+    assert [row.kind for row in back] == ["nested", "fivm", "first_order", "triangle", "first_order"]
     change_and_audit(Mode(False, "auto: incremental (forced)"))
 
 
