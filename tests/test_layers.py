@@ -23,7 +23,7 @@ FLOORS = {
     "lakeivm.errors": 0, "lakeivm.config": 0, "lakeivm.limits": 0, "lakeivm.columns": 0, "lakeivm.spec": 0, "lakeivm.fingerprint": 0,
     "lakeivm.processes": 0,
     "lakeivm.kind": 1, "lakeivm.kinds": 1, "lakeivm.views.first_order.kind": 1, "lakeivm.views.full.kind": 1,
-    "lakeivm.sql": 1, "lakeivm.sql_functions": 1, "lakeivm.spark_builtins": 1, "lakeivm.planning": 1, "lakeivm.views.fivm": 1, "lakeivm.views.triangle": 1,
+    "lakeivm.sql": 1, "lakeivm.sql_functions": 1, "lakeivm.ddl": 1, "lakeivm.spark_builtins": 1, "lakeivm.planning": 1, "lakeivm.views.fivm": 1, "lakeivm.views.triangle": 1,
     "lakeivm.views.nested": 1, "lakeivm.views.join_sample": 1,
     "lakeivm.storage": 2, "lakeivm.fastpath": 2, "lakeivm.lake": 2, "lakeivm.system_tables": 2, "lakeivm.commit": 2,
     "lakeivm.changes": 2, "lakeivm.spark": 2, "lakeivm.server": 2, "lakeivm.registry": 2, "lakeivm.spec_cache": 2,

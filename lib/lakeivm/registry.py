@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from lakeivm import storage
+from lakeivm import ddl, storage
 from lakeivm.errors import LakeIVMError, SpecError, UnsupportedQuery
 from lakeivm.kinds import BY_NAME, FIRST_ORDER, INCREMENTAL, JOIN_SAMPLE, Kind, kind_options, owner_of
 from lakeivm.spec import (FULL, NAME_PATTERN, REFRESH_POLICIES, SCHEMA_PATH, BrokenSpec,  # noqa: F401
@@ -172,7 +172,7 @@ def derived_specs(spec: ViewSpec) -> list[ViewSpec]:
 
 
 def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
-    """All specs in a folder (``*.yaml``/``*.yml``) by name, each loaded on its own; with the
+    """All specs in a folder (``*.yaml``/``*.yml``, and ``*.sql``: ``load_sql_specs``) by name, each loaded on its own; with the
     ``lake``'s root, its tables' columns (read once, if a spec needs them) let a correlated
     subquery split off as a view of its own (``with_derived_views``).
 
@@ -188,19 +188,18 @@ def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
     schemas = functools.cache(lake_schemas) if lake is not None else None
     loaded: dict[str, list[ViewSpec]] = {}
     broken: list[BrokenSpec] = []
-    for path in sorted([*Path(folder).glob("*.yaml"), *Path(folder).glob("*.yml")]):
-        try:
-            spec = load_spec(path, schemas)
-        except SpecError as err:
-            broken.append(BrokenSpec(str(path), str(err), _declared_names(path)))
-            continue
-        for one in (spec, *derived_specs(spec)):
-            loaded.setdefault(one.name, []).append(one)
+    for path in sorted([*Path(folder).glob("*.yaml"), *Path(folder).glob("*.yml"), *Path(folder).glob("*.sql")]):
+        for spec in _load_file(path, schemas):
+            if isinstance(spec, BrokenSpec):
+                broken.append(spec)
+                continue
+            for one in (spec, *derived_specs(spec)):
+                loaded.setdefault(one.name, []).append(one)
     clashing: set[str] = set()  # files declaring a name another file declares too, directly or by a split view
     for name, same in loaded.items():
         for spec in same if len(same) > 1 else ():
             others = ", ".join(other.source for other in same if other is not spec)
-            line = _key_lines(Path(spec.source).read_text()).get("name", 1)
+            line = _name_line(spec)
             split = f" (split off the SQL of view {spec.derived_from!r})" if spec.derived_from else ""
             names = tuple(dict.fromkeys([name, *(one.name for ones in loaded.values() for one in ones if one.source == spec.source)]))
             broken.append(BrokenSpec(spec.source, f"{spec.source}: line {line}: name: view {name!r}{split} is also declared in "
@@ -213,6 +212,50 @@ def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
     specs, cyclic = link_upstreams(specs)
     broken += cyclic
     return Specs(specs, sorted(broken, key=lambda entry: entry.path), lake_schemas=read[0] if read else None)
+
+
+def load_sql_specs(path: str | Path, schemas: Callable[[], Mapping[str, Mapping[str, str]]] | None = None
+                   ) -> list[ViewSpec | BrokenSpec]:
+    """The views a ``.sql`` file's ``CREATE MATERIALIZED VIEW`` statements declare (``lakeivm.ddl``), each
+    validated as a YAML spec is (``spec_from_dict``); a statement that does not load is a BrokenSpec
+    naming the file and its line, and the file's other statements still load."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+        declared = ddl.declarations(text, str(path))
+    except (OSError, UnicodeDecodeError) as err:
+        return [BrokenSpec(str(path), f"{path}: cannot read the spec: {err}", (path.stem,))]
+    except SpecError as err:
+        return [BrokenSpec(str(path), str(err), tuple(dict.fromkeys([*ddl.declared_names(text), path.stem])))]
+    out: list[ViewSpec | BrokenSpec] = []
+    for one in declared:
+        try:
+            if one.problem:
+                raise SpecError(one.problem)
+            check_sql("\n" * (one.sql_line - 1) + one.data["sql"], str(path))  # a refused call named at its line in the file
+            out.append(spec_from_dict(one.data, source=str(path), lines=one.lines, schemas=schemas))
+        except SpecError as err:
+            out.append(BrokenSpec(str(path), str(err), (one.name,) if one.name else (path.stem,)))
+    return out
+
+
+def _load_file(path: Path, schemas: Callable[[], Mapping[str, Mapping[str, str]]] | None) -> list[ViewSpec | BrokenSpec]:
+    """The views one file of a views folder declares, or why they do not load."""
+    if path.suffix == ".sql":
+        return load_sql_specs(path, schemas)
+    try:
+        return [load_spec(path, schemas)]
+    except SpecError as err:
+        return [BrokenSpec(str(path), str(err), _declared_names(path))]
+
+
+def _name_line(spec: ViewSpec) -> int:
+    """The line of the file declaring ``spec`` (or the view it is split off) that names it."""
+    text = Path(spec.source).read_text()
+    if not spec.source.endswith(".sql"):
+        return _key_lines(text).get("name", 1)
+    names = {one.name: one.line for one in ddl.declarations(text, spec.source)}
+    return names.get(spec.name) or names.get(spec.derived_from or "") or 1
 
 
 def _over_broken(specs: dict[str, ViewSpec], broken: list[BrokenSpec]) -> tuple[dict[str, ViewSpec], list[BrokenSpec]]:
@@ -231,8 +274,11 @@ def _over_broken(specs: dict[str, ViewSpec], broken: list[BrokenSpec]) -> tuple[
 
 
 def _declares(path: str, name: str) -> bool:
-    """Whether the spec file at ``path`` has the line ``name: <name>`` (not just that file name)."""
+    """Whether the spec file at ``path`` has the line ``name: <name>`` (a ``.sql`` file: declares view
+    ``name``), not just that file name."""
     try:
+        if path.endswith(".sql"):
+            return name in ddl.declared_names(Path(path).read_text())
         return re.search(rf"^name:\s*[\"']?{re.escape(name)}\b", Path(path).read_text(), re.MULTILINE) is not None
     except (OSError, UnicodeDecodeError):
         return False

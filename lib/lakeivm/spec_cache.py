@@ -56,7 +56,7 @@ def _folder_key(folder: Path, lake: str | None) -> str:
     """What a folder's loaded specs depend on: its spec files' names and bytes, whether a lake was
     given, and lakeivm's code (each module's size and modification time)."""
     digest = hashlib.sha256(repr(lake is not None).encode())
-    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml"), *folder.glob("*.sql")]):
         digest.update(path.name.encode() + b"\0")
         try:
             digest.update(path.read_bytes() + b"\0")
