@@ -13,7 +13,6 @@ job and the demo call these and nothing below them. Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -101,15 +100,13 @@ class View:
 
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        with _named_failure(self.spec):
-            return run_view(self._views.lake, self.spec, mode=mode, progress=progress)
+        return run_view(self._views.lake, self.spec, mode=mode, progress=progress)
 
     def read(self, latest: bool = False) -> DataFrame:
         """The view's rows as of its last consistent run (``latest``: its newest, possibly asymmetric, run)."""
         from lakeivm.reading import view_snapshot
 
-        with _named_failure(self.spec):
-            return view_snapshot(self._views.lake, self.spec, latest)
+        return view_snapshot(self._views.lake, self.spec, latest)
 
     def status(self) -> ViewStatus:
         """The view's freshness (``ViewStatus``)."""
@@ -119,47 +116,13 @@ class View:
         """How the view is maintained: incremental or full and why, its kind, and the kind's plan."""
         from lakeivm.explain import explain
 
-        with _named_failure(self.spec):
-            return explain(self._views.lake, self.spec)
+        return explain(self._views.lake, self.spec)
 
     def audit(self) -> Audit:
         """The view (its newest committed run) against its SQL recomputed by Spark at that run's watermarks."""
         from lakeivm.audit import audit
 
-        with _named_failure(self.spec):
-            return audit(self._views.lake, self.spec)
-
-
-@contextmanager
-def _named_failure(spec: ViewSpec) -> Iterator[None]:
-    """Spark's failure to analyse a query of ``spec``, or of a view it reads, as one line naming that
-    view and its spec file (``UnsupportedQuery``), not Spark's multi-KB plan."""
-    from lakeivm.errors import UnsupportedQuery, analysis_error
-
-    try:
-        yield
-    except Exception as err:
-        problem = analysis_error(err)
-        if problem is None:
-            raise
-        view = _failing_view(err) or spec
-        split = f" (split off the SQL of view {view.derived_from})" if view.derived_from else ""
-        raise UnsupportedQuery(f"{view.source}: view {view.name}{split}: Spark cannot analyse its SQL: {problem}") from err
-
-
-def _failing_view(err: BaseException) -> ViewSpec | None:
-    """The view whose query Spark failed on: the innermost call of the failure's stack working on one
-    (a local ``spec``, or a run's ``ctx.spec``): an upstream's own analysis, a run, a kind's query."""
-    from lakeivm.spec import ViewSpec
-
-    found, frame = None, err.__traceback__
-    while frame is not None:
-        names = frame.tb_frame.f_locals
-        for candidate in (names.get("spec"), getattr(names.get("ctx"), "spec", None)):
-            if isinstance(candidate, ViewSpec):
-                found = candidate
-        frame = frame.tb_next
-    return found
+        return audit(self._views.lake, self.spec)
 
 
 class Views(Mapping[str, View]):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from lakeivm import commit
-from lakeivm.errors import StateError
+from lakeivm.errors import StateError, analysed_as
 from lakeivm.lake import Lake
 from lakeivm.spec import ViewSpec
 from lakeivm.upstream import prepare, reader
@@ -48,13 +48,14 @@ def audit(lake: Lake, spec: ViewSpec, latest: bool = True) -> Audit:
     row = commit.last_committed(lake, spec.name, consistent=not latest)
     if row is None:
         raise StateError(f"view {spec.name!r} has no committed run to audit; run `lakeivm refresh {spec.name}`.")
-    ctx, maintainer = reader(lake, spec, row)
-    ctx = replace(ctx, spark_reads_result=True)
-    expected = bag(recompute(lake, spec, row.watermarks))
-    if hasattr(maintainer, "audit_sample"):  # a sample: each row a join result, min(k, |join|) rows
-        rows, missing, unexpected = maintainer.audit_sample(ctx, expected, row.state_versions["result"])
-        return Audit(spec.name, row.watermarks, rows, missing, unexpected)
-    actual = bag(maintainer.result(ctx, row.state_versions["result"]))
-    missing = tuple(r for r in expected - actual)
-    unexpected = tuple(r for r in actual - expected)
-    return Audit(spec.name, row.watermarks, sum(actual.values()), missing, unexpected)
+    with analysed_as(spec):
+        ctx, maintainer = reader(lake, spec, row)
+        ctx = replace(ctx, spark_reads_result=True)
+        expected = bag(recompute(lake, spec, row.watermarks))
+        if hasattr(maintainer, "audit_sample"):  # a sample: each row a join result, min(k, |join|) rows
+            rows, missing, unexpected = maintainer.audit_sample(ctx, expected, row.state_versions["result"])
+            return Audit(spec.name, row.watermarks, rows, missing, unexpected)
+        actual = bag(maintainer.result(ctx, row.state_versions["result"]))
+        missing = tuple(r for r in expected - actual)
+        unexpected = tuple(r for r in actual - expected)
+        return Audit(spec.name, row.watermarks, sum(actual.values()), missing, unexpected)

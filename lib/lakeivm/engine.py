@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from lakeivm import changes, commit, recovery, upstream
 from lakeivm.config import load_settings
-from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError, known_failure
+from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError, analysed_as, known_failure
 from lakeivm.fingerprint import fingerprint
 from lakeivm.lake import WRITER_TAG, Lake, open_lake  # noqa: F401 -- open_lake: where a run starts
 from lakeivm.spec import FULL, ViewSpec
@@ -86,10 +86,17 @@ def run_view(
     """Run one maintenance run of ``spec``; returns its committed log row (None: nothing to do).
 
     ``mode``: ``refresh`` (on demand, the default: apply every pending change), ``tick`` (a scheduled
-    run: the planner chooses the tables) or ``rebuild`` (from snapshots).
+    run: the planner chooses the tables) or ``rebuild`` (from snapshots). A query of the view Spark
+    cannot analyse fails naming the view (``errors.analysed_as``).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    with analysed_as(spec):
+        return _run_view(lake, spec, mode, tables, fail_at, progress)
+
+
+def _run_view(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None, fail_at: str | None,
+              progress: Callable[[str], None]) -> commit.LogRow | None:
     started = time.perf_counter()
     # On demand: the views it reads first, each under its own claim. A tick follows their Assets and
     # reads what they last committed -- but runs one first that has no run of its definition to read yet.

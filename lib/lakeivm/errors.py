@@ -2,6 +2,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lakeivm.spec import ViewSpec
 
 
 class LakeIVMError(Exception):
@@ -99,3 +105,18 @@ def analysis_error(err: BaseException) -> str | None:
     text = str(err).strip()
     first = text.splitlines()[0] if text else type(err).__name__
     return re.split(r"(?<=\.) (?=[A-Z])| SQLSTATE: |; line \d+ pos \d+", first)[0]
+
+
+@contextmanager
+def analysed_as(spec: ViewSpec) -> Iterator[None]:
+    """Spark's failure to analyse a query of view ``spec`` as one line naming the view and its spec
+    file (an UnsupportedQuery), not Spark's multi-KB plan. Nested, the innermost view's name wins: the
+    outer ones see an UnsupportedQuery, which they pass on."""
+    try:
+        yield
+    except Exception as err:
+        problem = analysis_error(err)
+        if problem is None:
+            raise
+        split = f" (split off the SQL of view {spec.derived_from})" if spec.derived_from else ""
+        raise UnsupportedQuery(f"{spec.source}: view {spec.name}{split}: Spark cannot analyse its SQL: {problem}") from err

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lakeivm.errors import analysed_as
 from lakeivm.spec import FULL
 
 if TYPE_CHECKING:
@@ -18,7 +19,8 @@ def explain(lake: Lake, spec: ViewSpec) -> str:
     from lakeivm.kinds import kind
     from lakeivm.registry import choose, why_not
 
-    choice = choose(spec, schemas_for(lake, spec))
+    with analysed_as(spec):
+        choice = choose(spec, schemas_for(lake, spec))
     lines = [f"{spec.name}: refresh policy {spec.refresh_policy}: {choice.mode}, kind {choice.kind}"]
     if spec.derived_from:
         lines.append(f"an aggregating CTE, derived table or uncorrelated subquery of view {spec.derived_from}, maintained "

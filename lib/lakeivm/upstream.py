@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from lakeivm.columns import MULTIPLICITY
-from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError
+from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError, analysed_as
 from lakeivm.spec import FULL
 from lakeivm.views.base import Context, Maintainer
 
@@ -191,12 +191,13 @@ def declared_schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
 
     sources, names = schemas_for(lake, spec), {}
     try:
-        for source in referenced_tables(spec.sql):
-            if source in sources:
-                names[source] = f"lakeivm_declared_{spec.name}_{source}"
-                ddl = ", ".join(f"{_quoted(column)} {kind}" for column, kind in sources[source].items())
-                lake.spark.createDataFrame([], ddl).createOrReplaceTempView(names[source])
-        return dict(_types(lake.spark.sql(as_written(spec.sql, names))))
+        with analysed_as(spec):
+            for source in referenced_tables(spec.sql):
+                if source in sources:
+                    names[source] = f"lakeivm_declared_{spec.name}_{source}"
+                    ddl = ", ".join(f"{_quoted(column)} {kind}" for column, kind in sources[source].items())
+                    lake.spark.createDataFrame([], ddl).createOrReplaceTempView(names[source])
+            return dict(_types(lake.spark.sql(as_written(spec.sql, names))))
     finally:
         for name in names.values():
             lake.spark.catalog.dropTempView(name)
