@@ -127,6 +127,22 @@ def test_dag_shape_local_and_cluster(tmp_path):
     assert alert.interval.total_seconds() == 10 and "deadline_missed" in str(alert.callback.path)
 
 
+def test_tasks_retry_by_default_and_a_spec_sets_how_often_and_how_long_apart(tmp_path):
+    from datetime import timedelta
+
+    from lakeivm.registry import spec_from_dict
+    from lakeivm.scheduling import RETRIES, RETRY_DELAY_S, build_dag
+
+    base = {"name": "v", "sql": "SELECT COUNT(*) AS c FROM r", "deadline": 10}
+    local = build_dag(spec_from_dict(base), Settings(lake=str(tmp_path), spark_master="local[2]"))
+    assert {(t.retries, t.retry_delay) for t in local.tasks} == {(RETRIES, timedelta(seconds=RETRY_DELAY_S))} == {(2, timedelta(seconds=30))}
+    spec = spec_from_dict({**base, "retries": 5, "retry_delay": "2m"})
+    cluster = build_dag(spec, Settings(lake="s3a://bucket/lake", spark_master="spark://master:7077"))
+    assert {(t.retries, t.retry_delay) for t in cluster.tasks} == {(5, timedelta(minutes=2))}
+    with pytest.raises(Exception, match="retries: -1 is less than the minimum of 0"):
+        spec_from_dict({**base, "retries": -1})
+
+
 def test_the_job_refreshes_by_default_as_the_cli_does(monkeypatch, capsys):
     from lakeivm.jobs import refresh
 

@@ -159,3 +159,12 @@ def test_a_sql_view_refreshes_through_the_api_and_audits_against_its_sql(lake, t
     assert view.refresh().applied == ("r",)
     assert sorted(tuple(r) for r in view.read().collect()) == [(0, 1, 1), (1, 42, 2)]
     assert view.audit().ok
+
+
+def test_the_sql_blocks_of_the_spec_reference_load(tmp_path):
+    text = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "spec.md").read_text()
+    blocks = re.findall(r"^```sql\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert blocks
+    for i, block in enumerate(blocks):
+        loaded = load_sql_specs(write(tmp_path, block, f"b{i}.sql"))
+        assert loaded and all(not hasattr(one, "problem") for one in loaded), loaded

@@ -13,6 +13,10 @@ tasks import the engine when they run. With a Spark Connect server (``spark_remo
 per DAG run; on the embedded default (``local[*]``, no server) Spark runs in the task's process;
 with LAKEIVM_SPARK_MASTER naming a cluster and no server, one ``SparkSubmitOperator`` task
 (connection ``spark_default``) runs ``jobs/refresh.py`` (``lakeivm.jobs`` installed).
+
+Every task retries a failure ``retries`` times, ``retry_delay`` apart (spec options; ``RETRIES`` and
+``RETRY_DELAY_S`` by default): a slow api-server or a lost Connect session must not fail a run. A
+failed expectation is no transient failure: validate then fails at once.
 """
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ from lakeivm.spec_cache import cached_specs
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 REFRESH_JOB = Path(str(files("lakeivm.jobs") / "refresh.py"))  # spark-submit runs it as a file
+RETRIES = 2  # a task's retries after a failure, unless its view's spec says `retries:`
+RETRY_DELAY_S = 30.0  # seconds between them, unless the spec says `retry_delay:`
 
 
 def view_asset_uri(settings: Settings, view: str) -> str:
@@ -95,6 +101,21 @@ def _schedule(spec: ViewSpec, settings: Settings) -> Any:
     return AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(timedelta(seconds=spec.tick_s)), assets=AssetAny(*assets))
 
 
+def retry_args(spec: ViewSpec) -> dict[str, Any]:
+    """The tasks' ``retries`` and ``retry_delay`` (Airflow's BaseOperator arguments) for ``spec``.
+
+    >>> from lakeivm.spec import ViewSpec
+    >>> retry_args(ViewSpec("v", "SELECT 1", 60, options={"retries": 0}))
+    {'retries': 0, 'retry_delay': datetime.timedelta(seconds=30)}
+    """
+    delay = spec.options.get("retry_delay", RETRY_DELAY_S)
+    if isinstance(delay, str):  # '30s': parsed by the registry, which a DAG file imports only then (it imports sqlglot)
+        from lakeivm.registry import parse_duration
+
+        delay = parse_duration(delay)
+    return {"retries": int(spec.options.get("retries", RETRIES)), "retry_delay": timedelta(seconds=delay)}
+
+
 def _mode(params: dict[str, Any] | None) -> str:
     """``refresh`` for a run triggered with ``{"refresh": true}`` (on demand: apply everything), else ``tick``."""
     return "refresh" if (params or {}).get("refresh") else "tick"
@@ -139,6 +160,7 @@ def build_dag(spec: ViewSpec, settings: Settings, deadline_alert: bool = True):
         tags=["lakeivm", spec.name],
         params={"refresh": Param(False, type="boolean", description="on-demand refresh: apply every pending change")},
         deadline=deadline,
+        default_args=retry_args(spec),
         doc_md=f"Maintains view `{spec.name}` ({spec.source}); deadline {spec.deadline_s:g}s.\n\n```sql\n{spec.sql}\n```",
     )
     def maintenance():
@@ -154,9 +176,15 @@ def build_dag(spec: ViewSpec, settings: Settings, deadline_alert: bool = True):
             @task(outlets=[asset])
             def validate(summary: dict[str, Any], dag_run: Any = None) -> dict[str, Any]:
                 """Check the stored view with its expectation suite; a failure names the expectation."""
-                from lakeivm import tasks
+                from airflow.sdk.exceptions import AirflowFailException
 
-                return tasks.validate(spec.name, summary, session=_session(dag_run))
+                from lakeivm import tasks
+                from lakeivm.quality import ExpectationFailed
+
+                try:
+                    return tasks.validate(spec.name, summary, session=_session(dag_run))
+                except ExpectationFailed as err:  # the data, not a transient failure: retrying cannot help
+                    raise AirflowFailException(str(err)) from err
 
             validate(apply())
         else:
