@@ -85,6 +85,7 @@ def test_incremental_refuses_what_no_kind_maintains_auto_recomputes_it(tmp_path)
     ("-- lakeivm: deadline=1m\nCREATE MATERIALIZED VIEW v AS\nSELECT g,\n  rand() AS r FROM s", "line 4: non-deterministic function rand()"),
     ("-- lakeivm: deadline=1m\nCREATE MATERIALIZED VIEW V AS SELECT 1 AS one", "name: 'V' does not match"),
     ("CREATE MATERIALIZED VIEW v AS", "line 1: view v: AS is not followed by a query"),
+    (f"CREATE MATERIALIZED VIEW v\nTBLPROPERTIES ('lakeivm.sql' = 'SELECT 2') AS {SELECT}", "line 2: lakeivm.sql is the statement's own"),
 ])
 def test_errors_name_the_file_and_the_line(tmp_path, text, message):
     path = write(tmp_path, text)

@@ -186,7 +186,7 @@ class _Header:
             self._expect(",")
 
     def _set(self, key: str, value: Any, token: Token) -> None:
-        if key in ("sql",) or (key == "name" and "name" in self.data):
+        if key == "sql" or (key == "name" and "name" in self.data):
             raise self._error(token, f"lakeivm.{key} is the statement's own: it is not a property")
         if key in self.data:
             raise self._error(token, f"{key} is given twice for view {self.name} (the header comment, REFRESH POLICY and "
