@@ -16,6 +16,7 @@ from lakeivm.views.full.kind import KIND as FULL_KIND
 from lakeivm.views.join_sample.kind import KIND as JOIN_SAMPLE
 from lakeivm.views.nested.kind import KIND as NESTED
 from lakeivm.views.triangle.kind import KIND as TRIANGLE
+from lakeivm.views.window.kind import KIND as WINDOW
 
 if TYPE_CHECKING:
     from lakeivm.views.base import Maintainer
@@ -25,6 +26,7 @@ INCREMENTAL: tuple[Kind, ...] = (
     NESTED,
     TRIANGLE,
     FIVM,
+    WINDOW,
     FIRST_ORDER,
 )
 BY_NAME: dict[str, Kind] = {kind.name: kind for kind in (*INCREMENTAL, FULL_KIND)}

@@ -424,6 +424,17 @@ def _is_window_function(call: exp.Expression) -> bool:
     return isinstance(node.parent, exp.Window) and node.parent.this is node
 
 
+def has_window(sql: str) -> bool:
+    """Whether the top SELECT of ``sql`` computes a window function itself (not only in a subquery or
+    CTE): the SQL the window kind maintains, or none does. False for SQL that does not parse
+    (``parse_query`` says why)."""
+    try:
+        tree = sqlglot.parse_one(sql, dialect=DIALECT)
+    except ParseError:
+        return False
+    return isinstance(tree, exp.Select) and any(w.find_ancestor(exp.Select) is tree for w in tree.find_all(exp.Window))
+
+
 def parse_full(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str = "<sql>") -> Query:
     """Parse any one Spark SQL query over lake tables for the full kind, which recomputes it on the
     pinned snapshots: outer joins, set operations, CTEs, window functions, DISTINCT, HAVING, ORDER BY
@@ -1065,7 +1076,7 @@ def _reject_constructs(tree: exp.Select, sql: str, source: str) -> None:
     parse_query has already refused what no view may hold (``_reject_unsafe``)."""
     checks = [
         (tree.find(exp.Window), f"a window function ({_window_sql(tree)})",
-         "window functions are not maintained incrementally: the view is recomputed in full"),
+         "kind window maintains window functions with a PARTITION BY in a SELECT over one table or view"),
         (tree.find(exp.With), "a CTE that is not a plain SELECT (it aggregates, or is read twice)", "inline it as a join"),
         (next((q for q in tree.find_all(exp.Subquery) if isinstance(q.parent, (exp.From, exp.Join))), None),
          "a derived table that is not a plain SELECT (FROM (SELECT ... GROUP BY ...))", "join the tables themselves"),

@@ -1,0 +1,123 @@
+"""The shape the window kind maintains: window functions over one relation, confined to partitions.
+
+A ``SELECT`` over one relation (a lake table or a view) with an optional row-level ``WHERE``, whose
+window functions all have a ``PARTITION BY``: ``partition_of`` finds P, the plain columns of the
+relation common to every window's ``PARTITION BY``, each also a column of the result (possibly
+renamed), so that the stored result can be addressed by P. Anything else is refused with the
+construct named (``docs/kinds/window.md``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from lakeivm.errors import UnsupportedQuery
+from lakeivm.sql import DIALECT, Query
+
+WHOLE_TABLE = "recomputing a window over the whole table: no partition to confine a change to"
+
+
+@dataclass(frozen=True)
+class Partition:
+    """P: the relation's partition ``columns`` and the result ``outputs`` holding them (same order)."""
+
+    table: str
+    columns: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.columns or len(self.columns) != len(self.outputs):
+            raise UnsupportedQuery(f"a window partition needs columns, each with its result column: {self}")
+
+
+def partition_of(query: Query, source: str = "<sql>") -> Partition:
+    """P of a windowed query (``lakeivm.sql.parse_full``'s Query), or UnsupportedQuery naming why not.
+
+    >>> from lakeivm.sql import parse_full
+    >>> q = parse_full("SELECT k AS key, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v) AS rn FROM t", {"t": {"k": "int", "v": "int"}})
+    >>> partition_of(q)
+    Partition(table='t', columns=('k',), outputs=('key',))
+    """
+    tree = query.tree
+    windows = list(tree.find_all(exp.Window))
+    if not windows:
+        raise UnsupportedQuery(f"{source}: kind window maintains window functions (f(...) OVER (PARTITION BY ...)); "
+                               "this SELECT has none: remove `kind: window`")
+    _check_select(tree, source)
+    table = tree.args["from_"].this.name
+    unpartitioned = next((w for w in windows if not w.args.get("partition_by")), None)
+    if unpartitioned is not None:
+        raise UnsupportedQuery(f"{source}: {_written(unpartitioned)}: {WHOLE_TABLE}; add a PARTITION BY to every window")
+    columns = {c.lower(): c for c in query.columns_of(table)}
+    common = [_plain(e, columns) for e in windows[0].args["partition_by"]]
+    common = [c for c in common if c is not None and all(c in _partition_columns(w, columns) for w in windows[1:])]
+    if not common:
+        raise UnsupportedQuery(f"{source}: the windows' PARTITION BY have no plain column of {table} in common; "
+                               f"{WHOLE_TABLE} (partition every window by at least one same column)")
+    outputs = _result_columns(tree, columns)
+    missing = [c for c in common if c not in outputs]
+    if missing:
+        raise UnsupportedQuery(f"{source}: partition column {missing[0]!r} is not a column of the result, so a changed "
+                               f"partition cannot be found in the stored view; select it (e.g. `{missing[0]}`)")
+    return Partition(table, tuple(common), tuple(outputs[c] for c in common))
+
+
+def _check_select(tree: exp.Expression, source: str) -> None:
+    """UnsupportedQuery unless ``tree`` is one SELECT over one relation, windows its only aggregation."""
+    if not isinstance(tree, exp.Select):
+        raise UnsupportedQuery(f"{source}: a window over {tree.key.upper()} is recomputed in full; the window kind "
+                               "maintains one SELECT over one table or view")
+    from_ = tree.args.get("from_")
+    checks = [
+        (tree.args.get("with_"), "a CTE", "read the table or view itself"),
+        (tree.args.get("joins"), "a JOIN", "join in a view of its own and window over that view"),
+        (from_ is None or not isinstance(from_.this, exp.Table), "a FROM that is not one table or view",
+         "window over a table or view"),
+        (any(s is not tree for s in tree.find_all(exp.Select)), "a subquery", "split it off as a view of its own"),
+        (tree.args.get("group"), "GROUP BY", "aggregate in a view of its own and window over that view"),
+        (next((a for a in tree.find_all(exp.AggFunc) if not _in_window(a)), None), "an aggregate outside a window",
+         "aggregate in a view of its own"),
+        (tree.args.get("having"), "HAVING", "filter in a view over this one"),
+        (tree.args.get("limit"), "ORDER BY ... LIMIT", "keep a top-n per partition with ROW_NUMBER() <= n"),
+    ]
+    for found, construct, fix in checks:
+        if found:
+            raise UnsupportedQuery(f"{source}: {construct} beside window functions is not maintained by kind window "
+                                   f"(it recomputes the partitions a change touches); {fix}")
+
+
+def _in_window(call: exp.Expression) -> bool:
+    node = call
+    while isinstance(node.parent, (exp.IgnoreNulls, exp.RespectNulls)):
+        node = node.parent
+    return isinstance(node.parent, exp.Window) and node.parent.this is node
+
+
+def _plain(expression: exp.Expression, columns: dict[str, str]) -> str | None:
+    """The relation's column ``expression`` is, as its schema spells it, or None for any other expression."""
+    if isinstance(expression, exp.Column) and expression.name.lower() in columns:
+        return columns[expression.name.lower()]
+    return None
+
+
+def _partition_columns(window: exp.Window, columns: dict[str, str]) -> set[str]:
+    return {c for c in (_plain(e, columns) for e in window.args["partition_by"]) if c is not None}
+
+
+def _result_columns(tree: exp.Select, columns: dict[str, str]) -> dict[str, str]:
+    """{relation column: the result column that is that column unchanged}, the first one where several are."""
+    found: dict[str, str] = {}
+    for item in tree.expressions:
+        if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+            for column in columns.values():
+                found.setdefault(column, column)
+            continue
+        column = _plain(item.this if isinstance(item, exp.Alias) else item, columns)
+        if column is not None:
+            found.setdefault(column, item.alias_or_name)
+    return found
+
+
+def _written(window: exp.Window) -> str:
+    return f"{window.this.sql(DIALECT)} OVER ({window.sql(DIALECT).split('OVER (', 1)[-1]}"

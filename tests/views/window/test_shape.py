@@ -1,0 +1,64 @@
+"""The window kind's shape (``lakeivm.views.window.shape``) and the classifier's choice: which SQL it
+claims, its partition columns, and the reason auto recomputes the rest in full. No Spark."""
+from __future__ import annotations
+
+import pytest
+
+from lakeivm.errors import UnsupportedQuery
+from lakeivm.registry import choose, spec_from_dict
+from lakeivm.sql import parse_full
+from lakeivm.views.window.shape import WHOLE_TABLE, Partition, partition_of
+
+SCHEMAS = {"t": {"k": "int", "j": "int", "ts": "int", "v": "int"}, "u": {"k": "int", "w": "int"}}
+
+
+def spec(sql: str, **options) -> object:
+    return spec_from_dict({"name": "w", "deadline": 60, "sql": sql, **options}, source="w.yaml")
+
+
+@pytest.mark.parametrize("sql, partition", [
+    ("SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t", (("k",), ("k",))),
+    ("SELECT k AS key, ts, LEAD(ts) OVER (PARTITION BY k ORDER BY ts) AS end_ts FROM t WHERE v > 0", (("k",), ("key",))),
+    ("SELECT *, RANK() OVER (PARTITION BY j, k ORDER BY v) AS r, SUM(v) OVER (PARTITION BY K) AS s FROM t", (("k",), ("k",))),
+    ("SELECT DISTINCT k, j, MAX(v) OVER (PARTITION BY k, j) AS mv FROM t", (("k", "j"), ("k", "j"))),
+    ("SELECT k, ts, LAST_VALUE(v) IGNORE NULLS OVER (PARTITION BY k, upper(j) ORDER BY ts) AS lv FROM t", (("k",), ("k",))),
+])
+def test_the_partition_is_the_plain_columns_every_window_shares_and_the_result_keeps(sql, partition):
+    assert partition_of(parse_full(sql, SCHEMAS)) == Partition("t", *partition)
+    choice = choose(spec(sql), SCHEMAS)
+    assert (choice.kind, choice.why_full) == ("window", None)
+
+
+@pytest.mark.parametrize("sql, reason", [
+    ("SELECT k, RANK() OVER (ORDER BY v) AS r FROM t", WHOLE_TABLE),
+    ("SELECT k, RANK() OVER (PARTITION BY k ORDER BY v) AS r, SUM(v) OVER () AS s FROM t", WHOLE_TABLE),
+    ("SELECT k, RANK() OVER (PARTITION BY k ORDER BY v) AS r, SUM(v) OVER (PARTITION BY j) AS s FROM t", "no plain column"),
+    ("SELECT k, SUM(v) OVER (PARTITION BY k + 1) AS s FROM t", "no plain column"),
+    ("SELECT ts, RANK() OVER (PARTITION BY k ORDER BY v) AS r FROM t", "partition column 'k' is not a column of the result"),
+    ("SELECT k, COUNT(*) OVER (PARTITION BY k) AS n FROM t GROUP BY k", "GROUP BY beside window functions"),
+    ("SELECT t.k, ROW_NUMBER() OVER (PARTITION BY t.k ORDER BY w) AS rn FROM t JOIN u ON t.k = u.k", "a JOIN beside"),
+    ("SELECT k, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v) AS rn FROM t ORDER BY rn LIMIT 3", "LIMIT beside"),
+    ("SELECT k, SUM(v) OVER (PARTITION BY k) AS s FROM t WHERE v > (SELECT AVG(w) FROM u)", "a subquery beside"),
+])
+def test_what_the_window_kind_refuses_auto_recomputes_in_full_naming_why(sql, reason):
+    choice = choose(spec(sql), SCHEMAS)
+    assert choice.kind == "full" and reason in choice.why_full, choice.why_full
+    with pytest.raises(UnsupportedQuery, match=reason.replace("(", r"\(").replace("+", r"\+")):
+        choose(spec(sql, refresh_policy="incremental"), SCHEMAS)
+
+
+def test_a_window_under_another_kind_is_refused_and_kind_window_needs_a_window():
+    windowed = "SELECT k, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v) AS rn FROM t"
+    with pytest.raises(UnsupportedQuery, match="kind window maintains window functions"):
+        choose(spec(windowed, kind="first_order"), SCHEMAS)
+    assert choose(spec(windowed, kind="window"), SCHEMAS).kind == "window"
+    with pytest.raises(UnsupportedQuery, match="this SELECT has none"):
+        choose(spec("SELECT k, SUM(v) AS s FROM t GROUP BY k", kind="window"), SCHEMAS)
+
+
+def test_explain_names_the_partition_and_the_cost():
+    from lakeivm.kinds import kind
+
+    query = choose(spec("SELECT k AS key, ts, LEAD(ts) OVER (PARTITION BY k ORDER BY ts) AS e FROM t"), SCHEMAS).query
+    line = kind("window").describe(spec("SELECT 1"), query)
+    assert "partitioned by k (result column key) of t" in line and "the touched partitions' rows" in line
