@@ -130,6 +130,26 @@ def test_a_view_over_a_merged_result_reads_its_change_data_feed(lake, spark, mon
     assert {commit.last_committed(lake, name).kind for name in ("kept", "busy")} <= {"first_order", "fivm"}
 
 
+def test_a_view_logs_its_own_seconds_not_its_upstreams(lake, spark):
+    """An on-demand refresh runs the views it reads first; each run's logged seconds are its own (they
+    feed its cost models, auto's choice and its deadline check), not the chain's."""
+    import time
+
+    from lakeivm.engine import run_view
+
+    lake.create_table("r", spark.createDataFrame([(0, 1), (1, 2)], "g int, x int"))
+    specs, _ = link_upstreams({"totals": spec("totals", "SELECT g, SUM(x) AS sx FROM r GROUP BY g"),
+                               "top": spec("top", "SELECT MAX(sx) AS m FROM totals")})
+
+    def slow_upstream(line: str) -> None:  # each progress line of the upstream's run costs it 3 s
+        if line.startswith("totals:"):
+            time.sleep(3.0)
+
+    run_view(lake, specs["top"], progress=slow_upstream)
+    (up,), (down,) = commit.log_rows(lake, "totals"), commit.log_rows(lake, "top")
+    assert up.seconds >= 3.0 and down.seconds < up.seconds, (up.seconds, down.seconds)
+
+
 def test_a_view_over_views_is_classified_before_its_upstreams_have_run(lake, spark):
     """Before any run, an upstream's columns are those its SQL declares (analysed by Spark, not run),
     through a chain: ``explain`` and registration checks need no refresh first."""

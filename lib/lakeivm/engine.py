@@ -97,12 +97,12 @@ def run_view(
 
 def _run_view(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None, fail_at: str | None,
               progress: Callable[[str], None]) -> commit.LogRow | None:
-    started = time.perf_counter()
     # On demand: the views it reads first, each under its own claim. A tick follows their Assets and
     # reads what they last committed -- but runs one first that has no run of its definition to read yet.
     for up in spec.upstreams.values():
         if mode != "tick" or not upstream.readable(lake, up):
             run_view(lake, up, "refresh", progress=progress)
+    started = time.perf_counter()  # after the upstreams: a run logs its own seconds (its cost models, auto, the deadline)
     upstream.register(lake, spec)
     definition = fingerprint(spec)
     if mode != "rebuild" and _up_to_date(lake, commit.log_rows(lake, spec.name, status=None), definition):
