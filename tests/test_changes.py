@@ -5,6 +5,7 @@ import pytest
 
 from lakeivm import changes
 from lakeivm.errors import ChangeRangeError
+from lakeivm.limits import Limits
 from tests.helpers import sql
 
 
@@ -18,7 +19,7 @@ def test_read_delta_nets_inserts_updates_deletes(lake, spark, monkeypatch, reade
     """A small range is read by delta-rs and netted with Arrow; a large one (here: any), or one of a
     table with deletion vectors (delta-rs cannot read them), by Spark: the same netted rows."""
     if reader == "spark":
-        monkeypatch.setattr(changes, "SMALL_DELTA_ROWS", -1)
+        monkeypatch.setattr(lake, "limits", Limits(small_delta_rows=0))
     small = changes.TableSource._read_small
     used = []
     monkeypatch.setattr(changes.TableSource, "_read_small", lambda *args: used.append(small(*args)) or used[-1])

@@ -17,6 +17,7 @@ from lakeivm.config import Settings
 from lakeivm.audit import audit
 from lakeivm.engine import run_view
 from lakeivm.lake import open_lake
+from lakeivm.limits import Limits
 from lakeivm.registry import spec_from_dict
 from lakeivm.spark import connect, is_connect
 from lakeivm.views.nested.queries import QUERIES
@@ -90,8 +91,7 @@ def test_triangle_over_connect(clake, monkeypatch, state):
 
     fetched = []
     if state == "spark":
-        monkeypatch.setattr("lakeivm.views.state.LOCAL_STATE_ROWS", -1)
-        monkeypatch.setattr("lakeivm.views.state.SCAN_ROWS", -1)
+        monkeypatch.setattr(clake, "limits", Limits(local_state_rows=0, scan_rows=0))
         where = maintainer._spark_where
         monkeypatch.setattr(maintainer, "_spark_where", lambda *a, **k: fetched.append(where(*a, **k)) or fetched[-1])
     rng = random.Random(3)

@@ -11,6 +11,7 @@ from lakeivm import commit
 from lakeivm.audit import audit
 from lakeivm.engine import run_view
 from lakeivm.errors import UnsupportedQuery
+from lakeivm.limits import Limits
 from lakeivm.registry import choose, link_upstreams, load_specs, spec_from_dict
 from tests.helpers import random_batch, sql
 
@@ -80,14 +81,13 @@ def test_a_chain_of_views_over_views_follows_random_streams(lake, spark):
 
 
 def test_a_view_over_a_merged_result_reads_its_change_data_feed(lake, spark, monkeypatch):
-    """Upstream results larger than REWRITE_ROWS (patched to 2) are MERGEd: a view over one reads the
+    """Upstream results larger than ``limits.rewrite_rows`` (here 2) are MERGEd: a view over one reads the
     result's change data feed between the versions the two runs logged -- a projection's rows weighed
     by their counts, a HAVING's groups as they pass it -- and the difference of two results where the
     range holds a recovery's RESTORE (no change data). Both equal the SQL after random streams."""
     from lakeivm import upstream
-    from lakeivm.views import state
 
-    monkeypatch.setattr(state, "REWRITE_ROWS", 2)
+    monkeypatch.setattr(lake, "limits", Limits(rewrite_rows=2))
     fed, feed = [], upstream._from_change_feed  # (upstream, read from its feed) of every read of an upstream's changes
     monkeypatch.setattr(upstream, "_from_change_feed", lambda *args: fed.append((args[1].name, feed(*args))) or fed[-1][1])
     rng = random.Random(5)

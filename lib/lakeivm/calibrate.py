@@ -1,8 +1,9 @@
 """``lakeivm calibrate VIEW``: seed a view's cost models by timing batches of 2^j changes per table.
 
-Digest §5 "Cost functions": time the real delta-propagation job per source table over a geometric
-grid of batch sizes, fit f(k) = a·k + b (robust, clamped monotone and subadditive; a line per read
-path once two batches pass ``changes.SMALL_DELTA_ROWS``: 2^15 and 2^16 changes time Spark's), store it in
+Time the real delta-propagation job per source table over a geometric grid of batch sizes
+(docs/design/planner.md#its-inputs-from-the-log), fit f(k) = a·k + b (robust, clamped monotone and
+subadditive; a line per read path once two batches pass the lake's ``limits.small_delta_rows``: by
+default 2^15 and 2^16 changes time Spark's), store it in
 ``_system/costs``, with the shared seconds of a run (row ``(run)``). The view's own data is never touched: its tables are copied as of the view's
 watermarks into a scratch lake, the view is built there, and each batch re-inserts 2^j rows sampled
 from the table itself (so they join like real rows) and is applied alone, as a tick would. Then, for
@@ -18,7 +19,6 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 
 from lakeivm import commit
-from lakeivm.limits import SMALL_DELTA_ROWS
 from lakeivm.errors import StateError
 from lakeivm.lake import Lake
 from lakeivm.planning.costs import Calibration, fit_cost_model
@@ -43,7 +43,7 @@ def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int | Mapping[str, int] 
         raise StateError(f"tables {unknown} are not sources of view {spec.name!r} (its tables: {list(ctx.query.tables)})")
     scratch_root = tempfile.mkdtemp(prefix=f"lakeivm-calibrate-{spec.name}-")
     try:
-        scratch = open_lake(lake.spark, _settings(scratch_root))
+        scratch = open_lake(lake.spark, _settings(scratch_root, lake))
         for table in ctx.query.tables:
             scratch.create_table(table, lake.read(lake.table_path(table), last.watermarks[table]))
         run_view(scratch, spec)
@@ -66,7 +66,7 @@ def calibrate(lake: Lake, spec: ViewSpec, max_exponent: int | Mapping[str, int] 
                     points.append((row.delta_rows[table], row.table_seconds[table]))
                     runs.append(row)
                     progress(f"calibrate {spec.name}: {table} {row.delta_rows[table]:>6} changes {row.table_seconds[table]:.3f}s")
-            fitted[table] = fit_cost_model(points, DEFAULT_PRIOR, min_observations=2, threshold=SMALL_DELTA_ROWS)
+            fitted[table] = fit_cost_model(points, DEFAULT_PRIOR, min_observations=2, threshold=lake.limits.small_delta_rows)
             models[table] = Calibration.of(fitted[table])
             progress(f"calibrate {spec.name}: {table}: {describe(models[table])}")
         if runs:  # what every applying run pays once besides its tables (see planning.tick)
@@ -102,7 +102,8 @@ def describe(model: Calibration) -> str:
             f"({model.samples_large} batches; Spark reads them)")
 
 
-def _settings(root: str):
+def _settings(root: str, lake: Lake):
+    """The scratch lake's settings: the calibrated lake's limits, so it times the same read paths."""
     from lakeivm.config import load_settings
 
-    return load_settings().with_(lake=root)
+    return load_settings().with_(lake=root, limits=lake.limits)

@@ -19,7 +19,6 @@ from lakeivm import storage
 from lakeivm.errors import ChangeRangeError
 from lakeivm.columns import MULTIPLICITY
 from lakeivm.lake import CDF, Lake
-from lakeivm.limits import SMALL_DELTA_ROWS, SNAPSHOT_ROWS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -208,15 +207,17 @@ class TableSource:
             raise ChangeRangeError(explain_read_error(self.name, watermark, head, err)) from err
 
     def snapshot(self, version: int, oracle: bool = False) -> DataFrame:
-        """The table at ``version``; one of at most SNAPSHOT_ROWS rows is read by delta-rs and handed to
-        Spark as local rows (no Delta snapshot job), except for the ``oracle``, which always reads
-        through Spark's Delta reader so that an audit stays independent of the maintained path."""
-        small = None if oracle else self.lake.read_small(self.path, SNAPSHOT_ROWS, version)
+        """The table at ``version``; one of at most the lake's ``limits.snapshot_rows`` rows is read by
+        delta-rs and handed to Spark as local rows (no Delta snapshot job), except for the ``oracle``,
+        which always reads through Spark's Delta reader so that an audit stays independent of the
+        maintained path."""
+        small = None if oracle else self.lake.read_small(self.path, self.lake.limits.snapshot_rows, version)
         return self.lake.read(self.path, version) if small is None else small[0]
 
     def _read_small(self, watermark: int, head: int, columns: list[str]) -> tuple[DataFrame, int] | None:
-        """``read_counted`` for a range of at most SMALL_DELTA_ROWS change-feed rows (by its commits'
-        metrics): read by delta-rs and netted with Arrow in this process, handed to Spark as local rows.
+        """``read_counted`` for a range of at most the lake's ``limits.small_delta_rows`` change-feed
+        rows (by its commits' metrics): read by delta-rs and netted with Arrow in this process, handed
+        to Spark as local rows.
         Spark then loads no snapshot of the changed table at its new version (on a warm session the
         Spark read of a few changed rows costs jobs and a snapshot of every new table version). None:
         Spark reads it -- a commit without metrics, a table the gate refuses (``fastpath``: deletion
@@ -232,7 +233,7 @@ class TableSource:
         commits = self.history(watermark, head)
         unknown = any(not row["operationMetrics"] and row["operation"] not in _NO_ROWS for row in commits)
         reshaped = any(row.get("reshapes") for row in commits)
-        if not columns or unknown or reshaped or self.pending_rows(watermark, head) > SMALL_DELTA_ROWS:
+        if not columns or unknown or reshaped or self.pending_rows(watermark, head) > lake.limits.small_delta_rows:
             return None
         types = lake.schema_at(path, head)
         try:

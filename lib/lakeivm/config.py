@@ -1,4 +1,4 @@
-"""Settings: lake root, Spark master, views folder, lease -- from env vars and an optional lakeivm.toml.
+"""Settings: lake root, Spark master, views folder, lease, limits -- from env vars and an optional lakeivm.toml.
 
 The views folder defaults to the example views shipped in the package (``SHIPPED_VIEWS``).
 
@@ -14,6 +14,9 @@ Example lakeivm.toml::
 
     [spark_conf]                             # extra Spark settings, on every master
     "spark.executor.memory" = "8g"
+
+    [limits]                                 # local-vs-Spark thresholds (lakeivm.limits.Limits)
+    small_delta_rows = 50_000                # also LAKEIVM_LIMIT_SMALL_DELTA_ROWS=50000
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
+
+from lakeivm.limits import Limits, limits_from
 
 SCHEMAS = Path(str(files("lakeivm.schemas")))  # package data: view.schema.json, system/*.json, example views
 SHIPPED_VIEWS = SCHEMAS / "views"
@@ -46,6 +51,7 @@ class Settings:
     packages: str = ""  # more Maven packages for every JVM, comma-separated (hadoop-aws for s3a://): fetched once beside Delta's
     spark_conf: dict = field(default_factory=dict, hash=False)  # extra Spark settings ([spark_conf] in lakeivm.toml)
     lease_seconds: float = LEASE_SECONDS  # a claim whose heartbeat is this old may be taken over (commit.Lease)
+    limits: Limits = Limits()  # up to which sizes a run works in its own process rather than on Spark ([limits], LAKEIVM_LIMIT_*)
 
     @property
     def in_process(self) -> bool:
@@ -81,6 +87,7 @@ def load_settings(config_file: str | os.PathLike[str] = "lakeivm.toml") -> Setti
             values[field] = os.environ[var]
     if "lease_seconds" in values:
         values["lease_seconds"] = _seconds(values["lease_seconds"], path)
+    values["limits"] = limits_from(values.get("limits", {}), os.environ, str(path))
     if isinstance(values.get("packages"), list):  # packages = ["group:artifact:version", ...] in lakeivm.toml
         values["packages"] = ",".join(map(str, values["packages"]))
     unknown = set(values) - set(Settings.__dataclass_fields__)

@@ -1,4 +1,4 @@
-"""The lake's layout (ARCHITECTURE §3), base-table creation with CDF on, and the system tables.
+"""The lake's layout (``docs/design/lake-layout.md``), base-table creation with CDF on, and the system tables.
 
 ```
 tables/<name>               base tables (Delta, delta.enableChangeDataFeed = true)
@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from lakeivm import storage
 from lakeivm.columns import MULTIPLICITY  # noqa: F401 -- where the modules reading deltas import it
-from lakeivm.limits import MERGE_ROWS
+from lakeivm.limits import Limits
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,11 +35,13 @@ class Lake:
     """A lake rooted at ``root`` (a local path or any Hadoop/object-store URI).
 
     ``session``: the SparkSession, or a function that makes one on the first use of ``spark`` -- a
-    run with nothing to apply reads the log and lists the tables with delta-rs and never makes one
-    (a `lakeivm refresh` with nothing pending makes no Spark Connect session: 1.16 s as a command)."""
+    run with nothing to apply reads the log and lists the tables with delta-rs and never makes one,
+    so a `lakeivm refresh` with nothing pending pays no Spark Connect session. ``limits``: up to which
+    sizes a run on this lake works in its own process rather than on Spark (its settings')."""
 
     session: SparkSession | Callable[[], SparkSession] | None
     root: str
+    limits: Limits = Limits()
     cache: dict = field(default_factory=dict, repr=False)  # immutable facts, e.g. commit histories
     upstreams: dict = field(default_factory=dict, repr=False)  # views read as sources by other views: name -> upstream.ViewSource
 
@@ -98,15 +100,16 @@ class Lake:
                        source=source).collect()
 
     def merge_small(self, path: str, source: DataFrame, keys: Sequence[str], delete_when: str | None = None,
-                    insert_when: str | None = None, max_rows: int = MERGE_ROWS) -> bool:
-        """``merge`` of few rows by delta-rs in this process: ``source`` (at most ``max_rows``, brought
-        here as Arrow) matched on ``keys`` (NULL matching NULL), deleted where ``delete_when`` holds,
-        else updated whole; unmatched inserted where ``insert_when`` holds (conditions over ``s.``,
-        columns double-quoted). One commit carrying the run's writer tag, with its change data where
-        the table has CDF. A Spark MERGE of a few thousand rows into millions reads and rewrites
-        for seconds (10 s at 4.8 M rows in ``bench upstream``); delta-rs took ~1 s. False, nothing
-        written, if the gate refuses the table (``fastpath``: deletion vectors, column mapping,
-        constraints, ...), a float key, or the source is larger: the caller MERGEs with Spark."""
+                    insert_when: str | None = None) -> bool:
+        """``merge`` of few rows by delta-rs in this process: ``source`` (at most the lake's
+        ``limits.merge_rows``, brought here as Arrow) matched on ``keys`` (NULL matching NULL),
+        deleted where ``delete_when`` holds, else updated whole; unmatched inserted where
+        ``insert_when`` holds (conditions over ``s.``, columns double-quoted). One commit carrying the
+        run's writer tag, with its change data where the table has CDF. A Spark MERGE of a few
+        thousand rows into millions pays Spark jobs that read and rewrite the touched files for
+        seconds; delta-rs does the same work in this process without them. False, nothing written,
+        if the gate refuses the table (``fastpath``: deletion vectors, column mapping, constraints,
+        ...), a float key, or the source is larger: the caller MERGEs with Spark."""
         import pyarrow as pa
 
         from lakeivm import fastpath
@@ -117,6 +120,7 @@ class Lake:
         schema = pa.schema(table.schema().to_arrow())
         if any(pa.types.is_floating(schema.field(k).type) for k in keys):
             return False  # (a float key: NaN matches NaN under Spark's <=>, which the caller's MERGE keeps)
+        max_rows = self.limits.merge_rows
         rows = source.limit(max_rows + 1).toArrow()
         if rows.num_rows > max_rows:
             return False
@@ -238,12 +242,13 @@ class Lake:
 
 def open_lake(spark: SparkSession | Callable[[], SparkSession] | None = None, settings: Settings | None = None) -> Lake:
     """The configured lake, with its system tables created if missing. Without ``spark`` the
-    settings' session is made on first use (``Lake.spark``): a run with nothing to apply makes none."""
+    settings' session is made on first use (``Lake.spark``): a run with nothing to apply makes none.
+    Its runs read the settings' ``limits``."""
     from lakeivm.config import load_settings
     from lakeivm.spark import get_spark
 
     settings = settings or load_settings()
-    lake = Lake(spark or (lambda: get_spark(settings)), settings.lake)
+    lake = Lake(spark or (lambda: get_spark(settings)), settings.lake, limits=settings.limits)
     lake.ensure_system_tables()
     return lake
 

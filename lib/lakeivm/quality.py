@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakeivm.errors import LakeIVMError
-from lakeivm.limits import PANDAS_ROWS
+from lakeivm.limits import Limits
 from lakeivm.registry import ViewSpec
 from lakeivm.sql import COUNT, Query
 
@@ -72,10 +72,12 @@ def build_suite(spec: ViewSpec, query: Query):
 
 
 
-def validate(df: DataFrame | pandas.DataFrame, spec: ViewSpec, query: Query, rows: int | None = None) -> Validation:
+def validate(df: DataFrame | pandas.DataFrame, spec: ViewSpec, query: Query, rows: int | None = None,
+             pandas_rows: int = Limits.pandas_rows) -> Validation:
     """Run the view's suite on its stored rows (hidden state columns included): with GX's pandas
     engine on a pandas frame (rows read in this process), or on the collected rows when ``rows``
-    (e.g. from the table's statistics) is at most PANDAS_ROWS; else with its Spark engine."""
+    (e.g. from the table's statistics) is at most ``pandas_rows`` (the lake's ``limits``); else with
+    its Spark engine."""
     gx = import_gx()
     import pandas as pd
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -84,7 +86,7 @@ def validate(df: DataFrame | pandas.DataFrame, spec: ViewSpec, query: Query, row
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     if isinstance(df, pd.DataFrame):
         source = context.data_sources.add_pandas(name=f"lakeivm_{spec.name}")
-    elif rows is not None and rows <= PANDAS_ROWS:
+    elif rows is not None and rows <= pandas_rows:
         source, df = context.data_sources.add_pandas(name=f"lakeivm_{spec.name}"), df.toPandas()
     else:
         source = context.data_sources.add_spark(name=f"lakeivm_{spec.name}")

@@ -51,7 +51,8 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec], lease_seconds: float = com
                 seconds, why = full_seconds(history, maintainer.kind)
             else:
                 own = [r for r in history if r.kind == last.kind]
-                decision = plan_refresh(own, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name))
+                decision = plan_refresh(own, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name),
+                                        lake.limits.small_delta_rows)
                 seconds, why = decision.predicted_seconds, decision.reason
             if ctx.auto:  # the last run's choice between incremental and full, and why
                 entry["last_mode"] = "full" if last.kind == FULL else "incremental"

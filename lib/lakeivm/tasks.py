@@ -42,7 +42,6 @@ def validate(view: str, summary: dict[str, Any], session: str | None = None) -> 
     A run that applied nothing (``summary`` empty) left the validated state as it was: nothing to check again."""
     from lakeivm import commit
     from lakeivm.upstream import reader
-    from lakeivm.quality import PANDAS_ROWS
     from lakeivm.quality import validate as run_suite
     from lakeivm.spec import find_spec
     from lakeivm.spec_cache import cached_specs
@@ -56,8 +55,9 @@ def validate(view: str, summary: dict[str, Any], session: str | None = None) -> 
     ctx, maintainer = reader(lake, spec, row)
     path = maintainer.state_tables(ctx)["result"]
     version = row.state_versions["result"] if row else None
-    small = lake.read_small_arrow(path, PANDAS_ROWS, version)  # read by delta-rs: no Spark for a small view
-    report = run_suite(small.to_pandas() if small is not None else lake.read(path, version), spec, ctx.query)
+    small = lake.read_small_arrow(path, lake.limits.pandas_rows, version)  # read by delta-rs: no Spark for a small view
+    report = run_suite(small.to_pandas() if small is not None else lake.read(path, version), spec, ctx.query,
+                       pandas_rows=lake.limits.pandas_rows)
     report.raise_if_failed()
     return {**summary, "expectations": report.evaluated}
 

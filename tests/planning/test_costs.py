@@ -115,7 +115,7 @@ def test_theil_sen_equals_scipy() -> None:
         assert np.allclose(_theil_sen(x, y), (slope, intercept))
 
 
-# The engine's two read paths (changes.SMALL_DELTA_ROWS): F-IVM at TPC-H SF 1, partsupp batches timed
+# The engine's two read paths (limits.small_delta_rows): F-IVM at TPC-H SF 1, partsupp batches timed
 # by `lakeivm calibrate` (2026-11-29): flat ~0.3 s up to 16k change rows, 1.4-1.6 s from 32k.
 STEP = 20_000
 MEASURED = [(2 ** j, 0.30 + 0.01 * (j % 3)) for j in range(15)] + [(32_768, 1.43), (65_536, 1.60), (40_000, 1.50)]

@@ -9,9 +9,9 @@ Any callable ``int -> float`` is a cost function; one with ``linear = True`` pro
 shape, which lets the planner skip weighing NAIVE's symmetric flush (for linear costs
 OPT^LGM = OPT <= NAIVE, paper Theorem 2).
 
-The engine reads a change range in one of two ways (``changes.SMALL_DELTA_ROWS``): a small one in
-this process (delta-rs + Arrow), a larger one with Spark. Their costs are two lines with a step
-between them, which one line fits badly: drawn across the step, it under-predicts the batches just
+The engine reads a change range in one of two ways (the lake's ``limits.small_delta_rows``): a
+small one in this process (delta-rs + Arrow), a larger one with Spark. Their costs are two lines
+with a step between them, which one line fits badly: drawn across the step, it under-predicts the batches just
 above it. Given that boundary, a fit is a ``TwoPathCost`` once the large path has been measured: a
 line per path.
 """
@@ -174,9 +174,10 @@ def fit_line(
 ) -> CostModel:
     """Fit f(k) = a*k + b to (rows, seconds) runs, robust to outliers, clamped to a, b >= 0.
 
-    Digest §5: every maintenance action is one (k, seconds) sample. Runs with k = 0 say nothing
-    about f (the planner never charges f(0)) and are skipped. The estimator is Theil-Sen (median
-    of pairwise slopes, intercept the median residual), which tolerates up to ~29% outliers.
+    Every maintenance action is one (k, seconds) sample (docs/design/planner.md#its-inputs-from-the-log).
+    Runs with k = 0 say nothing about f (the planner never charges f(0)) and are skipped. The
+    estimator is Theil-Sen (median of pairwise slopes, intercept the median residual), which
+    tolerates up to ~29% outliers.
     A negative slope is refitted as a constant (a = 0, b = median); a negative intercept as a line
     through the origin (a = median of seconds/rows). With fewer than two distinct batch sizes the
     slope cannot be estimated, so the prior's slope is kept and only b is fitted. Costs O(m^2).

@@ -9,7 +9,8 @@ input of the LGM decision is derived from them, so nothing is a guess in code:
   of the last runs that applied the table, with the calibrated (``lakeivm calibrate``) or declared
   (``cost_prior``) model as the prior until enough runs exist, the default prior (a guess) until the
   first (``fit_costs: false`` keeps the prior);
-  a line per read path (``TwoPathCost``) once batches above ``changes.SMALL_DELTA_ROWS`` were measured;
+  a line per read path (``TwoPathCost``) once batches above the lake's ``limits.small_delta_rows`` were
+  measured;
 - expected arrivals per table before the next tick: a high quantile of the arrivals observed
   between consecutive runs (d̂);
 - run seconds: a high quantile of what a run that applies something pays besides its tables'
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lakeivm.errors import SpecError
-from lakeivm.limits import SMALL_DELTA_ROWS
+from lakeivm.limits import Limits
 from lakeivm.planning.costs import MIN_OBSERVATIONS, CostFunction, LinearCost, fit_cost_model
 from lakeivm.planning.decide import Decision, decide, refresh_decision
 
@@ -65,12 +66,14 @@ def planner_inputs(
     pending: Mapping[str, int],
     options: Mapping[str, object],
     calibrated: Mapping[str, CostFunction] | None = None,
+    small_delta_rows: int = Limits.small_delta_rows,
 ) -> PlannerInputs:
-    """Derive the planner's inputs from the committed log rows (oldest first); see module doc."""
+    """Derive the planner's inputs from the committed log rows (oldest first); see module doc.
+    ``small_delta_rows``: the lake's limit between the two read paths of a change range."""
     priors = {t: _prior(t, options, calibrated or {}) for t in pending}
     fit = bool(options.get("fit_costs", True))
     costs = {t: fit_cost_model(_observations(history, t) if fit else [], priors[t], _runs_before_fit(priors[t]),
-                               threshold=SMALL_DELTA_ROWS) for t in pending}
+                               threshold=small_delta_rows) for t in pending}
     epoch, shared = _epoch(history), run_seconds(history, (calibrated or {}).get(RUN_COST))
     excess = joint_excess(history, costs, shared, (calibrated or {}).get(JOINT_COST))
     return PlannerInputs(
@@ -91,12 +94,13 @@ def plan_tick(
     options: Mapping[str, object],
     max_age_exceeded: frozenset[str] = frozenset(),
     calibrated: Mapping[str, CostFunction] | None = None,
+    small_delta_rows: int = Limits.small_delta_rows,
 ) -> Decision:
     """The tables a scheduled tick applies under the view's ``planner`` policy (default ``lgm``)."""
     policy = str(options.get("planner", "lgm"))
     if policy not in POLICIES:
         raise SpecError(f"planner: {policy!r} is not a policy; use one of {', '.join(POLICIES)}")
-    inputs = planner_inputs(history, pending, options, calibrated)
+    inputs = planner_inputs(history, pending, options, calibrated, small_delta_rows)
     lgm = decide(pending, inputs.costs, deadline_seconds, inputs.expected_arrivals, inputs.headroom_seconds,
                  max_age_exceeded, spent_seconds=inputs.spent_seconds, ticks_since_refresh=inputs.ticks_since_refresh,
                  run_seconds=inputs.run_seconds)
@@ -122,9 +126,10 @@ def _whole_run(decision: Decision, pending: Mapping[str, int], inputs: PlannerIn
 
 
 def plan_refresh(history: Sequence[LogRow], pending: Mapping[str, int], deadline_seconds: float,
-                 options: Mapping[str, object], calibrated: Mapping[str, CostFunction] | None = None) -> Decision:
+                 options: Mapping[str, object], calibrated: Mapping[str, CostFunction] | None = None,
+                 small_delta_rows: int = Limits.small_delta_rows) -> Decision:
     """An on-demand refresh applies everything; the prediction says whether it should meet the deadline."""
-    inputs = planner_inputs(history, pending, options, calibrated)
+    inputs = planner_inputs(history, pending, options, calibrated, small_delta_rows)
     return refresh_decision(pending, inputs.costs, deadline_seconds, inputs.headroom_seconds)
 
 

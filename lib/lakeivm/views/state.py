@@ -13,9 +13,9 @@ handful of rows), so the stored table is itself a bag whose per-key sums are the
 compacted -- rewritten consolidated -- when its appended rows outgrow COMPACT_RATIO of the rows
 at its last rewrite or when COMPACT_COMMITS appends have piled up (cost amortized over the runs).
 
-A small table (at most REWRITE_ROWS rows), append-only or not, is read by delta-rs in the calling
-process (once per run) and rewritten whole by it on flush, the change added on the
-driver (``add_rows``): Spark takes no snapshot of a table that changes every run.
+A small table (at most the lake's ``limits.rewrite_rows`` rows), append-only or not, is read by
+delta-rs in the calling process (once per run) and rewritten whole by it on flush, the change added
+on the driver (``add_rows``): Spark takes no snapshot of a table that changes every run.
 """
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from lakeivm.lake import Lake
-from lakeivm.limits import BROADCAST_ROWS, LOCAL_STATE_ROWS, REWRITE_ROWS, SCAN_ROWS  # noqa: F401 -- others read them here
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -38,7 +37,7 @@ class AdditiveTable:
     def __init__(self, lake: Lake, path: str, keys: Sequence[str], payloads: Sequence[str], alive: str | None = None,
                  append_only: bool = False, local_rows: int | None = None) -> None:
         self.lake, self.path = lake, path
-        self.local_rows = local_rows  # rows up to which the table is read and rewritten by delta-rs (None: REWRITE_ROWS)
+        self.local_rows = local_rows  # rows up to which the table is read and rewritten by delta-rs (None: limits.rewrite_rows)
         self.keys, self.payloads = tuple(keys), tuple(payloads)
         self.alive = alive  # the payload whose zero means the key is gone (default: all payloads zero)
         self.append_only = append_only
@@ -76,15 +75,15 @@ class AdditiveTable:
         return self._small_frame, rows
 
     def _local_rows(self) -> int:
-        return REWRITE_ROWS if self.local_rows is None else self.local_rows
+        return self.lake.limits.rewrite_rows if self.local_rows is None else self.local_rows
 
     def current(self) -> DataFrame:
         """Stored rows ⊎ buffered deltas, as a bag (the same key may occur several times)."""
         if self._replacement is not None:
             base = self._replacement
-        else:  # local rows up to REWRITE_ROWS: a larger table in this process is not shipped back to Spark
+        else:  # local rows up to limits.rewrite_rows: a larger table in this process is not shipped back to Spark
             rows = self.stored_arrow()
-            small = self.stored_small() if rows is not None and rows.num_rows <= REWRITE_ROWS else None
+            small = self.stored_small() if rows is not None and rows.num_rows <= self.lake.limits.rewrite_rows else None
             base = small[0] if small is not None else self.lake.read(self.path)
         frame = base.select(*self.keys, *self.payloads)
         for delta in self._frames():
@@ -132,7 +131,7 @@ class AdditiveTable:
     def readable_locally(self, whole: bool = False) -> bool:
         """Whether ``local_matching`` reads the table in this process: no replacement and no buffered
         Spark delta, and the stored table small (``stored_arrow``) or, unless ``whole``, scannable by
-        delta-rs (admitted by ``fastpath``, at most SCAN_ROWS rows)."""
+        delta-rs (admitted by ``fastpath``, at most ``limits.scan_rows`` rows)."""
         import pyarrow as pa
 
         if self._replacement is not None or not all(isinstance(d, pa.Table) for d in self._deltas):
@@ -173,7 +172,7 @@ class AdditiveTable:
 
         table = self._delta_table()
         if self._scans is None or self._scans[0] is not table:
-            scannable = fastpath.admits(table) and storage.rows_in(table) <= SCAN_ROWS
+            scannable = fastpath.admits(table) and storage.rows_in(table) <= self.lake.limits.scan_rows
             self._scans = (table, table.to_pyarrow_dataset() if scannable else None)
         return self._scans[1]
 
@@ -350,14 +349,14 @@ def consolidate(rows: DataFrame, keys: Sequence[str], payloads: Sequence[str], a
 def overwrite(lake: Lake, rows: DataFrame, path: str, max_rows: int | None = None, configuration: dict[str, str] | None = None) -> int:
     """Replace the Delta table at ``path`` (schema too; ``configuration``: properties of a table it
     creates, e.g. CDF on a view's result) with ``rows``, computed once; returns their number. At
-    most ``max_rows`` (default REWRITE_ROWS) of them are written by delta-rs in one commit (a Spark
+    most ``max_rows`` (default: the lake's ``limits.rewrite_rows``) of them are written by delta-rs in one commit (a Spark
     write of a new small Delta table costs a job and a snapshot, more than collecting the rows and
     writing them here); more, a
     table the gate refuses (``fastpath``: deletion vectors, ...) or a type it does not write are
     written by Spark."""
     computed = rows.localCheckpoint(eager=True)
     count = computed.count()
-    if count > (REWRITE_ROWS if max_rows is None else max_rows) or not _overwrite_locally(lake, computed, path, configuration):
+    if count > (lake.limits.rewrite_rows if max_rows is None else max_rows) or not _overwrite_locally(lake, computed, path, configuration):
         writer = computed.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
         for key, value in (configuration or {}).items():
             writer = writer.option(key, value)
@@ -428,10 +427,10 @@ def as_read_changes(changes: DataFrame, query, weight: str | None = None) -> Dat
 
 def read_if_small(lake: Lake, path: str, max_rows: int | None = None) -> tuple[DataFrame, object] | None:
     """The table's rows as local rows and their Arrow schema (``Lake.read_small``) if it is small
-    enough to rewrite whole (at most ``max_rows``, default REWRITE_ROWS, by its Delta statistics)
+    enough to rewrite whole (at most ``max_rows``, default ``limits.rewrite_rows``, by its Delta statistics)
     and delta-rs reads it, else None: MERGE or write it with Spark (a MERGE costs seconds whatever
     it touches)."""
-    return lake.read_small(path, REWRITE_ROWS if max_rows is None else max_rows, write=True)
+    return lake.read_small(path, lake.limits.rewrite_rows if max_rows is None else max_rows, write=True)
 
 
 def read_result(ctx: Context, version: int | None = None) -> DataFrame:
@@ -440,7 +439,7 @@ def read_result(ctx: Context, version: int | None = None) -> DataFrame:
     delta-rs does not need for a small table. The audit reads through Spark (``Context.spark_reads_result``): what a Spark user sees
     of files delta-rs may have written is what it checks."""
     path = ctx.lake.view_path(ctx.view)
-    small = None if ctx.spark_reads_result else ctx.lake.read_small(path, REWRITE_ROWS, version)
+    small = None if ctx.spark_reads_result else ctx.lake.read_small(path, ctx.lake.limits.rewrite_rows, version)
     return small[0] if small is not None else ctx.lake.read(path, version)
 
 
@@ -508,14 +507,14 @@ def _needs_compaction(path: str) -> bool:
 
 
 
-def small_side(frame: DataFrame) -> DataFrame:
+def small_side(frame: DataFrame, max_rows: int) -> DataFrame:
     """``frame`` computed, with a broadcast hint when it is small enough to ship to every task (a
     batch's side of a join with stored state): the stored table is then scanned, not shuffled.
-    Above BROADCAST_ROWS Spark chooses the join."""
+    Above ``max_rows`` (the lake's ``limits.broadcast_rows``) Spark chooses the join."""
     from pyspark.sql import functions as F
 
     frame = frame.localCheckpoint(eager=True)
-    return F.broadcast(frame) if frame.count() <= BROADCAST_ROWS else frame
+    return F.broadcast(frame) if frame.count() <= max_rows else frame
 
 
 def merge_add(lake: Lake, path: str, deltas: Sequence[DataFrame], keys: Sequence[str], payloads: Sequence[str],
@@ -527,7 +526,7 @@ def merge_add(lake: Lake, path: str, deltas: Sequence[DataFrame], keys: Sequence
     for delta in deltas[1:]:
         change = change.unionByName(delta)
     change = change.groupBy(*keys).agg(*[F.sum(p).alias(p) for p in payloads])
-    change = small_side(change.where(f"`{payloads[0]}` IS NOT NULL"))  # no keys, no rows: one NULL row
+    change = small_side(change.where(f"`{payloads[0]}` IS NOT NULL"), lake.limits.broadcast_rows)  # no keys, no rows: one NULL row
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) or "true"
     zero_after = f"t.`{alive}` + s.`{alive}` = 0" if alive else " AND ".join(f"t.`{p}` + s.`{p}` = 0" for p in payloads)
     nonzero = f"s.`{alive}` != 0" if alive else " OR ".join(f"s.`{p}` != 0" for p in payloads)

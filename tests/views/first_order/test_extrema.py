@@ -12,6 +12,7 @@ import pytest
 
 from lakeivm.audit import audit
 from lakeivm.engine import InjectedFailure, run_view
+from lakeivm.limits import Limits
 from lakeivm.registry import spec_from_dict
 from tests.helpers import random_batch, sql
 
@@ -33,7 +34,7 @@ def test_min_max_match_sql_under_random_streams_and_asymmetric_runs(lake, spark,
     process (DuckDB) and written by delta-rs; ``spark`` -- nothing counts as small, so they are summed
     by Spark and MERGEd, as for a large view."""
     if state == "spark":
-        monkeypatch.setattr("lakeivm.views.state.REWRITE_ROWS", -1)
+        monkeypatch.setattr(lake, "limits", Limits(rewrite_rows=0))
     rng = random.Random(11)
     lake.create_table("r", spark.createDataFrame([(0, 5), (0, 1), (1, None), (2, 7), (3, 2)], "a int, x int"))
     lake.create_table("s", spark.createDataFrame([(0, 0), (1, 1), (2, 0), (3, 1)], "a int, g int"))

@@ -12,6 +12,7 @@ import pytest
 
 from lakeivm.audit import audit
 from lakeivm.engine import run_view
+from lakeivm.limits import Limits
 from lakeivm.reading import view_snapshot
 from lakeivm.registry import spec_from_dict
 from tests.helpers import random_batch, sql
@@ -62,7 +63,7 @@ def test_distinct_and_projections_with_multiplicities_match_sql(lake, spark, mon
 
     merged = []
     if state == "merged":
-        monkeypatch.setattr("lakeivm.views.state.REWRITE_ROWS", -1)
+        monkeypatch.setattr(lake, "limits", Limits(rewrite_rows=0))
         merge_small = Lake.merge_small
         monkeypatch.setattr(Lake, "merge_small", lambda self, *a, **k: merged.append(merge_small(self, *a, **k)) or merged[-1])
     rng = random.Random(9)

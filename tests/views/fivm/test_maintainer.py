@@ -20,6 +20,7 @@ from lakeivm.config import SHIPPED_VIEWS
 from lakeivm.audit import audit
 from lakeivm.engine import InjectedFailure, prepare, run_view
 from lakeivm.errors import UnsupportedQuery
+from lakeivm.limits import Limits
 from lakeivm.registry import classify, load_spec, spec_from_dict
 from lakeivm.sql import recompute_sql
 from lakeivm.views.fivm.maintainer import COFACTOR, coefficients
@@ -111,8 +112,7 @@ def test_chain_random_streams_with_asymmetric_plans(lake, spark, propagation, mo
     rewritten by delta-rs; ``spark``: no table counts as small nor is scanned by delta-rs, so every
     step is a Spark job and state is appended or MERGEd, as for a view too large for the driver."""
     if propagation == "spark":
-        monkeypatch.setattr("lakeivm.views.state.REWRITE_ROWS", -1)
-        monkeypatch.setattr("lakeivm.views.state.SCAN_ROWS", -1)
+        monkeypatch.setattr(lake, "limits", Limits(rewrite_rows=0, scan_rows=0))
     rng = random.Random(5)
     create(lake, spark, rng, CHAIN_TABLES)
     assert run_view(lake, CHAIN).kind == "fivm"
@@ -150,7 +150,7 @@ def test_updatable_fact_table_only(lake, spark, monkeypatch):
     runs, rebuild-then-delta and delta-then-rebuild, and a crash mid-rebuild stay exact. No state
     table counts as small: the stored views are scanned by delta-rs for the keys a step joins
     (``AdditiveTable.local_matching``), as at SF 1."""
-    monkeypatch.setattr("lakeivm.views.state.REWRITE_ROWS", -1)
+    monkeypatch.setattr(lake, "limits", Limits(rewrite_rows=0))
     rng = random.Random(12)
     base = replace(load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml"), refresh_policy="incremental")  # never a full run
     spec = replace(base, name="revenue_u", options={**base.options, "updatable": ["lineitem"]})
@@ -235,7 +235,7 @@ def test_crashes_then_rerun_equal_crash_free_run(lake, spark, monkeypatch):
     commit names, and the final run equals the SQL (the crash-free result). F-IVM's apply only buffers,
     so a crash there writes nothing (the engine's crash points in apply run under -m slow). No state
     table counts as small: the stored views' deltas are appended by delta-rs (``_append_locally``)."""
-    monkeypatch.setattr("lakeivm.views.state.REWRITE_ROWS", -1)
+    monkeypatch.setattr(lake, "limits", Limits(rewrite_rows=0))
     rng = random.Random(8)
     create(lake, spark, rng, CHAIN_TABLES)
     run_view(lake, CHAIN)

@@ -20,6 +20,7 @@ import pytest
 from lakeivm import commit
 from lakeivm.audit import audit, recompute
 from lakeivm.engine import InjectedFailure, prepare, run_view
+from lakeivm.limits import Limits
 from lakeivm.views.base import normalize
 from lakeivm.registry import spec_from_dict
 from lakeivm.views.nested.maintainer import SEQ, state_sql, version_columns
@@ -147,11 +148,11 @@ GENERAL = {  # the paper's class beyond the shipped shapes: the general algorith
 def test_general_nested_views_emit_the_sql_result_for_every_version(lake, spark, monkeypatch, state):
     """Queries of the paper's class that no shipped shape matches, evaluated by the general algorithm:
     every emission equals Spark running the SQL on its version, after inserts, deletes, updates and a
-    crash, with the index kept by delta-rs in this process or (LOCAL_STATE_ROWS -1) MERGEd by Spark."""
+    crash, with the index kept by delta-rs in this process or (``local_state_rows`` 0) MERGEd by Spark."""
     from lakeivm.views.nested.shape import nested_shape
 
     if state == "spark":
-        monkeypatch.setattr("lakeivm.views.state.LOCAL_STATE_ROWS", -1)
+        monkeypatch.setattr(lake, "limits", Limits(local_state_rows=0))
     rng = random.Random(7)
     lake.create_table("bids", spark.createDataFrame(book_rows(rng, 14), BOOK_DDL))
     specs = [spec_from_dict({"refresh_policy": "incremental", "name": name, "sql": text, "deadline": 60})
@@ -219,9 +220,9 @@ Q17_DDL = ("l_orderkey bigint, l_partkey bigint, l_quantity decimal(15,2), l_ext
 @pytest.mark.parametrize("state", ["local", "spark"])
 def test_q17_with_asymmetric_plans(lake, spark, monkeypatch, state):
     """Both ways of evaluating Q17: the indexes read by delta-rs and replayed in this process, or
-    (LOCAL_STATE_ROWS -1) read, replayed with applyInPandas and MERGEd by Spark."""
+    (``local_state_rows`` 0) read, replayed with applyInPandas and MERGEd by Spark."""
     if state == "spark":
-        monkeypatch.setattr("lakeivm.views.state.LOCAL_STATE_ROWS", -1)
+        monkeypatch.setattr(lake, "limits", Limits(local_state_rows=0))
     rng = random.Random(11)
     line = lambda: (rng.randrange(100), rng.randrange(5), Decimal(rng.randint(1, 9)),  # noqa: E731
                     Decimal(f"{rng.randint(100, 999)}.{rng.randrange(100):02d}"))

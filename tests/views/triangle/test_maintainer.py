@@ -13,6 +13,7 @@ import pytest
 
 from lakeivm.audit import audit
 from lakeivm.engine import InjectedFailure, run_view
+from lakeivm.limits import Limits
 from lakeivm.registry import classify, spec_from_dict
 from lakeivm.sql import parse_query
 from lakeivm.views.triangle.shape import NEXT, ROLES, triangle_shape
@@ -114,17 +115,15 @@ def assert_exact(lake, spec) -> None:
                                             pytest.param(1.0, "local", marks=pytest.mark.slow)])
 def test_graph_triangles_match_sql_after_random_streams(lake, spark, monkeypatch, epsilon, state):
     """The state's four ways: ``local``, read and rewritten whole by delta-rs; ``scan`` (larger than
-    LOCAL_STATE_ROWS), a bag of appended changes scanned by delta-rs; ``merge``, a lake whose large
-    state has deletion vectors, fetched by Spark and MERGEd; ``spark``, a bag too large for
-    delta-rs to scan (SCAN_ROWS), fetched by Spark."""
+    ``limits.local_state_rows``), a bag of appended changes scanned by delta-rs; ``merge``, a lake
+    whose large state has deletion vectors, fetched by Spark and MERGEd; ``spark``, a bag too large
+    for delta-rs to scan (``limits.scan_rows``), fetched by Spark."""
     from lakeivm.views.triangle import maintainer
 
     if state != "local":
-        monkeypatch.setattr("lakeivm.views.state.LOCAL_STATE_ROWS", -1)
+        monkeypatch.setattr(lake, "limits", Limits(local_state_rows=0, scan_rows=0 if state == "spark" else Limits.scan_rows))
     if state == "merge":
         monkeypatch.setattr(maintainer, "_appends", lambda table: False)
-    if state == "spark":
-        monkeypatch.setattr("lakeivm.views.state.SCAN_ROWS", -1)
     if state == "scan":
         monkeypatch.setattr("lakeivm.views.state.COMPACT_COMMITS", 2)  # compacted (in this process) every second run
     rng = random.Random(int(epsilon * 4) + 7)
@@ -153,7 +152,7 @@ def test_null_vertices_join_nothing_as_in_sql(lake, spark, monkeypatch, state):
     """Edges with a NULL end are stored (they count in |D| and degrees) but close no triangle,
     as the view's SQL has it: a NULL cycle (NULL, NULL) is no loop."""
     if state == "scan":
-        monkeypatch.setattr("lakeivm.views.state.LOCAL_STATE_ROWS", -1)
+        monkeypatch.setattr(lake, "limits", Limits(local_state_rows=0))
     rng = random.Random(11)
     edges = random_edges(rng, 40) + [(None, 0), (0, None), (None, None), (None, 3), (3, None)]
     lake.create_table("edges", spark.createDataFrame(edges, "src bigint, dst bigint"))
@@ -207,16 +206,14 @@ def test_every_epsilon_and_every_split_of_a_stream_give_the_same_result(lake, sp
 
 
 def test_large_batches_epsilon_changes_and_crashes_stay_exact(lake, spark, monkeypatch):
-    """The paths besides the driver-side batch: a batch over DRIVER_ROWS keys (rebuilt on Spark), a
+    """The paths besides the driver-side batch: a batch over ``limits.driver_rows`` keys (rebuilt on Spark), a
     changed ε (parts and views rebuilt for it), and crashes at every write point, each followed by
     a rerun that first restores the state the last commit names."""
-    from lakeivm.views.triangle import maintainer
-
     rng = random.Random(19)
     lake.create_table("edges", spark.createDataFrame(random_edges(rng, 40), "src bigint, dst bigint"))
     spec = spec_from_dict({"name": "tri", "sql": GRAPH_SQL, "deadline": 60, "epsilon": 0.5})
     run_view(lake, spec)
-    monkeypatch.setattr(maintainer, "DRIVER_ROWS", 0)  # every batch is "too large"
+    monkeypatch.setattr(lake, "limits", Limits(driver_rows=0))  # every batch is "too large"
     change_edges(lake, rng, "edges", ("src", "dst"))
     run_view(lake, spec)
     assert_exact(lake, spec)

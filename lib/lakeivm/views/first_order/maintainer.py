@@ -28,12 +28,12 @@ states add, so a table's change reaches only the branches that read it.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakeivm.limits import SMALL_DELTA_ROWS
 from lakeivm.lake import CDF
 from lakeivm.sql import (COUNT, MULTIPLICITY, Aggregate, OuterJoin, Query, multiset_of_sql, multiset_sql, rolled_up_sql,
                          state_sql)
@@ -83,7 +83,7 @@ class FirstOrderMaintainer:
                 self._apply_padded(ctx, table, padded, name)
                 continue
             grouped = ctx.spark.sql(state_sql(ctx.query, self._sources(ctx, table, alias, name), alias))
-            if ctx.delta_rows.get(table, SMALL_DELTA_ROWS + 1) <= SMALL_DELTA_ROWS and self._small_state(ctx):
+            if ctx.delta_rows.get(table, math.inf) <= ctx.lake.limits.small_delta_rows and self._small_state(ctx):
                 self._split_locally(ctx, grouped.toArrow())
             else:
                 self._split(ctx, grouped.localCheckpoint(eager=True))
@@ -295,9 +295,9 @@ def _stored_matching(ctx: Context, path: str, change: DataFrame, keys: list[str]
     """The stored view's rows that may match ``change``'s groups: a delta-rs scan in this process
     filtered by each key column's changed values (a superset; the join that reads it is exact),
     handed to Spark as local rows -- where Spark would scan the whole view to join a few thousand
-    changed groups, most of a run's time for a large view. The whole view
-    through Spark where the gate refuses it (``fastpath``), over SCAN_ROWS rows, with no keys, or
-    with a float key (a NaN matches as Spark's ``<=>`` has it only there)."""
+    changed groups, most of a run's time for a large view. The whole view through Spark where the
+    gate refuses it (``fastpath``), over the lake's ``limits.scan_rows`` rows, with no keys, or with
+    a float key (a NaN matches as Spark's ``<=>`` has it only there)."""
     from deltalake import DeltaTable
 
     from lakeivm import fastpath, storage
@@ -307,7 +307,7 @@ def _stored_matching(ctx: Context, path: str, change: DataFrame, keys: list[str]
     table = DeltaTable(path)
     schema = pa.schema(table.schema().to_arrow())
     if (not keys or not fastpath.admits(table) or any(pa.types.is_floating(schema.field(k).type) for k in keys)
-            or storage.rows_in(table, unknown=state.SCAN_ROWS + 1) > state.SCAN_ROWS):
+            or storage.rows_in(table, unknown=ctx.lake.limits.scan_rows + 1) > ctx.lake.limits.scan_rows):
         return ctx.lake.read(path)
     changed = change.select(*[f"`{k}`" for k in keys]).toArrow()
     rows = table.to_pyarrow_dataset().to_table(filter=state.key_filter(changed, keys, schema))

@@ -18,7 +18,7 @@ columns, so the root needs no table of its own and a run MERGEs it once.
   re-evaluate the tree from the snapshots at the watermarks (a rebuild of the state, logged as that
   table's cost, so the planner batches it). When the delta is small, the steps run in DuckDB on
   Arrow tables in this process (``fivm.local``): one Spark job per table instead of one per step. A
-  small stored sibling is read whole by delta-rs; a larger one (up to ``state.SCAN_ROWS``) is
+  small stored sibling is read whole by delta-rs; a larger one (up to ``limits.scan_rows``) is
   scanned by delta-rs for the keys the step joins (a Spark job costs more than such a scan), and a
   large view's delta is appended by delta-rs.
 - ``flush`` MERGEs each view's summed delta once, then rewrites the result rows of the touched
@@ -26,12 +26,12 @@ columns, so the root needs no table of its own and a run MERGEs it once.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakeivm.limits import SMALL_DELTA_ROWS
 from lakeivm.lake import CDF
 from lakeivm.sql import COUNT, MULTIPLICITY, recompute_sql, state_sql, typed_empty_sql
 from lakeivm.views.base import Context
@@ -80,7 +80,8 @@ class FivmMaintainer:
         for alias in aliases:  # a self-join: one occurrence after the other (§4)
             leaf = plan.tree.leaf(alias)
             change = _leaf(ctx, plan, leaf, name, f"{alias}.{MULTIPLICITY}")
-            if ctx.delta_rows.get(table, SMALL_DELTA_ROWS + 1) <= SMALL_DELTA_ROWS and self._propagate_locally(plan, tables, alias, change):
+            small = ctx.delta_rows.get(table, math.inf) <= ctx.lake.limits.small_delta_rows
+            if small and self._propagate_locally(plan, tables, alias, change):
                 continue
             if leaf.id in tables:
                 change = tables[leaf.id].add(change)

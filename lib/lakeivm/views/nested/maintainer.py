@@ -7,7 +7,7 @@ State, all Delta tables versioned by the engine's commit protocol
   the evaluator names (``STATE``: e.g. VWAP's ``bids`` as ``price, cnt, sum_volume,
   sum_price_volume``). Bootstrap is a GROUP BY of the snapshot at the pins; a run adds the
   summed change of its commits (keys whose sums all reach zero are deleted): an index of up to
-  ``LOCAL_STATE_ROWS`` rows is read and rewritten whole by delta-rs in the run's process, a
+  ``limits.local_state_rows`` rows is read and rewritten whole by delta-rs in the run's process, a
   larger one MERGEd by Spark.
 * ``views/<view>/result``: the **time series** of the view: one emission per source commit
   version (plus one at bootstrap), each the query's output rows in SQL's own shape, under the
@@ -57,7 +57,6 @@ from lakeivm.views.nested.events import BookRow, Event, LineitemRow, PartRow
 from lakeivm.views.nested.partitioned import (BEFORE, BID_EVENT, BID_STATE, LINE_EVENT, LINE_STATE, PART_EVENT, PART_STATE,
                                               broker_steps, contribution_steps)
 from lakeivm.views.nested.shape import NestedShape, nested_shape
-from lakeivm.views import state
 from lakeivm.views.state import AdditiveTable
 
 if TYPE_CHECKING:
@@ -411,7 +410,7 @@ class NestedMaintainer:
 
     def _local(self, ctx: Context) -> bool:
         """Whether the run reads its commits and the indexes in this process (Arrow, delta-rs): every index
-        small enough (``LOCAL_STATE_ROWS``), and a shape evaluated on the driver or Q17 (MST is on Spark)."""
+        small enough (``limits.local_state_rows``), and a shape evaluated on the driver or Q17 (MST is on Spark)."""
         return self._shape(ctx).name != "mst" and all(t.stored_arrow() is not None for t in self._tables(ctx).values())
 
     def _versions(self, ctx: Context) -> dict[str, int]:
@@ -487,7 +486,7 @@ class NestedMaintainer:
             for table in ctx.query.tables:
                 keys, sums = layout(shape, shape.role_of(table))
                 self._index[table] = AdditiveTable(ctx.lake, ctx.lake.view_path(ctx.view, f"index/{table}"),
-                                                   keys, tuple(sum_name(s) for s in sums), local_rows=state.LOCAL_STATE_ROWS)
+                                                   keys, tuple(sum_name(s) for s in sums), local_rows=ctx.lake.limits.local_state_rows)
         return self._index
 
 

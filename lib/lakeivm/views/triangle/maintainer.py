@@ -9,14 +9,14 @@ V_ST(b,a), W[T] = V_TR(c,b). ``result`` holds the count Q with the threshold bas
 A run collects the batch's netted changes to the driver and applies them there, relation by relation
 (docs/kinds/triangle.md#batches), as SQL run by DuckDB over the stored rows the batch reads
 (``sql_batch.py``, checked against the whole-state batch rule): the rows of ``rel`` and ``w`` named
-by the batch's values, fetched as Arrow, never as Python objects. Tables of up to
-``LOCAL_STATE_ROWS`` rows are read by delta-rs in the run's process and rewritten whole; larger ones
+by the batch's values, fetched as Arrow, never as Python objects. Tables of up to the lake's
+``limits.local_state_rows`` rows are read by delta-rs in the run's process and rewritten whole; larger ones
 are bags of appended changes (an append is one cheap commit, a MERGE into millions of rows rewrites
 their files), scanned by delta-rs by the batch's values and summed per key by DuckDB, and compacted
 now and then (``AdditiveTable``): no Spark job but the change feed's. A lake whose large state was
 written with deletion vectors (before appends) is fetched by Spark and MERGEd; so is a bag too large
 for delta-rs to scan. When |D| leaves [N/4, N) (major rebalancing, N := 2|D|+1), ε changes, or a
-batch has more than DRIVER_ROWS changed keys, parts and views are rebuilt strictly on Spark. An edge
+batch has more than ``limits.driver_rows`` changed keys, parts and views are rebuilt strictly on Spark. An edge
 table joined with itself is kept as three logical copies R, S, T. Classes never affect correctness,
 only cost (docs/kinds/triangle.md#batches).
 """
@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from lakeivm.limits import DRIVER_ROWS
 from lakeivm.sql import MULTIPLICITY
 from lakeivm.views.base import Context
 from lakeivm.views import state
@@ -80,7 +79,7 @@ class TriangleMaintainer:
             rows = delta.selectExpr(f"`{side.x}` AS x", f"`{side.y}` AS y", MULTIPLICITY)
             self._frames[side.role].append(rows)
             if (side.x, side.y) not in collected:
-                collected[side.x, side.y] = _collect_changes(rows)
+                collected[side.x, side.y] = _collect_changes(rows, ctx.lake.limits.driver_rows)
             changes = collected[side.x, side.y]
             if changes is None:
                 self._too_large = True
@@ -153,7 +152,7 @@ class TriangleMaintainer:
         """The two state tables: ``rel`` (role, x, y, part, m) and ``w`` (role, x, z, cnt)."""
         if not self._shared:
             aux = lambda name: ctx.lake.view_path(ctx.view, f"aux/{name}")  # noqa: E731
-            rows = state.LOCAL_STATE_ROWS  # up to this size the run reads and rewrites them in this process
+            rows = ctx.lake.limits.local_state_rows  # up to this size the run reads and rewrites them in this process
             self._shared = {"rel": AdditiveTable(ctx.lake, aux("rel"), ("role", *REL_KEYS), (MULTIPLICITY,), local_rows=rows),
                             "w": AdditiveTable(ctx.lake, aux("w"), ("role", *VIEW_KEYS), ("cnt",), local_rows=rows)}
             for table in self._shared.values():
@@ -204,10 +203,10 @@ def _stored_result(ctx: Context) -> dict:
     return ctx.lake.read(ctx.lake.view_path(ctx.view)).first().asDict()
 
 
-def _collect_changes(rows: DataFrame) -> pa.Table | None:
-    """The netted (x, y, Δm) of a delta on the driver, or None beyond DRIVER_ROWS keys."""
-    table = consolidate(rows, ("x", "y"), (MULTIPLICITY,)).limit(DRIVER_ROWS + 1).toArrow()
-    return None if table.num_rows > DRIVER_ROWS else table
+def _collect_changes(rows: DataFrame, max_rows: int) -> pa.Table | None:
+    """The netted (x, y, Δm) of a delta on the driver, or None beyond ``max_rows`` keys."""
+    table = consolidate(rows, ("x", "y"), (MULTIPLICITY,)).limit(max_rows + 1).toArrow()
+    return None if table.num_rows > max_rows else table
 
 
 def _live(rel: AdditiveTable, role: str, deltas: Iterable[DataFrame] = ()) -> DataFrame:
