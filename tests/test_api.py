@@ -44,3 +44,14 @@ def test_unknown_view_and_mode_are_clear_errors(views):
         views["nope"]
     with pytest.raises(ValueError, match="mode must be one of refresh, tick, rebuild"):
         views["by_g"].refresh("full")
+
+
+def test_views_given_as_spec_records(tmp_path):
+    """``specs``: views built in code (a benchmark's variants) instead of a folder's; not both."""
+    from lakeivm.registry import spec_from_dict
+
+    spec = spec_from_dict({"name": "by_g", "deadline": 60, "sql": "SELECT g, COUNT(*) AS c FROM s GROUP BY g"})
+    views = lakeivm.Views.open(lake=str(tmp_path / "lake"), specs=[spec])
+    assert list(views) == ["by_g"] and views["by_g"].spec is spec and views.broken == ()
+    with pytest.raises(ValueError, match="a views folder or specs, not both"):
+        lakeivm.Views.open(lake=str(tmp_path / "lake"), views=str(tmp_path), specs=[spec])

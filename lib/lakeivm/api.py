@@ -12,7 +12,7 @@ job and the demo call these and nothing below them. Example::
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -133,18 +133,23 @@ class Views(Mapping[str, View]):
 
     @classmethod
     def open(cls, spark: SparkSession | None = None, *, lake: str | None = None, views: str | None = None,
-             settings: Settings | None = None) -> Views:
+             settings: Settings | None = None, specs: Iterable[ViewSpec] | None = None) -> Views:
         """The lake at ``lake`` and the view specs in the folder ``views`` (each default from the
         settings: LAKEIVM_LAKE, LAKEIVM_VIEWS, ``lakeivm.toml``). ``spark``: the session to run on;
         without one the settings' session (a Spark Connect server, or local Spark) is made when a
         run first needs it -- a refresh with nothing to apply makes none. A spec file that does not
-        load is left out and listed in ``broken``."""
+        load is left out and listed in ``broken``. ``specs``: the views as ``ViewSpec`` records
+        (``lakeivm.registry.spec_from_dict``) instead of a folder's, e.g. a benchmark's variants."""
         from lakeivm.lake import open_lake
+        from lakeivm.spec import Specs
         from lakeivm.spec_cache import cached_specs
 
+        if specs is not None and views is not None:
+            raise ValueError("Views.open: give a views folder or specs, not both")
         settings = settings or load_settings()
         settings = settings.with_(**{k: v for k, v in (("lake", lake), ("views", views)) if v is not None})
-        return cls(open_lake(spark, settings), cached_specs(settings.views, settings.lake), settings)
+        chosen = Specs({spec.name: spec for spec in specs}) if specs is not None else cached_specs(settings.views, settings.lake)
+        return cls(open_lake(spark, settings), chosen, settings)
 
     def __getitem__(self, name: str) -> View:
         from lakeivm.spec import find_spec

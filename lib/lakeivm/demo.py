@@ -12,8 +12,12 @@ import sys
 import time
 from importlib.resources import files
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lakeivm.config import Settings
+
+if TYPE_CHECKING:
+    from lakeivm.api import Views
 
 AIRFLOW_HOME = Path(".lakeivm-airflow")
 GRAPH_SCALE, GRAPH_EDGES, GRAPH_BATCH = 10, 4000, 200  # the demo's R-MAT edges table and its batches
@@ -79,12 +83,9 @@ def run_demo(settings: Settings, scale: float = 0.01, batches: int = 3, keep_ser
 
 
 def _run_demo(settings: Settings, scale: float, batches: int) -> int:
+    from lakeivm.api import Views
     from lakeivm.datagen.graph import apply_edge_batch, edge_stream
     from lakeivm.datagen.tpch import TpchChangeStream
-    from lakeivm.audit import audit
-    from lakeivm.reading import view_snapshot
-    from lakeivm.status import status
-    from lakeivm.registry import load_specs
 
     started = time.perf_counter()
     print(f"== lakeivm demo: TPC-H SF {scale}, {batches} change batches, lake at {settings.lake}")
@@ -93,10 +94,10 @@ def _run_demo(settings: Settings, scale: float, batches: int) -> int:
     from lakeivm.scheduling import build_dags
 
     dags = build_dags(settings, deadline_alerts=False)  # dag.test() cannot run DAGs with deadline alerts
-    specs = load_specs(settings.views, settings.lake)
+    views = Views.open(lake.spark, settings=settings)
     print(f"== DAGs: {', '.join(dags)}")
     _run_all(dags, refresh=False, label="bootstrap")
-    _print_fits(lake, specs, latest=True)
+    _print_fits(views)
     stream = TpchChangeStream(lake)
     edges = {(r["src"], r["dst"]) for r in lake.read(lake.table_path("edges")).collect()}
     graph = edge_stream(sorted(edges), GRAPH_SCALE, batches, GRAPH_BATCH, seed=2)
@@ -105,26 +106,26 @@ def _run_demo(settings: Settings, scale: float, batches: int) -> int:
         apply_edge_batch(lake, changes)
         print(f"== batch {batch}: {stream.batch()}; edges +{len(changes.inserts)} -{len(changes.deletes)}")
         _run_all(dags, refresh=batch == batches, label="on-demand refresh" if batch == batches else "tick")
-        _print_fits(lake, specs, latest=True)
+        _print_fits(views)
     failures = 0
-    for entry in status(lake, specs):
-        spec = specs[entry["view"]]
-        print(f"\n== {spec.name}: {entry.get('last_run')}, watermarks {entry.get('watermarks')}")
-        view_snapshot(lake, spec).orderBy(*view_snapshot(lake, spec).columns[:1]).show(10, truncate=False)
-        report = audit(lake, spec)
+    for status in views.status():
+        print(f"\n== {status.view}: {status.last_run}, watermarks {dict(status.watermarks)}")
+        rows = views[status.view].read()
+        rows.orderBy(*rows.columns[:1]).show(10, truncate=False)
+        report = views[status.view].audit()
         print(report)
         failures += not report.ok
     print(f"== demo finished in {time.perf_counter() - started:.0f}s; audits: {'all match the SQL' if not failures else f'{failures} differ'}")
     return 1 if failures else 0
 
 
-def _print_fits(lake, specs: dict, latest: bool) -> None:
-    """The least-squares coefficients of every F-IVM regression view (features/label)."""
+def _print_fits(views: Views) -> None:
+    """The least-squares coefficients of every F-IVM regression view (features/label), as of its newest run."""
     from lakeivm.views.fivm.maintainer import describe_fit
 
-    for spec in specs.values():
-        if "features" in spec.options:
-            print(f"   {spec.name}: {describe_fit(lake, spec, latest=latest)}")
+    for view in views.values():
+        if "features" in view.spec.options:
+            print(f"   {view.name}: {describe_fit(views.lake, view.spec, latest=True)}")
 
 
 def _run_all(dags: dict, refresh: bool, label: str) -> None:

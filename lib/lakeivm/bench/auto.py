@@ -2,7 +2,7 @@
 
 For each workload and size, three copies of one view over the same lake -- ``refresh_policy:
 incremental``, ``full`` and ``auto`` -- are built, then after each change batch all three are
-refreshed (``run_view``, in a rotating order) and their results compared (the full copy is the
+refreshed (``View.refresh``, in a rotating order) and their results compared (the full copy is the
 view's SQL recomputed). Reported per size: seconds per batch of each policy, what auto chose each
 batch and why, and auto's total against the cheaper fixed policy (the aim: within 10 %, issue 18).
 
@@ -104,22 +104,21 @@ def _tpch_workload(sql: str) -> Callable:
 
 def _compare(spark, settings: Settings, root: str, workload: str, size: float,
              setup: Callable, batch: int, batches: int) -> dict:
-    from lakeivm.engine import run_view
-    from lakeivm.lake import open_lake
-    from lakeivm.reading import view_snapshot
-    from lakeivm.views.base import bag
-    from lakeivm.lake import Lake
+    from lakeivm.api import Views
+    from lakeivm.lake import Lake, open_lake
     from lakeivm.registry import spec_from_dict
+    from lakeivm.views.base import bag
 
     Lake(spark, root).delete(root)
-    lake = open_lake(spark, settings.with_(lake=root))
     print(f"{workload} {size:g}: writing the lake", flush=True)
-    sql, next_batch = setup(lake, size, batch)
+    sql, next_batch = setup(open_lake(spark, settings.with_(lake=root)), size, batch)
     specs = {p: spec_from_dict({"name": f"{workload}_{p}", "sql": sql, "deadline": 3600, "refresh_policy": p}) for p in POLICIES}
+    opened = Views.open(spark, lake=root, settings=settings, specs=specs.values())
+    views = {p: opened[spec.name] for p, spec in specs.items()}
     entry = {"workload": workload, "size": size, "build_s": {}, "seconds": {p: [] for p in POLICIES}, "auto": []}
-    for policy, spec in specs.items():
+    for policy, view in views.items():
         t0 = time.perf_counter()
-        row = run_view(lake, spec)
+        row = view.refresh()
         entry["build_s"][policy] = time.perf_counter() - t0
         entry.setdefault("kinds", {})[policy] = row.kind
     print("  built: " + ", ".join(f"{p} ({entry['kinds'][p]}) {s:.2f}s" for p, s in entry["build_s"].items()), flush=True)
@@ -129,12 +128,12 @@ def _compare(spark, settings: Settings, root: str, workload: str, size: float,
         rows = {}
         for policy in order:
             t0 = time.perf_counter()
-            rows[policy] = run_view(lake, specs[policy])
+            rows[policy] = views[policy].refresh()
             entry["seconds"][policy].append(time.perf_counter() - t0)
         chose = rows["auto"].kind
         entry["auto"].append({"kind": chose, "mode": rows["auto"].mode, "plan": rows["auto"].plan})
-        expected = bag(view_snapshot(lake, specs["full"]))
-        if any(bag(view_snapshot(lake, specs[p])) != expected for p in ("incremental", "auto")):
+        expected = bag(views["full"].read())
+        if any(bag(views[p].read()) != expected for p in ("incremental", "auto")):
             raise SystemExit(f"{workload} {size:g} batch {number}: a maintained result differs from the recomputation")
         print(f"  batch {number}: " + ", ".join(f"{p} {entry['seconds'][p][-1]:.2f}s" for p in POLICIES)
               + f"; auto ran {chose} ({rows['auto'].mode}): {rows['auto'].plan}", flush=True)

@@ -4,7 +4,7 @@ Workload: the revenue_by_nation view (customer ⋈ orders ⋈ lineitem ⋈ natio
 ``--view SPEC`` over the same four tables (e.g. ``bench/views/segments_left_join.yaml``), over TPC-H at each
 scale factor; batches of RF1 inserts + RF2 deletes sized as a fraction of lineitem. For every batch
 both are measured side by side in one run on the same snapshots: the incremental run
-(``run_view``: read CDF, delta join, MERGE, log) and recomputation (the view's SQL over the
+(``View.refresh``: read CDF, delta join, MERGE, log) and recomputation (the view's SQL over the
 snapshots, written as a Delta table). Results: JSON + PNG under ``--out``.
 """
 from __future__ import annotations
@@ -39,10 +39,9 @@ def main(argv: list[str], settings: Settings) -> int:
 def run_first_order_bench(settings: Settings, scales: list[float], fractions: list[float], out: str,
                           view: Path = SHIPPED_VIEWS / "revenue_by_nation.yaml") -> dict:
     """Run the benchmark; returns (and writes) the results."""
+    from lakeivm.api import Views
+    from lakeivm.audit import recompute
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-    from lakeivm.audit import audit, recompute
-    from lakeivm.engine import run_view
-    from lakeivm.lake import open_lake
     from lakeivm.lake import Lake
     from lakeivm.registry import load_spec
     from lakeivm.spark import get_spark
@@ -53,9 +52,10 @@ def run_first_order_bench(settings: Settings, scales: list[float], fractions: li
     for scale in scales:
         root = f"{out}/lake-sf{scale}"
         Lake(spark, root).delete(Lake(spark, root).root)
-        lake = open_lake(spark, settings.with_(lake=root))
+        maintained = Views.open(spark, lake=root, settings=settings, specs=[spec])
+        lake, measured = maintained.lake, maintained[spec.name]
         counts = generate_tpch(lake, scale, tables=("nation", "customer", "orders", "lineitem"))
-        run_view(lake, spec)
+        measured.refresh()
         stream = TpchChangeStream(lake, seed=11)
         for fraction in fractions:
             target = max(1, int(counts["lineitem"] * fraction))
@@ -64,13 +64,13 @@ def run_first_order_bench(settings: Settings, scales: list[float], fractions: li
                 orders = max(1, target // 8)  # ~4 lineitems an order; half inserted, half deleted
                 stream.rf1(orders)
                 stream.rf2(orders)
-                row = run_view(lake, spec, mode="refresh")
+                row = measured.refresh()
                 incremental.append(row.seconds)
                 rows.append(sum(row.delta_rows.values()))
                 t0 = time.perf_counter()
                 recompute(lake, spec, row.pins).write.format("delta").mode("overwrite").save(f"{root}/recomputed")
                 full.append(time.perf_counter() - t0)
-            report = audit(lake, spec)
+            report = measured.audit()
             entry = {"scale": scale, "fraction": fraction, "lineitem_rows": counts["lineitem"], "delta_rows": rows,
                      "incremental_s": incremental, "recompute_s": full,
                      "speedup_median": statistics.median(full) / statistics.median(incremental), "audit_ok": report.ok}

@@ -107,11 +107,9 @@ SPARK_VIEWS = {
 def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     """Part (b): LGM and NAIVE copies of one view, same stream, measured side by side."""
     from lakeivm import commit
+    from lakeivm.api import View, Views
     from lakeivm.calibrate import calibrate, describe
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-    from lakeivm.audit import audit
-    from lakeivm.engine import run_view
-    from lakeivm.lake import open_lake
     from lakeivm.lake import Lake
     from lakeivm.registry import load_spec, spec_from_dict
     from lakeivm.spark import get_spark
@@ -119,21 +117,25 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     spark = get_spark(settings)
     root = out / f"lake-planner-sf{args.scale}"
     Lake(spark, str(root)).delete(str(root))
-    first = open_lake(spark, settings.with_(lake=str(root / "lgm")))
-    generate_tpch(first, args.scale, tables=("partsupp", "supplier", "nation", "region"))
-    shutil.copytree(root / "lgm" / "tables", root / "naive" / "tables")  # the same files: the same seeded stream
-    lakes = {"lgm": first, "naive": open_lake(spark, settings.with_(lake=str(root / "naive")))}
     file, extra = SPARK_VIEWS[args.view]
     base = load_spec(SHIPPED_VIEWS / file)
     extra = {**extra, "headroom": args.headroom}
     specs = {policy: spec_from_dict({"name": f"{args.view}_{policy}", "sql": base.sql, "deadline": args.deadline or 3600,
-                                     "planner": policy, **extra}) for policy in lakes}
-    for policy, spec in specs.items():
-        run_view(lakes[policy], spec)
+                                     "planner": policy, **extra}) for policy in ("lgm", "naive")}
+
+    def opened(policy: str) -> View:  # the policy's view, in its own copy of the lake
+        return Views.open(spark, lake=str(root / policy), settings=settings, specs=[specs[policy]])[specs[policy].name]
+
+    views = {"lgm": opened("lgm")}
+    generate_tpch(views["lgm"].lake, args.scale, tables=("partsupp", "supplier", "nation", "region"))
+    shutil.copytree(root / "lgm" / "tables", root / "naive" / "tables")  # the same files: the same seeded stream
+    views["naive"] = opened("naive")
+    for view in views.values():
+        view.refresh()
     print("calibrating the cost models (2^j-change batches per table on a scratch copy)", flush=True)
-    models = calibrate(first, specs["lgm"], args.calibrate_max_exp, tables=("partsupp", "supplier"),
+    models = calibrate(views["lgm"].lake, specs["lgm"], args.calibrate_max_exp, tables=("partsupp", "supplier"),
                        progress=lambda m: print(f"  {m}", flush=True))
-    commit.record_costs(lakes["naive"], specs["naive"].name, models)  # same SQL, same costs
+    commit.record_costs(views["naive"].lake, specs["naive"].name, models)  # same SQL, same costs
     deadline = args.deadline
     if deadline is None:  # the backlog of a few ticks of arrivals fills it: ticks must act between refreshes
         arrivals = {"partsupp": 8 * args.parts, "supplier": 2 * args.suppliers}  # CDF rows: pre+post images
@@ -141,8 +143,10 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
         deadline = round(backlog * args.deadline_margin, 1)
         specs = {p: spec_from_dict({"name": s.name, "sql": s.sql, "deadline": deadline, "planner": p, **extra})
                  for p, s in specs.items()}
+        views = {policy: opened(policy) for policy in views}
     print(f"deadline {deadline}s; models " + ", ".join(f"{t}: {describe(m)}" for t, m in models.items()), flush=True)
-    streams = {policy: TpchChangeStream(lake, seed=5) for policy, lake in lakes.items()}
+    streams = {policy: TpchChangeStream(view.lake, seed=5) for policy, view in views.items()}
+    runs: dict[str, list] = {policy: [] for policy in views}  # the committed log row of every run in the loop
     for tick in range(1, args.ticks + 1):
         for stream in streams.values():
             stream.update_supplycost(args.parts)
@@ -151,7 +155,8 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
         turn = tick // args.refresh_every if refresh else tick  # alternate who runs first, among ticks and among refreshes
         for policy in (("lgm", "naive") if turn % 2 else ("naive", "lgm")):
             spec = specs[policy]
-            row = run_view(lakes[policy], spec, mode="refresh" if refresh else "tick")
+            row = views[policy].refresh(mode="refresh" if refresh else "tick")
+            runs[policy] += [row] if row is not None else []
             print(f"tick {tick:>3} {spec.name:<16} {'refresh' if refresh else 'tick   '} applied {list(row.applied) if row else []} "
                   f"{row.seconds if row else 0:.1f}s" + (f" (predicted {row.predicted_seconds:.1f}s)" if row and row.predicted_seconds
                                                           is not None else "")
@@ -160,9 +165,8 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
               "ticks": args.ticks, "refresh_every": args.refresh_every,
               "parts_per_tick": args.parts, "suppliers_per_tick": args.suppliers,
               "cost_models": {t: m._asdict() for t, m in models.items()}}
-    for policy, spec in specs.items():
-        lake = lakes[policy]
-        rows = [r for r in commit.log_rows(lake, spec.name) if r.mode in ("tick", "refresh")]
+    for policy in specs:
+        rows = [r for r in runs[policy] if r.mode in ("tick", "refresh")]
         refreshes = [r for r in rows if r.mode == "refresh"]
         report[policy] = {
             "total_seconds": round(sum(r.seconds for r in rows), 2),
@@ -172,7 +176,7 @@ def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
             "refreshes_met": sum(bool(r.deadline_met) for r in refreshes), "refreshes": len(refreshes),
             "actions": [list(r.applied) for r in rows],
             "run_seconds": [round(r.seconds, 3) for r in rows],
-            "audit_ok": audit(lake, spec).ok,
+            "audit_ok": views[policy].audit().ok,
         }
     report["lgm_over_naive"] = round(report["lgm"]["total_seconds"] / report["naive"]["total_seconds"], 3)
     print(f"spark: LGM {report['lgm']['total_seconds']}s vs NAIVE {report['naive']['total_seconds']}s "

@@ -3,7 +3,7 @@
 For each graph size an R-MAT graph (power-law degrees, so heavy vertices exist) is written as the
 ``edges`` table; one triangle view per ε (0, ¼, ½, ¾, 1) over ``edges`` self-joined three times is
 bootstrapped, then batches of edge inserts + deletes are committed and, side by side in one run,
-every view is refreshed (``run_view``: CDF read, batch delta rule, rebalancing, MERGEs, log) and the
+every view is refreshed (``View.refresh``: CDF read, batch delta rule, rebalancing, MERGEs, log) and the
 view's SQL is recomputed on the same snapshot. Every view's count is checked against the
 recomputation. Reported per (size, batch, ε): per-batch seconds, auxiliary rows stored, and how the
 per-batch cost grows when the graph grows. A measurement over ``--timeout`` seconds is cancelled
@@ -49,11 +49,10 @@ def main(argv: list[str], settings: Settings) -> int:
 
 def run(settings: Settings, sizes: list[int], batch_sizes: list[int], epsilons: list[float], repeats: int,
         edge_factor: int, timeout: float, out: Path) -> dict:
-    from lakeivm.datagen.graph import apply_edge_batch, edge_stream, rmat_edges, write_graph
-    from lakeivm.bench.duckdb_baseline import recompute_duckdb
+    from lakeivm.api import Views
     from lakeivm.audit import recompute
-    from lakeivm.engine import run_view
-    from lakeivm.lake import open_lake
+    from lakeivm.bench.duckdb_baseline import recompute_duckdb
+    from lakeivm.datagen.graph import apply_edge_batch, edge_stream, rmat_edges, write_graph
     from lakeivm.lake import Lake
     from lakeivm.registry import spec_from_dict
     from lakeivm.spark import get_spark
@@ -64,15 +63,16 @@ def run(settings: Settings, sizes: list[int], batch_sizes: list[int], epsilons: 
         scale = max(4, math.ceil(math.log2(max(2, size // edge_factor))))
         root = str(out / f"lake-triangle-{size}")
         Lake(spark, root).delete(root)
-        lake = open_lake(spark, settings.with_(lake=root))
+        specs = {e: spec_from_dict({"name": f"tri_{int(e * 100)}", "sql": SQL, "deadline": 3600, "epsilon": e,
+                                    "kind": "triangle"}) for e in epsilons}
+        views = Views.open(spark, lake=root, settings=settings, specs=specs.values())
+        lake = views.lake
         current = set(rmat_edges(scale, size, seed=size))
         write_graph(lake, current)
         print(f"graph: {size} edges over 2^{scale} vertices", flush=True)
-        specs = {e: spec_from_dict({"name": f"tri_{int(e * 100)}", "sql": SQL, "deadline": 3600, "epsilon": e,
-                                    "kind": "triangle"}) for e in epsilons}
         bootstrap = {}
         for epsilon, spec in specs.items():
-            seconds, _ = _timed(spark, timeout, lambda spec=spec: run_view(lake, spec))
+            seconds, _ = _timed(spark, timeout, views[spec.name].refresh)
             bootstrap[epsilon] = seconds
             print(f"  bootstrap ε={epsilon}: {_fmt(seconds)}", flush=True)
         for batch_size in batch_sizes:
@@ -84,10 +84,10 @@ def run(settings: Settings, sizes: list[int], batch_sizes: list[int], epsilons: 
                 entry = {"edges": size, "batch": batch_size, "repeat": repeat, "incremental_s": {}, "aux_rows": {},
                          "counts": {}, "bootstrap_s": bootstrap}
                 for epsilon, spec in specs.items():
-                    seconds, row = _timed(spark, timeout, lambda spec=spec: run_view(lake, spec))
+                    seconds, row = _timed(spark, timeout, views[spec.name].refresh)
                     entry["incremental_s"][epsilon] = seconds
                     if row is not None:
-                        entry["counts"][epsilon] = lake.read(lake.view_path(spec.name)).first()["triangles"]
+                        entry["counts"][epsilon] = views[spec.name].read().first()["triangles"]
                         entry["aux_rows"][epsilon] = _aux_rows(lake, spec.name)
                 pins = {"edges": lake.head_version(lake.table_path("edges"))}
                 seconds, recomputed = _timed(spark, timeout, lambda: recompute(lake, specs[epsilons[0]], pins).first()[0])

@@ -41,11 +41,10 @@ def main(argv: list[str], settings: Settings) -> int:
 def run_upstream_bench(settings: Settings, scale: float, orders: int, repeats: int, out: str) -> dict:
     """Run the benchmark; returns (and writes) the results."""
     from lakeivm import upstream
+    from lakeivm.api import Views
+    from lakeivm.audit import recompute
     from lakeivm.bench.duckdb_baseline import recompute_duckdb
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-    from lakeivm.audit import audit, recompute
-    from lakeivm.engine import run_view
-    from lakeivm.lake import open_lake
     from lakeivm.lake import Lake
     from lakeivm.registry import link_upstreams, spec_from_dict
     from lakeivm.spark import get_spark
@@ -53,12 +52,13 @@ def run_upstream_bench(settings: Settings, scale: float, orders: int, repeats: i
     spark = get_spark(settings)
     root = f"{out}/lake-upstream-sf{scale}"
     Lake(spark, root).delete(Lake(spark, root).root)
-    lake = open_lake(spark, settings.with_(lake=root))
-    counts = generate_tpch(lake, scale, tables=("lineitem", "orders"))
     specs, _ = link_upstreams({name: spec_from_dict({"name": name, "deadline": 600, "sql": sql, "refresh_policy": "incremental"})
                                for name, sql in (("big_items", UPSTREAM), ("by_feed", VIEW), ("by_difference", VIEW))})
+    views = Views.open(spark, lake=root, settings=settings, specs=specs.values())
+    lake = views.lake
+    counts = generate_tpch(lake, scale, tables=("lineitem", "orders"))
     for name in ("by_feed", "by_difference"):
-        run_view(lake, specs[name])  # the upstream bootstrapped by the first
+        views[name].refresh()  # the upstream bootstrapped by the first
     kept = spark.read.format("delta").load(lake.view_path("big_items")).count()
     print(f"upstream big_items: {kept} distinct rows stored (lineitem {counts['lineitem']} rows)", flush=True)
     stream = TpchChangeStream(lake, seed=7)
@@ -69,13 +69,13 @@ def run_upstream_bench(settings: Settings, scale: float, orders: int, repeats: i
     for _ in range(repeats):
         stream.rf1(orders)
         stream.rf2(orders)
-        up = run_view(lake, specs["big_items"])
+        up = views["big_items"].refresh()
         times["upstream_s"].append(up.seconds)
         rows.append(sum(up.delta_rows.values()))
-        fed = run_view(lake, specs["by_feed"])
+        fed = views["by_feed"].refresh()
         upstream.READ_FEED = False
         try:
-            diffed = run_view(lake, specs["by_difference"])
+            diffed = views["by_difference"].refresh()
         finally:
             upstream.READ_FEED = True
         times["feed_s"].append(fed.seconds)
@@ -86,7 +86,7 @@ def run_upstream_bench(settings: Settings, scale: float, orders: int, repeats: i
         duck = recompute_duckdb(lake, whole, {"lineitem": up.pins["lineitem"]})
         times["duckdb_s"].append(duck.seconds)
         times["duckdb_read_s"].append(duck.read_s)
-    ok = all(audit(lake, specs[name]).ok for name in ("by_feed", "by_difference"))
+    ok = all(views[name].audit().ok for name in ("by_feed", "by_difference"))
     median = {k: statistics.median(v) for k, v in times.items()}
     results = {"machine": machine(), "scale": scale, "orders": orders, "repeats": repeats, "lineitem_rows": counts["lineitem"],
                "upstream_rows": kept, "delta_rows": rows, **times, "audit_ok": ok,

@@ -2,7 +2,7 @@
 
 Over a TPC-H lake (``--scale``), for each view (revenue by nation as ``fivm`` and as
 ``first_order``, by default): a refresh with nothing pending and a refresh of one changed lineitem
-row, each timed inside the process (``run_view``) and as a whole ``lakeivm refresh`` command (a new
+row, each timed inside the process (``View.refresh``) and as a whole ``lakeivm refresh`` command (a new
 client process: Python start, imports, connecting); per run the server's Spark jobs (its UI's REST
 API), the Delta commits it wrote (state tables and log) and the planner's predicted seconds next to
 the actual. The server's cold start is reported apart. Needs a server: ``lakeivm spark start`` and
@@ -52,40 +52,41 @@ def main(argv: list[str], settings: Settings) -> int:
 
 def run(settings: Settings, info, scale: float, views: list[str], repeats: int, out: str, cold: float | None) -> dict:
     from lakeivm import server
+    from lakeivm.api import Views
     from lakeivm.datagen.tpch import generate_tpch
-    from lakeivm.audit import audit
-    from lakeivm.engine import run_view
-    from lakeivm.lake import open_lake
+    from lakeivm.lake import Lake
     from lakeivm.registry import load_spec, spec_from_dict
     from lakeivm.spark import get_spark
 
     root = f"{out}/lake-warm"
-    lake = open_lake(get_spark(settings), settings.with_(lake=root))
-    lake.delete(lake.root)
-    lake = open_lake(lake.spark, settings.with_(lake=root))
-    generate_tpch(lake, scale, tables=("nation", "customer", "orders", "lineitem"))
+    spark = get_spark(settings)
+    Lake(spark, root).delete(Lake(spark, root).root)
     base = load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml")
     specs = {v: spec_from_dict({"name": f"bench_{v}", "sql": base.sql, "deadline": base.deadline_s, "kind": v.split("_", 1)[1]})
              for v in views}
+    maintained = Views.open(spark, lake=root, settings=settings, specs=specs.values())
+    lake = maintained.lake
+    generate_tpch(lake, scale, tables=("nation", "customer", "orders", "lineitem"))
     results = {"machine": machine(), "scale": scale, "server_cold_start_s": cold, "views": {}}
     for name, spec in specs.items():
-        run_view(lake, spec)
+        view = maintained[spec.name]
+        view.refresh()
         noop, noop_cli, one, cli_one, jobs, commits, predicted = [], [], [], [], [], [], []
         for k in range(repeats):
             t0 = time.perf_counter()
-            assert run_view(lake, spec) is None
+            assert view.refresh() is None
             noop.append(time.perf_counter() - t0)
             noop_cli.append(_cli_refresh(settings, root, spec, name))
             _change_one_row(lake, k)
             before_jobs, before_commits = server.job_count(info), _commits(lake, spec)
-            row = run_view(lake, spec)
+            row = view.refresh()
             one.append(row.seconds)
             jobs.append(server.job_count(info) - before_jobs)
             commits.append(_commits(lake, spec) - before_commits)
             predicted.append((row.predicted_seconds, row.seconds))
             _change_one_row(lake, 100 + k)
             cli_one.append(_cli_refresh(settings, root, spec, name))
-        ok = audit(lake, spec).ok
+        ok = view.audit().ok
         entry = {"noop_run_s": noop, "noop_cli_s": noop_cli, "one_row_run_s": one, "one_row_cli_s": cli_one,
                  "spark_jobs": jobs, "delta_commits": commits, "predicted_vs_actual_s": predicted, "audit_ok": ok}
         results["views"][name] = entry
