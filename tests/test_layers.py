@@ -2,7 +2,7 @@
 
 Function-local imports count (they run too); imports under ``if TYPE_CHECKING:`` do not (they are
 annotations). ``FLOORS`` maps a module, or every module of a package, to its floor, the most
-specific entry winning (ARCHITECTURE §2, "Package layout"):
+specific entry winning:
 
 0  foundations: errors, settings, limits, column names, the spec record, fingerprints
 1  pure cores: SQL analysis, the planners, each kind's algorithm (no Spark, no lake)

@@ -1,4 +1,6 @@
-"""The deployment users run, without Docker, on loopback under one folder (ARCHITECTURE §6).
+"""The deployment users run, without Docker, on loopback under one folder.
+
+What it is for a user: ``docs/operations/deployment.md#without-docker-make-cluster-demo``.
 
 ``start_stack`` starts, each bound to 127.0.0.1 on free ports and waited on by a health check:
 

@@ -1,4 +1,7 @@
-"""The maintainer protocol (ARCHITECTURE §5) and the context every maintainer is handed."""
+"""The maintainer protocol and the context every maintainer is handed.
+
+How a run uses them: ``docs/design/run.md#kinds-and-their-maintainers``.
+"""
 from __future__ import annotations
 
 from collections import Counter
