@@ -1,4 +1,4 @@
-"""The commit protocol (ARCHITECTURE §4.1, §4.5): the lease and the maintenance log.
+"""The commit protocol (docs/design/run.md#1-claim, #6-commit): the lease and the maintenance log.
 
 A run writes its state tables first and appends its log row last: the committed log row -- new
 watermarks and the version of every state table -- is the commit point. Recovery restores every

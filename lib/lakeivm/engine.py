@@ -1,4 +1,4 @@
-"""One maintenance run (ARCHITECTURE §4): claim -> recover -> pin -> plan -> apply -> commit.
+"""One maintenance run (docs/design/run.md): claim -> recover -> pin -> plan -> apply -> commit.
 
 ``run_view`` is the single code path behind the Airflow DAG, ``lakeivm refresh``, the Python API and
 the tests. What reads a run's results lives beside it: ``reading`` (a view's rows), ``audit`` (a view
@@ -57,9 +57,11 @@ def plan_run(ctx: Context, mode: str, pending: Mapping[str, int], history: Seque
     backlog = {t: pending[t] for t in ctx.query.tables}
     calibrated = commit.calibrated_costs(ctx.lake, ctx.view)
     if mode == "refresh":
-        decision = plan_refresh(history, backlog, ctx.spec.deadline_s, ctx.spec.options, calibrated)
+        decision = plan_refresh(history, backlog, ctx.spec.deadline_s, ctx.spec.options, calibrated,
+                                small_delta_rows=ctx.lake.limits.small_delta_rows)
         return Plan(behind, decision.reason, decision.predicted_seconds)
-    decision = plan_tick(history, backlog, ctx.spec.deadline_s, ctx.spec.options, _too_old(ctx), calibrated)
+    decision = plan_tick(history, backlog, ctx.spec.deadline_s, ctx.spec.options, _too_old(ctx), calibrated,
+                         small_delta_rows=ctx.lake.limits.small_delta_rows)
     # A table with commits but no change rows (e.g. an OPTIMIZE) is caught up for free.
     chosen = tuple(t for t in behind if t in decision.apply or pending[t] == 0)
     reason = f"predicted refresh afterwards {decision.predicted_refresh_seconds_after:.3f} s -- {decision.reason}"
