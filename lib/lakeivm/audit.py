@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from lakeivm import commit
-from lakeivm.errors import StateError, analysed_as
+from lakeivm.errors import analysed_as
 from lakeivm.lake import Lake
 from lakeivm.spec import ViewSpec
 from lakeivm.upstream import prepare, reader
@@ -45,9 +45,7 @@ class Audit:
 
 def audit(lake: Lake, spec: ViewSpec, latest: bool = True) -> Audit:
     """Diff the view (newest committed run by default) with its SQL at that run's watermarks."""
-    row = commit.last_committed(lake, spec.name, consistent=not latest)
-    if row is None:
-        raise StateError(f"view {spec.name!r} has no committed run to audit; run `lakeivm refresh {spec.name}`.")
+    row = commit.required_run(lake, spec.name, consistent=not latest, purpose="to audit")
     with analysed_as(spec):
         ctx, maintainer = reader(lake, spec, row)
         ctx = replace(ctx, spark_reads_result=True)

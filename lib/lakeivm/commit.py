@@ -163,6 +163,16 @@ def last_committed(lake: Lake, view: str, consistent: bool = False) -> LogRow | 
     return rows[-1] if rows else None
 
 
+def required_run(lake: Lake, view: str, consistent: bool = False, purpose: str = "yet") -> LogRow:
+    """``last_committed``, or a StateError saying the view has no such run (``purpose``: "to audit", ...)
+    and how to make one."""
+    row = last_committed(lake, view, consistent)
+    if row is None:
+        raise StateError(f"view {view!r} has no {'consistent' if consistent else 'committed'} run {purpose}; "
+                         f"run `lakeivm refresh {view}`.")
+    return row
+
+
 def next_seq(rows: list[LogRow]) -> int:
     """The sequence number of the run after ``rows`` (all of a view's rows, failed ones too)."""
     return max((r.seq for r in rows), default=0) + 1

@@ -244,15 +244,15 @@ def _caught_up(lake: Lake, last: commit.LogRow) -> bool:
 def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[str, int],
            progress: Callable[[str], None]) -> dict[str, tuple[int, float]]:
     """Apply the plan's tables; returns {table: (change-feed rows, seconds)}: the cost models' unit."""
-    for table in plan.tables:
-        changes.source(ctx.lake, table).check_readable(ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
+    sources = {table: changes.source(ctx.lake, table) for table in plan.tables}
+    for table, source in sources.items():  # every range readable before any state is written
+        source.check_readable(ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
     applied = {}
-    for table in plan.tables:
+    for table, source in sources.items():
         t0 = time.perf_counter()
-        delta, rows = changes.source(ctx.lake, table).read_counted(ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
+        delta, rows = source.read_counted(ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
         ctx.delta_rows[table] = rows
-        span = changes.source(ctx.lake, table).span(ctx.watermarks[table], ctx.pins[table])
-        progress(f"{ctx.view}: applying {rows} netted changes of {span}")
+        progress(f"{ctx.view}: applying {rows} netted changes of {source.span(ctx.watermarks[table], ctx.pins[table])}")
         if rows:
             maintainer.apply(ctx, table, delta)
         ctx.watermarks[table] = ctx.pins[table]

@@ -44,7 +44,9 @@ class Kind:
     - ``options``: the spec fields only this kind reads, each with its JSON schema (merged into the
       view schema; naming one under another kind is an error);
     - ``per_group``: keeps a state per group, so it maintains top-k and views over views;
-    - ``set_operations``: maintains outer joins and UNION ALL.
+    - ``set_operations``: maintains outer joins and UNION ALL;
+    - ``as_written``: claims, by its text, SQL the incremental parser refuses (window functions):
+      its query is then parsed as written (``lakeivm.sql.parse_full``) and no later kind is asked.
     """
 
     name: str
@@ -57,3 +59,4 @@ class Kind:
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     per_group: bool = False
     set_operations: bool = False
+    as_written: Callable[[str], bool] | None = None

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 from lakeivm import commit
 from lakeivm.config import Settings, load_settings
-from lakeivm.errors import StateError, analysed_as
+from lakeivm.errors import analysed_as
 from lakeivm.lake import Lake, open_lake
 from lakeivm.spec import ViewSpec, find_spec
 from lakeivm.spec_cache import cached_specs
@@ -25,9 +25,7 @@ def read_view(spark: SparkSession, view: str, latest: bool = False, settings: Se
 
 def view_snapshot(lake: Lake, spec: ViewSpec, latest: bool = False) -> DataFrame:
     """The view's rows at the state versions its last (consistent) committed log row names."""
-    row = commit.last_committed(lake, spec.name, consistent=not latest)
-    if row is None:
-        raise StateError(f"view {spec.name!r} has no {'committed' if latest else 'consistent'} run yet; run `lakeivm refresh {spec.name}`.")
+    row = commit.required_run(lake, spec.name, consistent=not latest)
     with analysed_as(spec):
         ctx, maintainer = reader(lake, spec, row)
         return maintainer.result(ctx, row.state_versions["result"])

@@ -17,10 +17,10 @@ import yaml
 
 from lakeivm import ddl, storage
 from lakeivm.errors import LakeIVMError, SpecError, UnsupportedQuery
-from lakeivm.kinds import BY_NAME, FIRST_ORDER, INCREMENTAL, JOIN_SAMPLE, WINDOW, Kind, kind_options, owner_of
+from lakeivm.kinds import BY_NAME, FIRST_ORDER, INCREMENTAL, JOIN_SAMPLE, Kind, kind_options, owner_of
 from lakeivm.spec import (FULL, NAME_PATTERN, REFRESH_POLICIES, SCHEMA_PATH, BrokenSpec,  # noqa: F401
                           Specs, ViewSpec, find_spec)
-from lakeivm.sql import (Query, compares_with_subquery, decorrelated_views, derived_views, grouped, has_window, parse_full,
+from lakeivm.sql import (Query, compares_with_subquery, decorrelated_views, derived_views, grouped, parse_full,
                          parse_query, referenced_tables)
 from lakeivm.sql_functions import check_sql
 from lakeivm.views.nested.shape import nested_shape
@@ -384,9 +384,9 @@ def _asked_kind(spec: ViewSpec) -> str | None:
 def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> tuple[str, Query]:
     """The kind ``spec`` names, or the first in ``lakeivm.kinds`` order that claims it, and the query it
     maintains; UnsupportedQuery naming the construct or option that prevents it."""
-    windowed = spec.kind in (None, WINDOW.name) and has_window(spec.sql)  # kind window's, or no kind's: full
-    query = parse_full(spec.sql, schemas, spec.source) if windowed else parse_query(spec.sql, schemas, source=spec.source)
-    if not windowed and _is_projection(spec, query):  # rows with multiplicities, kept by first_order
+    whole = next((k for k in INCREMENTAL if k.as_written and spec.kind in (None, k.name) and k.as_written(spec.sql)), None)
+    query = parse_full(spec.sql, schemas, spec.source) if whole else parse_query(spec.sql, schemas, source=spec.source)
+    if not whole and _is_projection(spec, query):  # rows with multiplicities, kept by first_order
         query = grouped(query, spec.source)
         if spec.kind not in (None, "first_order"):
             raise UnsupportedQuery(f"{spec.source}: kind {spec.kind} needs aggregates; a projection without them is kept "
@@ -394,7 +394,7 @@ def _classify_incremental(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str
     if spec.kind is not None and spec.kind not in BY_NAME:
         raise UnsupportedQuery(f"{spec.source}: kind {spec.kind!r} is not available in this version of lakeivm "
                                f"(available: {', '.join(k.name for k in INCREMENTAL)}).")
-    kind = BY_NAME[spec.kind] if spec.kind else WINDOW if windowed else _default_kind(spec, query)
+    kind = BY_NAME[spec.kind] if spec.kind else whole or _default_kind(spec, query)
     only_set_kinds = "a query over UNION ALL" if query.branches else query.outer[0].construct if query.outer else None
     if only_set_kinds and not kind.set_operations:
         owners = " or ".join(k.name for k in INCREMENTAL if k.set_operations)

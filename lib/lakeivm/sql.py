@@ -424,6 +424,11 @@ def _is_window_function(call: exp.Expression) -> bool:
     return isinstance(node.parent, exp.Window) and node.parent.this is node
 
 
+def backquoted(name: str) -> str:
+    """A column name as a Spark SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def has_window(sql: str) -> bool:
     """Whether the top SELECT of ``sql`` computes a window function itself (not only in a subquery or
     CTE): the SQL the window kind maintains, or none does. False for SQL that does not parse

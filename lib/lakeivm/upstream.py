@@ -187,7 +187,7 @@ def schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
 def declared_schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
     """{column: Spark SQL type} of ``spec``'s SQL, analysed by Spark (not run) over empty frames of
     its sources' types; its own upstreams' the same way when they have not run either."""
-    from lakeivm.sql import as_written, referenced_tables
+    from lakeivm.sql import as_written, backquoted, referenced_tables
 
     sources, names = schemas_for(lake, spec), {}
     try:
@@ -195,7 +195,7 @@ def declared_schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
             for source in referenced_tables(spec.sql):
                 if source in sources:
                     names[source] = f"lakeivm_declared_{spec.name}_{source}"
-                    ddl = ", ".join(f"{_quoted(column)} {kind}" for column, kind in sources[source].items())
+                    ddl = ", ".join(f"{backquoted(column)} {kind}" for column, kind in sources[source].items())
                     lake.spark.createDataFrame([], ddl).createOrReplaceTempView(names[source])
             return dict(_types(lake.spark.sql(as_written(spec.sql, names))))
     finally:
@@ -328,10 +328,6 @@ def _runs(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> list[LogRow]
     from lakeivm import commit
 
     return [r for r in commit.log_rows(lake, spec.name) if watermark < r.seq <= head]
-
-
-def _quoted(column: str) -> str:
-    return "`" + column.replace("`", "``") + "`"
 
 
 def _types(frame: DataFrame) -> Mapping[str, str]:

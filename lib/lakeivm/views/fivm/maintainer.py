@@ -370,15 +370,13 @@ def coefficients(lake, spec, latest: bool = False) -> list[tuple[dict[str, objec
     from the root's cofactor triple in O(m³) per group (None for a group with no complete tuple)."""
     from lakeivm import commit
     from lakeivm.upstream import prepare
-    from lakeivm.errors import StateError, UnsupportedQuery
+    from lakeivm.errors import UnsupportedQuery
     from lakeivm.views.fivm.rings import ols_coefficients
 
     ctx, maintainer = prepare(lake, spec)
     if not isinstance(maintainer, FivmMaintainer) or not maintainer.plan(ctx).features:
         raise UnsupportedQuery(f"view {spec.name!r} is not a regression view; give it `features:` and `label:`.")
-    row = commit.last_committed(lake, spec.name, consistent=not latest)
-    if row is None:
-        raise StateError(f"view {spec.name!r} has no committed run yet; run `lakeivm refresh {spec.name}`.")
+    row = commit.required_run(lake, spec.name, consistent=not latest)
     plan = maintainer.plan(ctx)
     ring = plan.ring.cofactor
     keys = [name for name, _ in plan.group_key_variables()]

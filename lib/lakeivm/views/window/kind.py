@@ -33,4 +33,5 @@ KIND = Kind(
     fit=_fit,
     describe=_describe,
     per_group=True,
+    as_written=has_window,
 )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from lakeivm.columns import MULTIPLICITY
 from lakeivm.lake import CDF
-from lakeivm.sql import as_written
+from lakeivm.sql import as_written, backquoted
 from lakeivm.views.base import Context
 from lakeivm.views.state import keys_in, overwrite, read_if_small, read_result
 from lakeivm.views.window.shape import partition_of
@@ -96,11 +96,7 @@ def _merge(ctx: Context, path: str, keys: DataFrame, rows: DataFrame, outputs: t
     from pyspark.sql import functions as F
 
     source = keys.withColumn(_OP, F.lit("d")).unionByName(rows.withColumn(_OP, F.lit("i")), allowMissingColumns=True)
-    on = " AND ".join([f"s.{_OP} = 'd'", *(f"t.{_quoted(o)} <=> s.{_quoted(o)}" for o in outputs)])
-    columns = [_quoted(c) for c in rows.columns]
+    on = " AND ".join([f"s.{_OP} = 'd'", *(f"t.{backquoted(o)} <=> s.{backquoted(o)}" for o in outputs)])
+    columns = [backquoted(c) for c in rows.columns]
     ctx.lake.merge(path, source, on, "WHEN MATCHED THEN DELETE",
                    f"WHEN NOT MATCHED AND s.{_OP} = 'i' THEN INSERT ({', '.join(columns)}) VALUES ({', '.join('s.' + c for c in columns)})")
-
-
-def _quoted(column: str) -> str:
-    return "`" + column.replace("`", "``") + "`"
