@@ -54,11 +54,11 @@ test-all: $(STAMP)
 	@$(BYTECODE)
 	$(BIN)/python -m pytest -p no:cacheprovider
 
-# The real deployment on loopback (PostgreSQL, Spark standalone, the Connect server, Airflow 3; lakeivm/deploy.py):
+# The real deployment on loopback (PostgreSQL, Spark standalone, the Connect server, Airflow 3; lakeivm/infra/deploy.py):
 # a small lake, one on-demand refresh, then the UI's URL; Ctrl-C stops every service.
 cluster-demo: $(STAMP)
 	@$(BYTECODE)
-	$(BIN)/python -m lakeivm.deploy
+	$(BIN)/python -m lakeivm.infra.deploy
 
 bench: $(STAMP)
 	@$(BYTECODE)

@@ -4,6 +4,6 @@ The views' DAGs are built in lakeivm_views.py, which skips such specs; the error
 this file of its own because Airflow 3 marks every DAG of a file with an import error stale.
 With every spec loading, this file defines no DAG and raises nothing.
 """
-from lakeivm.scheduling import check_specs
+from lakeivm.infra.scheduling import check_specs
 
 check_specs()

@@ -4,6 +4,6 @@ Point AIRFLOW__CORE__DAGS_FOLDER at this file's folder: ``dags/`` in a source ch
 ``importlib.resources.files("lakeivm.dags")`` in an installed lakeivm (``lakeivm.demo`` does).
 Trigger an on-demand refresh with ``airflow dags trigger lakeivm__<view> -c '{"refresh": true}'``.
 """
-from lakeivm.scheduling import build_dags
+from lakeivm.infra.scheduling import build_dags
 
 globals().update(build_dags())

@@ -2,10 +2,10 @@
 
     python connect_server.py --master spark://spark-master:7077 --port 15002 --driver-host spark-connect
 
-``lakeivm spark start`` (lakeivm.server.start) starts this server in the background and returns (a pid
+``lakeivm spark start`` (lakeivm.infra.server.start) starts this server in the background and returns (a pid
 file and a log under ~/.lakeivm): right for a shell, wrong for a container, whose main process must be
-the server itself. This builds the command the way lakeivm.server.start does -- pyspark's
-SparkConnectServer (``lakeivm.server.SERVER_CLASS``) through spark-submit, Delta's JARs as files and
+the server itself. This builds the command the way lakeivm.infra.server.start does -- pyspark's
+SparkConnectServer (``lakeivm.infra.server.SERVER_CLASS``) through spark-submit, Delta's JARs as files and
 lakeivm's JVM and session settings (``lakeivm.spark.jvm_conf``), ``spark.pyspark.python``, the Spark UI
 on the next port -- and replaces this process with it (exec): the log goes to the container's output
 and ``docker compose stop`` signals the JVM.
@@ -23,8 +23,8 @@ from pathlib import Path
 
 
 def command(settings, master: str, port: int, driver_host: str, python: str, spark_home: str) -> list[str]:
-    """The spark-submit command line of the server (as lakeivm.server.start builds it)."""
-    from lakeivm.server import SERVER_CLASS
+    """The spark-submit command line of the server (as lakeivm.infra.server.start builds it)."""
+    from lakeivm.infra.server import SERVER_CLASS
     from lakeivm.spark import jvm_conf
 
     conf = {**jvm_conf(settings.with_(spark_master=master), local=master.startswith("local")),

@@ -1,7 +1,7 @@
 """spark-submit entry point: one maintenance run of a view, then (optionally) its validation.
 
 Run from a source checkout, or as the file an installed lakeivm ships in the package ``lakeivm.jobs``
-(``lakeivm.scheduling.REFRESH_JOB``, what the DAG's spark-submit task runs)::
+(``lakeivm.infra.scheduling.REFRESH_JOB``, what the DAG's spark-submit task runs)::
 
     spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 jobs/refresh.py VIEW [--mode tick|refresh|rebuild] [--validate]
     spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 <site-packages>/lakeivm/jobs/refresh.py VIEW ...
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from lakeivm import tasks
+from lakeivm.infra import tasks
 
 
 def main(argv: list[str] | None = None) -> None:

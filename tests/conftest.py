@@ -53,7 +53,7 @@ def spark():
 
 @pytest.fixture
 def lake(spark, tmp_path):
-    from lakeivm.lake import open_lake
+    from lakeivm.store.lake import open_lake
     from lakeivm.config import Settings
 
     return open_lake(spark, Settings(lake=str(tmp_path / f"lake{next(_counter)}")))
@@ -102,7 +102,7 @@ def remote(tmp_path_factory):
 
     from pyspark.sql import SparkSession
 
-    from lakeivm import server
+    from lakeivm.infra import server
     from lakeivm.config import Settings
     from lakeivm.processes import alive
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-PRELOAD = ["lakeivm.cli", "lakeivm.engine", "lakeivm.registry", "lakeivm.spark", "pyspark.sql.connect.session",
+PRELOAD = ["lakeivm.cli", "lakeivm.run.engine", "lakeivm.catalog.registry", "lakeivm.spark", "pyspark.sql.connect.session",
            "lakeivm.views.first_order.maintainer", "lakeivm.views.fivm.maintainer", "lakeivm.views.triangle.maintainer",
            "lakeivm.views.nested.maintainer", "lakeivm.views.join_sample.maintainer", "lakeivm.views.full.maintainer"]
 _context = multiprocessing.get_context("forkserver")

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from lakeivm.lake import Lake
+from lakeivm.store.lake import Lake
 
 # The suite's JVMs run small queries, CPU-bound on 2 cores (3 workers and a Connect server): the
 # serial collector and interpreted expressions (no Janino compile per query) save a third of the CPU.
@@ -46,8 +46,8 @@ def random_batch(lake: Lake, rng: random.Random, table: str, key: str, value: st
 def bootstrap_incremental(lake: Lake, views: dict[str, str], kind: str) -> list:
     """Specs of ``views`` ({name: SQL}) under ``refresh_policy: incremental``, each built and checked to
     get ``kind``."""
-    from lakeivm.engine import run_view
-    from lakeivm.registry import spec_from_dict
+    from lakeivm.run.engine import run_view
+    from lakeivm.catalog.registry import spec_from_dict
 
     specs = [spec_from_dict({"name": name, "deadline": 60, "refresh_policy": "incremental", "sql": sql}) for name, sql in views.items()]
     for spec in specs:
@@ -57,8 +57,8 @@ def bootstrap_incremental(lake: Lake, views: dict[str, str], kind: str) -> list:
 
 def refresh_and_audit(lake: Lake, specs: list, tables: tuple[str, ...] | None) -> None:
     """Refresh every view applying only ``tables`` (None: all), and check each equals its SQL at its watermarks."""
-    from lakeivm.audit import audit
-    from lakeivm.engine import run_view
+    from lakeivm.run.audit import audit
+    from lakeivm.run.engine import run_view
 
     for spec in specs:
         row = run_view(lake, spec, tables=tables)
@@ -89,7 +89,7 @@ def claim_from_elsewhere(lake: Lake, view: str, ahead: float = 0.0, lease: float
     made ``age`` seconds old by the store's clock (``age_log_commit``). Returns the claim row."""
     from datetime import datetime, timedelta, timezone
 
-    from lakeivm import commit
+    from lakeivm.store import commit
 
     now = datetime.now(timezone.utc) + timedelta(seconds=ahead)
     row = commit.LogRow(view=view, seq=commit.next_seq(commit.log_rows(lake, view, status=None)), status=commit.RUNNING,
@@ -120,7 +120,7 @@ def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
     PUT atomic. Serving requests in turn is what gives moto that atomicity too."""
     import boto3
 
-    from lakeivm.deploy import free_port
+    from lakeivm.infra.deploy import free_port
 
     port = free_port()
     serve = ("import sys; from werkzeug.serving import run_simple; "

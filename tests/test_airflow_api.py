@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from lakeivm.airflow_api import AirflowAPI
+from lakeivm.infra.airflow_api import AirflowAPI
 from lakeivm.errors import LakeIVMError
 
 

@@ -48,7 +48,7 @@ def test_unknown_view_and_mode_are_clear_errors(views):
 
 def test_views_given_as_spec_records(tmp_path):
     """``specs``: views built in code (a benchmark's variants) instead of a folder's; not both."""
-    from lakeivm.registry import spec_from_dict
+    from lakeivm.catalog.registry import spec_from_dict
 
     spec = spec_from_dict({"name": "by_g", "deadline": 60, "sql": "SELECT g, COUNT(*) AS c FROM s GROUP BY g"})
     views = lakeivm.Views.open(lake=str(tmp_path / "lake"), specs=[spec])

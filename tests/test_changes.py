@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakeivm import changes
+from lakeivm.sources import changes
 from lakeivm.errors import ChangeRangeError
 from lakeivm.limits import Limits
 from tests.helpers import sql

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lakeivm import commit
+from lakeivm.store import commit
 from lakeivm.cli import main
 from tests.helpers import sql
 
@@ -77,8 +77,8 @@ def test_datagen_graph_writes_a_power_law_edges_table(lake, capsys):
 def test_repair_moves_a_damaged_newest_log_commit_aside(tmp_path, capsys):
     from pathlib import Path
 
-    from lakeivm import commit
-    from lakeivm.lake import Lake
+    from lakeivm.store import commit
+    from lakeivm.store.lake import Lake
 
     lake = Lake(None, str(tmp_path / "lake"))  # type: ignore[arg-type] -- the repair reads files only
     assert main(["--lake", lake.root, "repair"]) == 2 and "no lake at" in capsys.readouterr().err
@@ -95,7 +95,7 @@ def test_repair_moves_a_damaged_newest_log_commit_aside(tmp_path, capsys):
 
 
 def test_a_known_spark_failure_is_one_line(tmp_path, capsys, monkeypatch):
-    from lakeivm import engine
+    from lakeivm.run import engine
     from lakeivm.errors import known_failure
 
     assert known_failure(RuntimeError("[FAILED_READ_FILE.NO_HINT] Error while reading file")).startswith("a file the run needed could not be read")
@@ -182,7 +182,7 @@ def test_the_command_exits_with_mains_code_and_its_output_flushed(tmp_path):
 
 
 def test_unlock_with_no_claim_says_so_and_a_bad_lease_setting_is_one_line(tmp_path, capsys, monkeypatch):
-    from lakeivm.lake import Lake
+    from lakeivm.store.lake import Lake
 
     lake = Lake(None, str(tmp_path / "lake"))  # type: ignore[arg-type] -- unlock reads and appends the log only
     assert main(["--lake", lake.root, "unlock", "v"]) == 2 and "no lake at" in capsys.readouterr().err

@@ -103,7 +103,7 @@ def test_airflow_services_share_settings():
     env = SERVICES["airflow-scheduler"]["environment"]
     for service in AIRFLOW:
         assert SERVICES[service]["environment"] == env
-    assert env["AIRFLOW__CORE__EXECUTOR"] == "lakeivm.airflow_executor.LakeIVMLocalExecutor"  # LocalExecutor, imports preloaded
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "lakeivm.infra.airflow_executor.LakeIVMLocalExecutor"  # LocalExecutor, imports preloaded
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].endswith("@postgres/airflow")
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/opt/lakeivm/dags"
     assert env["LAKEIVM_LAKE"] == "/opt/lakeivm/lake"
@@ -290,10 +290,10 @@ def test_connect_service_wiring():
 
 
 def test_connect_server_command_matches_lakeivm_spark_start(tmp_path):
-    """docker/connect_server.py runs the server `lakeivm spark start` runs (lakeivm.server), in the
+    """docker/connect_server.py runs the server `lakeivm spark start` runs (lakeivm.infra.server), in the
     foreground: the same server class, Delta's JARs as files, the UI on the next port."""
     from lakeivm.config import Settings
-    from lakeivm.server import SERVER_CLASS
+    from lakeivm.infra.server import SERVER_CLASS
     from lakeivm.spark import MANIFEST, STATIC_CONF
 
     (tmp_path / "delta.jar").write_text("")  # a jars folder that needs no fetching

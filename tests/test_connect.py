@@ -12,13 +12,13 @@ from decimal import Decimal
 
 import pytest
 
-from lakeivm import commit, storage
+from lakeivm.store import commit, storage
 from lakeivm.config import Settings
-from lakeivm.audit import audit
-from lakeivm.engine import run_view
-from lakeivm.lake import open_lake
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import run_view
+from lakeivm.store.lake import open_lake
 from lakeivm.limits import Limits
-from lakeivm.registry import spec_from_dict
+from lakeivm.catalog.registry import spec_from_dict
 from lakeivm.spark import connect, is_connect
 from lakeivm.views.nested.queries import QUERIES
 from tests.helpers import random_batch, sql

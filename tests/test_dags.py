@@ -52,7 +52,7 @@ def test_the_package_maps_the_one_copy_of_dags_and_jobs():
 
 
 def test_dag_folder_parses_without_errors_spark_or_connections():
-    from lakeivm.registry import load_specs
+    from lakeivm.catalog.registry import load_specs
 
     expected = sorted(f"lakeivm__{name}" for name in load_specs(SHIPPED_VIEWS))
     assert "lakeivm__revenue_by_nation" in expected
@@ -80,7 +80,7 @@ def test_a_broken_spec_is_an_import_error_of_its_own_and_the_other_dags_load(vie
 
 def test_build_dags_skips_and_logs_a_broken_spec_check_specs_raises(views_with_a_broken_spec, caplog):
     from lakeivm.errors import SpecError
-    from lakeivm.scheduling import build_dags, check_specs
+    from lakeivm.infra.scheduling import build_dags, check_specs
 
     settings = Settings(lake="/tmp/lake", views=str(views_with_a_broken_spec))
     assert list(build_dags(settings)) == ["lakeivm__by_g"]
@@ -91,7 +91,7 @@ def test_build_dags_skips_and_logs_a_broken_spec_check_specs_raises(views_with_a
     check_specs(settings)
 
 def test_a_tasks_process_builds_only_its_own_dag(tmp_path, monkeypatch):
-    from lakeivm.scheduling import build_dags
+    from lakeivm.infra.scheduling import build_dags
 
     views = tmp_path / "views"
     views.mkdir()
@@ -104,8 +104,8 @@ def test_a_tasks_process_builds_only_its_own_dag(tmp_path, monkeypatch):
 
 
 def test_dag_shape_local_and_cluster(tmp_path):
-    from lakeivm.registry import spec_from_dict
-    from lakeivm.scheduling import build_dag
+    from lakeivm.catalog.registry import spec_from_dict
+    from lakeivm.infra.scheduling import build_dag
 
     spec = spec_from_dict({"refresh_policy": "incremental", "name": "v", "sql": "SELECT COUNT(*) AS c FROM r", "deadline": 10, "tick": "2m"})
     local = build_dag(spec, Settings(lake=str(tmp_path), spark_master="local[2]"))
@@ -130,8 +130,8 @@ def test_dag_shape_local_and_cluster(tmp_path):
 def test_tasks_retry_by_default_and_a_spec_sets_how_often_and_how_long_apart(tmp_path):
     from datetime import timedelta
 
-    from lakeivm.registry import spec_from_dict
-    from lakeivm.scheduling import RETRIES, RETRY_DELAY_S, build_dag
+    from lakeivm.catalog.registry import spec_from_dict
+    from lakeivm.infra.scheduling import RETRIES, RETRY_DELAY_S, build_dag
 
     base = {"name": "v", "sql": "SELECT COUNT(*) AS c FROM r", "deadline": 10}
     local = build_dag(spec_from_dict(base), Settings(lake=str(tmp_path), spark_master="local[2]"))
@@ -159,10 +159,10 @@ def airflow_db():
 @pytest.mark.airflow
 @pytest.mark.heavy(330)
 def test_dag_test_bootstraps_ticks_and_refreshes(lake, spark, tmp_path, airflow_db, monkeypatch):
-    from lakeivm import commit
-    from lakeivm.audit import audit
-    from lakeivm.registry import load_specs
-    from lakeivm.scheduling import build_dags
+    from lakeivm.store import commit
+    from lakeivm.run.audit import audit
+    from lakeivm.catalog.registry import load_specs
+    from lakeivm.infra.scheduling import build_dags
     from tests.helpers import sql
 
     views = tmp_path / "views"
@@ -196,7 +196,7 @@ def test_a_dags_runs_of_one_hour_share_one_connect_session():
     from datetime import datetime, timezone
     from types import SimpleNamespace
 
-    from lakeivm.scheduling import _session
+    from lakeivm.infra.scheduling import _session
 
     def run(run_id, hour, minute):
         return SimpleNamespace(dag_id="lakeivm__v", run_id=run_id, run_after=datetime(2026, 11, 29, hour, minute, tzinfo=timezone.utc))

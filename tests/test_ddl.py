@@ -1,4 +1,4 @@
-"""Views declared in ``.sql`` files (``lakeivm.ddl``, ``registry.load_sql_specs``): every clause, errors
+"""Views declared in ``.sql`` files (``lakeivm.sql.ddl``, ``registry.load_sql_specs``): every clause, errors
 with file and line, REFRESH POLICY, clashes with YAML specs, a mixed folder, one refresh end to end."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lakeivm.ddl import declarations
+from lakeivm.sql.ddl import declarations
 from lakeivm.errors import SpecError
 from lakeivm.fingerprint import fingerprint
-from lakeivm.registry import load_specs, load_sql_specs, spec_from_dict
+from lakeivm.catalog.registry import load_specs, load_sql_specs, spec_from_dict
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "orders_by_status.sql"
 SELECT = "SELECT g, COUNT(*) AS c FROM s GROUP BY g"
@@ -59,7 +59,7 @@ def test_refresh_policies(tmp_path, policy, expected):
 
 def test_incremental_refuses_what_no_kind_maintains_auto_recomputes_it(tmp_path):
     from lakeivm.errors import UnsupportedQuery
-    from lakeivm.registry import choose
+    from lakeivm.catalog.registry import choose
 
     outer = "SELECT a FROM r INTERSECT SELECT a FROM t"
     schemas = {"r": {"a": "int"}, "s": {"a": "int", "g": "int"}, "t": {"a": "int"}}
@@ -125,7 +125,7 @@ def test_a_mixed_folder_loads_yaml_and_sql_views_and_a_view_over_a_sql_view(tmp_
 
 
 def test_the_spec_cache_sees_a_sql_file_change(tmp_path, monkeypatch):
-    from lakeivm.spec_cache import cached_specs
+    from lakeivm.catalog.spec_cache import cached_specs
 
     monkeypatch.setenv("LAKEIVM_SPEC_CACHE", str(tmp_path / "cache"))
     views = tmp_path / "views"

@@ -1,4 +1,4 @@
-"""The deployment users run, started for real on loopback (``lakeivm.deploy``): PostgreSQL, a Spark
+"""The deployment users run, started for real on loopback (``lakeivm.infra.deploy``): PostgreSQL, a Spark
 standalone master and worker, the Spark Connect server, Airflow's api-server, scheduler,
 dag-processor and triggerer with LocalExecutor (issue 20, item 2).
 
@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from lakeivm.config import SHIPPED_VIEWS, load_settings
-from lakeivm.deploy import postgres_binary, start_stack
+from lakeivm.infra.deploy import postgres_binary, start_stack
 from lakeivm.errors import LakeIVMError
 from tests.helpers import TEST_JVM
 
@@ -36,7 +36,7 @@ TABLES = ("nation", "customer", "orders", "lineitem")
 
 def test_scheduled_and_on_demand_runs_of_a_view(tmp_path, monkeypatch):
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-    from lakeivm.lake import open_lake
+    from lakeivm.store.lake import open_lake
     from lakeivm.spark import connect
 
     # The views folder does not change during the test: parse the DAG files once, not every 30 s (each
@@ -106,7 +106,7 @@ def _first_scheduled_run(stack, timeout: float = 180.0) -> dict:
 
 def _deadline_alerts(url: str, run_id: str) -> list[tuple[bool, str]]:
     """(missed, state of its callback) per deadline row of the run, once the scheduler has marked the
-    deadline missed and the triggerer has run ``lakeivm.scheduling.deadline_missed``."""
+    deadline missed and the triggerer has run ``lakeivm.infra.scheduling.deadline_missed``."""
     query = ("SELECT d.missed, c.state FROM deadline d JOIN dag_run r ON r.id = d.dagrun_id "
              "LEFT JOIN callback c ON c.id = d.callback_id WHERE r.dag_id = %s AND r.run_id = %s")
     with psycopg2.connect(url.replace("postgresql+psycopg2", "postgresql")) as db, db.cursor() as cursor:

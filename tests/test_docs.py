@@ -30,11 +30,11 @@ import jsonschema
 import pytest
 import yaml
 
-from lakeivm.registry import spec_schema
+from lakeivm.catalog.registry import spec_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-SCHEMA = ROOT / "schemas" / "view.schema.json"  # the common fields; lakeivm.registry.spec_schema adds the kinds' options
+SCHEMA = ROOT / "schemas" / "view.schema.json"  # the common fields; lakeivm.catalog.registry.spec_schema adds the kinds' options
 CLI_DOC = ROOT / "docs" / "reference" / "cli.md"
 SPEC_DOC = ROOT / "docs" / "reference" / "spec.md"
 PAGES = sorted([README, ROOT / "CHANGELOG.md", *(ROOT / "docs").rglob("*.md")])

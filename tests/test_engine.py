@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from lakeivm import commit
-from lakeivm.audit import audit
-from lakeivm.engine import InjectedFailure, run_view
-from lakeivm.reading import view_snapshot
-from lakeivm.lake import Lake
+from lakeivm.store import commit
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import InjectedFailure, run_view
+from lakeivm.run.reading import view_snapshot
+from lakeivm.store.lake import Lake
 from lakeivm.errors import ChangeRangeError, LeaseHeld, StateError
-from lakeivm.registry import spec_from_dict
+from lakeivm.catalog.registry import spec_from_dict
 from tests.helpers import random_batch, sql
 
 JOIN_VIEW = spec_from_dict({"refresh_policy": "incremental",
@@ -101,7 +101,7 @@ def test_a_read_broken_by_a_late_write_is_reported_as_the_late_write(lake, spark
     Connect write committing into the state folder that the rerun's recovery had just removed,
     naming data files that are gone. The run's failure then names the late write (refresh again),
     not the missing file; a failure with no foreign commit is left as it is."""
-    from lakeivm.lake import WRITER_TAG
+    from lakeivm.store.lake import WRITER_TAG
 
     make_tables(lake, spark)
     run_view(lake, JOIN_VIEW)
@@ -232,7 +232,7 @@ def test_an_edited_definition_rebuilds_and_a_noop_writes_nothing(lake, spark):
 def test_a_lost_log_commit_is_rolled_forward_never_rolled_back(lake, spark):
     """The newest commit file of _system/log deleted (or damaged, then moved aside by `lakeivm
     repair`): the committed run it held is read back from its data file, not undone."""
-    from lakeivm import system_tables
+    from lakeivm.store import system_tables
 
     make_tables(lake, spark)
     run_view(lake, JOIN_VIEW)
@@ -259,7 +259,7 @@ def test_a_lost_log_commit_is_rolled_forward_never_rolled_back(lake, spark):
 def test_a_late_write_of_another_run_is_never_committed(lake, spark, monkeypatch):
     """A state write that is not the run's own (a killed client's Spark Connect operation landing
     late, a paused run's last write) lands mid-run: the run refuses to commit; the rerun undoes it."""
-    from lakeivm.lake import WRITER_TAG
+    from lakeivm.store.lake import WRITER_TAG
 
     make_tables(lake, spark)
     run_view(lake, JOIN_VIEW)
@@ -287,8 +287,8 @@ def test_restore_rolls_back_by_delta_rs_or_by_spark(lake, spark):
     """``Lake.restore`` (recovery's rollback): a table delta-rs writes is restored by delta-rs, one
     with deletion vectors by Spark's RESTORE; either way the commit carries the run's writer tag and
     Spark then reads the rows of the version restored to."""
-    from lakeivm import storage
-    from lakeivm.lake import WRITER_TAG
+    from lakeivm.store import storage
+    from lakeivm.store.lake import WRITER_TAG
 
     engines = {}
     for name, vectors in (("plain", "false"), ("vectors", "true")):

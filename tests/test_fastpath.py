@@ -1,4 +1,4 @@
-"""The gate of the non-Spark paths (``lakeivm.fastpath``), proved against Spark feature by feature.
+"""The gate of the non-Spark paths (``lakeivm.store.fastpath``), proved against Spark feature by feature.
 
 For each Delta table feature, a table that uses it -- built by Spark, with inserts, an update and a
 delete after the feature is on -- and every fast path of lakeivm against Spark's answer on the
@@ -17,8 +17,9 @@ from decimal import Decimal
 import pyarrow.compute as pc
 import pytest
 
-from lakeivm import changes, fastpath, storage
-from lakeivm.changes import net
+from lakeivm.sources import changes
+from lakeivm.store import fastpath, storage
+from lakeivm.sources.changes import net
 from lakeivm.views import state
 
 BASE = "k INT, a INT, b INT, s STRING, d DECIMAL(10,2), dt DATE"

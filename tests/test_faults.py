@@ -34,11 +34,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lakeivm import commit
+from lakeivm.store import commit
 from lakeivm.config import Settings
-from lakeivm.audit import audit
-from lakeivm.lake import open_lake
-from lakeivm.registry import load_specs
+from lakeivm.run.audit import audit
+from lakeivm.store.lake import open_lake
+from lakeivm.catalog.registry import load_specs
 from lakeivm.spark import connect
 from lakeivm.views.nested.queries import QUERIES
 from tests.forked_refresh import Forked

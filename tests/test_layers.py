@@ -4,14 +4,15 @@ Function-local imports count (they run too); imports under ``if TYPE_CHECKING:``
 annotations). ``FLOORS`` maps a module, or every module of a package, to its floor, the most
 specific entry winning:
 
-0  foundations: errors, settings, limits, column names, the spec record, fingerprints
-1  pure cores: SQL analysis, the planners, each kind's algorithm (no Spark, no lake)
-2  the lake: files, Delta logs, the fast-path gate, system tables, the maintenance log, change
-   feeds, Spark sessions, loading specs and choosing kinds
-3  maintainers and the views read as sources
-4  a run and what reads its results: engine, audit, validation, explain
-5  entry points: the Python API, CLI, Airflow tasks and DAGs, jobs, demo, deployment, benchmarks,
-   data generators, test oracles
+0  foundations, at the package's root: errors, config, limits, columns, spec, fingerprint, processes
+1  pure cores: sql/, planning/, views/kind + views/kinds, each kind's algorithm under views/<kind>/
+   (no Spark, no lake)
+2  the lake: store/ (files, Delta logs, the fast-path gate, system tables, the maintenance log),
+   catalog/ (loading specs, choosing kinds), sources/changes (a table's change feed), spark
+3  maintainers (views/<kind>/maintainer), sources/upstream (a view read as a source), run/recovery
+4  run/: a run and what reads its results: engine, reading, audit, status, quality, explain
+5  entry points: api (the package's __init__), cli, demo, infra/ (Airflow, the Connect server,
+   the deployment), bench/, datagen/, testing/ (the test oracles)
 """
 from __future__ import annotations
 
@@ -20,20 +21,18 @@ from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1] / "lib"
 FLOORS = {
-    "lakeivm.errors": 0, "lakeivm.config": 0, "lakeivm.limits": 0, "lakeivm.columns": 0, "lakeivm.spec": 0, "lakeivm.fingerprint": 0,
-    "lakeivm.processes": 0,
-    "lakeivm.kind": 1, "lakeivm.kinds": 1, "lakeivm.views.first_order.kind": 1, "lakeivm.views.full.kind": 1,
-    "lakeivm.sql": 1, "lakeivm.sql_functions": 1, "lakeivm.ddl": 1, "lakeivm.spark_builtins": 1, "lakeivm.planning": 1, "lakeivm.views.fivm": 1, "lakeivm.views.triangle": 1,
-    "lakeivm.views.nested": 1, "lakeivm.views.join_sample": 1, "lakeivm.views.window": 1,
-    "lakeivm.storage": 2, "lakeivm.fastpath": 2, "lakeivm.lake": 2, "lakeivm.system_tables": 2, "lakeivm.commit": 2,
-    "lakeivm.changes": 2, "lakeivm.spark": 2, "lakeivm.server": 2, "lakeivm.registry": 2, "lakeivm.spec_cache": 2,
-    "lakeivm.views": 3, "lakeivm.upstream": 3, "lakeivm.views.fivm.maintainer": 3, "lakeivm.views.fivm.local": 3,
+    "lakeivm.errors": 0, "lakeivm.config": 0, "lakeivm.limits": 0, "lakeivm.columns": 0, "lakeivm.spec": 0,
+    "lakeivm.fingerprint": 0, "lakeivm.processes": 0,
+    "lakeivm.sql": 1, "lakeivm.planning": 1, "lakeivm.views.kind": 1, "lakeivm.views.kinds": 1,
+    "lakeivm.views.fivm": 1, "lakeivm.views.triangle": 1, "lakeivm.views.nested": 1, "lakeivm.views.join_sample": 1,
+    "lakeivm.views.window": 1, "lakeivm.views.first_order.kind": 1, "lakeivm.views.full.kind": 1,
+    "lakeivm.store": 2, "lakeivm.catalog": 2, "lakeivm.sources": 2, "lakeivm.spark": 2,
+    "lakeivm.views": 3, "lakeivm.sources.upstream": 3, "lakeivm.views.fivm.maintainer": 3, "lakeivm.views.fivm.local": 3,
     "lakeivm.views.triangle.maintainer": 3, "lakeivm.views.triangle.sql_batch": 3, "lakeivm.views.nested.maintainer": 3,
     "lakeivm.views.join_sample.maintainer": 3, "lakeivm.views.first_order": 3, "lakeivm.views.window.maintainer": 3,
-    "lakeivm.views.full": 3,
-    "lakeivm.recovery": 3,
-    "lakeivm.engine": 4, "lakeivm.audit": 4, "lakeivm.reading": 4, "lakeivm.status": 4, "lakeivm.calibrate": 4, "lakeivm.quality": 4, "lakeivm.explain": 4,
-    "lakeivm": 5,  # the package itself (its __init__: the public API) and everything not named above
+    "lakeivm.views.full": 3, "lakeivm.run.recovery": 3,
+    "lakeivm.run": 4,
+    "lakeivm": 5,  # the package itself (its __init__: the public API), infra/, bench/, datagen/, testing/, cli, demo
 }
 
 

@@ -16,9 +16,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from lakeivm import commit, system_tables
+from lakeivm.store import commit, system_tables
 from lakeivm.errors import LeaseHeld, LeaseLost
-from lakeivm.lake import Lake
+from lakeivm.store.lake import Lake
 from tests.helpers import age_log_commit, claim_from_elsewhere, moto_s3
 
 
@@ -149,7 +149,7 @@ def s3_lake_root():
 
 @pytest.mark.xdist_group("s3")  # one moto server (make test: --dist loadgroup)
 def test_on_s3_racing_creators_exactly_one_creates(s3_lake_root):
-    from lakeivm import storage
+    from lakeivm.store import storage
 
     racers = 6
     for trial in range(5):  # a file, then the log table's first commit, each raced for

@@ -40,7 +40,7 @@ def test_limits_from_lakeivm_toml_and_the_environment_reach_a_run(spark, tmp_pat
     """lakeivm.toml sets small_delta_rows = 0: a refresh's change range is read by Spark. The
     environment's LAKEIVM_LIMIT_SMALL_DELTA_ROWS wins over it: read by delta-rs in this process."""
     import lakeivm
-    from lakeivm import changes
+    from lakeivm.sources import changes
 
     (tmp_path / "views").mkdir()
     (tmp_path / "views" / "sums.yaml").write_text(

@@ -22,10 +22,10 @@ from dataclasses import replace
 
 from lakeivm.config import load_settings
 from lakeivm.datagen.tpch import TpchChangeStream
-from lakeivm.audit import audit
-from lakeivm.engine import run_view
-from lakeivm.lake import open_lake
-from lakeivm.registry import find_spec, load_specs
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import run_view
+from lakeivm.store.lake import open_lake
+from lakeivm.catalog.registry import find_spec, load_specs
 from lakeivm.spark import get_spark
 
 settings = load_settings()

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from lakeivm import commit
-from lakeivm.audit import audit
-from lakeivm.engine import run_view
+from lakeivm.store import commit
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import run_view
 from lakeivm.planning.tick import RUN_COST, run_seconds
-from lakeivm.registry import spec_from_dict
+from lakeivm.catalog.registry import spec_from_dict
 from tests.helpers import sql
 
 VIEW = spec_from_dict({
@@ -63,7 +63,7 @@ def test_naive_policy_flushes_symmetrically(lake, spark):
 
 
 def test_calibrate_times_a_scratch_copy_and_stores_the_model(lake, spark):
-    from lakeivm.calibrate import JOINT_STEPS, calibrate
+    from lakeivm.run.calibrate import JOINT_STEPS, calibrate
     from lakeivm.planning.tick import JOINT_COST
 
     lake.create_table("r", spark.createDataFrame([(a, a) for a in range(6)], "a int, x int"))

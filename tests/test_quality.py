@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from lakeivm.quality import ExpectationFailed, build_suite, validate
-from lakeivm.registry import spec_from_dict
+from lakeivm.run.quality import ExpectationFailed, build_suite, validate
+from lakeivm.catalog.registry import spec_from_dict
 from lakeivm.sql import parse_query
 
 SPEC = spec_from_dict({"refresh_policy": "incremental", "name": "by_g", "deadline": 60,

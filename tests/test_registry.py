@@ -8,7 +8,7 @@ import pytest
 
 from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
 from lakeivm.config import SCHEMAS
-from lakeivm.registry import (NAME_PATTERN, SCHEMA_PATH, ViewSpec, classify, find_spec, load_spec, load_specs,
+from lakeivm.catalog.registry import (NAME_PATTERN, SCHEMA_PATH, ViewSpec, classify, find_spec, load_spec, load_specs,
                               parse_duration, spec_from_dict)
 
 GOOD = "name: v1\nsql: SELECT g, COUNT(*) AS c FROM s GROUP BY g\ndeadline: 30s\ntick: 1m\n"
@@ -131,7 +131,7 @@ def test_every_shipped_spec_loads_and_calls_only_vetted_functions():
     import sqlglot
 
     from lakeivm.sql import DIALECT
-    from lakeivm.sql_functions import check_functions
+    from lakeivm.sql.functions import check_functions
 
     folders = sorted(SCHEMA_PATH.parent.glob("views*"))
     assert len(folders) >= 3
@@ -165,7 +165,7 @@ def test_an_aggregate_over_an_aggregate_is_a_view_over_its_own_derived_view(tmp_
 
 
 def test_an_aggregating_in_subquery_that_names_an_outer_column_unqualified_is_refused_with_the_fix(tmp_path):
-    from lakeivm.registry import choose
+    from lakeivm.catalog.registry import choose
 
     sql = "SELECT a, COUNT(*) AS n FROM t WHERE a IN (SELECT k FROM u GROUP BY k HAVING SUM(x) > b) GROUP BY a"
     write(tmp_path, f"name: v\nsql: {sql}\ndeadline: 30s\n")
@@ -201,7 +201,7 @@ def test_a_folder_s_specs_are_kept_between_commands_and_a_hit_parses_no_sql(tmp_
     import sys
 
     from lakeivm.fingerprint import fingerprint
-    from lakeivm.spec_cache import cached_specs
+    from lakeivm.catalog.spec_cache import cached_specs
 
     monkeypatch.setenv("LAKEIVM_SPEC_CACHE", str(tmp_path / "cache"))
     views = tmp_path / "views"
@@ -211,7 +211,7 @@ def test_a_folder_s_specs_are_kept_between_commands_and_a_hit_parses_no_sql(tmp_
     (views / "c.yaml").write_text("name: c\nsql: [\n")
     fresh = load_specs(views)
     assert cached_specs(views) == fresh and set(fresh) == {"a", "b", "b__d"}  # the first: loaded, then kept
-    probe = ("import sys\nfrom lakeivm.spec_cache import cached_specs\nfrom lakeivm.fingerprint import fingerprint\n"
+    probe = ("import sys\nfrom lakeivm.catalog.spec_cache import cached_specs\nfrom lakeivm.fingerprint import fingerprint\n"
              f"specs = cached_specs({str(views)!r})\n"
              "print(sorted(specs), [fingerprint(s) for _, s in sorted(specs.items())], sorted(specs['b'].upstreams),\n"
              "      [b.path for b in specs.broken], 'sqlglot' in sys.modules, 'jsonschema' in sys.modules)\n")
@@ -230,7 +230,7 @@ def test_kept_specs_that_read_the_lake_are_loaded_again_when_its_tables_change(t
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from lakeivm.spec_cache import cached_specs
+    from lakeivm.catalog.spec_cache import cached_specs
 
     monkeypatch.setenv("LAKEIVM_SPEC_CACHE", str(tmp_path / "cache"))
     views, lake = tmp_path / "views", tmp_path / "lake"

@@ -32,13 +32,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lakeivm import commit, server
+from lakeivm.store import commit
+from lakeivm.infra import server
 from lakeivm.config import Settings
-from lakeivm.audit import audit
-from lakeivm.lake import open_lake
-from lakeivm.lake import Lake
+from lakeivm.run.audit import audit
+from lakeivm.store.lake import open_lake
+from lakeivm.store.lake import Lake
 from lakeivm.processes import alive
-from lakeivm.registry import load_specs
+from lakeivm.catalog.registry import load_specs
 from lakeivm.spark import connect, listening, release_connect_session
 from tests.forked_refresh import Forked
 from tests.helpers import TEST_JVM, random_batch

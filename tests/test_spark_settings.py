@@ -61,7 +61,7 @@ def test_archives_of_pyspark_installs_that_are_gone_are_pruned(tmp_path):
 
 def test_more_packages_are_fetched_into_a_jar_folder_of_their_own(tmp_path, monkeypatch):
     from lakeivm.config import load_settings
-    from lakeivm.scheduling import _delta_jars_or_package
+    from lakeivm.infra.scheduling import _delta_jars_or_package
     from lakeivm.spark import DELTA_PACKAGE, jars_folder, packages
 
     monkeypatch.delenv("LAKEIVM_PACKAGES", raising=False)

@@ -8,11 +8,11 @@ import random
 
 import pytest
 
-from lakeivm.audit import audit
-from lakeivm.engine import run_view
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import run_view
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.explain import explain
-from lakeivm.registry import derived_specs, load_specs
+from lakeivm.run.explain import explain
+from lakeivm.catalog.registry import derived_specs, load_specs
 from lakeivm.sql import derived_views
 from tests.helpers import random_batch
 

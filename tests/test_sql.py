@@ -163,7 +163,7 @@ def test_vetted_deterministic_functions_are_accepted():
     assert [o.name for o in q.outputs] == ["ug", "yr", "sb", "ay", "c", "mn", "mx"]
     hashed = parse_query("SELECT MD5(g) AS h, SHA2(g, 256) AS h2, CRC32(g) AS c, HASH(g) AS h3, XXHASH64(g) AS h4, COUNT(*) AS n "
                          "FROM s WHERE REGEXP_LIKE(g, '^a') AND g RLIKE 'b' AND SIZE(TRANSFORM(ARRAY(s.b), v -> v + 1)) = 1 "
-                         "GROUP BY 1, 2, 3, 4, 5", SCHEMAS)  # Spark's deterministic built-ins (lakeivm.sql_functions)
+                         "GROUP BY 1, 2, 3, 4, 5", SCHEMAS)  # Spark's deterministic built-ins (lakeivm.sql.functions)
     assert [o.name for o in hashed.outputs] == ["h", "h2", "c", "h3", "h4", "n"]
 
 

@@ -1,13 +1,13 @@
-"""Which functions a view may call (``lakeivm.sql_functions``): Spark's built-ins, from Spark's own
+"""Which functions a view may call (``lakeivm.sql.functions``): Spark's built-ins, from Spark's own
 registry, less the non-deterministic, JVM-reflecting and file-reading ones.
 
 Without Spark: verdicts and their reasons, a refusal when the spec loads (and of every view over it).
-On Spark: ``lakeivm.spark_builtins`` is the registry of the Spark lakeivm runs on; each built-in's
+On Spark: ``lakeivm.sql.spark_builtins`` is the registry of the Spark lakeivm runs on; each built-in's
 verdict agrees with Spark's (Catalyst's ``deterministic`` on its documented examples, its documentation's
 "non-deterministic"); views calling md5, sha2, regexp_like and date functions are maintained
 incrementally and equal their SQL after random batches.
 
-``python -m tests.test_sql_functions > lib/lakeivm/spark_builtins.py`` regenerates the registry's copy.
+``python -m tests.test_sql_functions > lib/lakeivm/sql/spark_builtins.py`` regenerates the registry's copy.
 """
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ import sqlglot
 from sqlglot import exp
 
 from lakeivm.errors import SpecError, UnknownView, UnsupportedQuery
-from lakeivm.registry import choose, load_specs, spec_from_dict
-from lakeivm.spark_builtins import BUILTINS, GROUPS, SPARK_VERSION
+from lakeivm.catalog.registry import choose, load_specs, spec_from_dict
+from lakeivm.sql.spark_builtins import BUILTINS, GROUPS, SPARK_VERSION
 from lakeivm.spec import find_spec
-from lakeivm.sql_functions import DENIED, check_functions, spark_name
+from lakeivm.sql.functions import DENIED, check_functions, spark_name
 from tests.helpers import random_batch, refresh_and_audit
 
 SCHEMAS = {"t": {"k": "int", "v": "int", "s": "string", "d": "date"}}
@@ -116,12 +116,12 @@ def spark_registry(spark) -> dict[str, object]:
 
 
 def render(groups: dict[str, list[str]], version: str) -> str:
-    """``lakeivm/spark_builtins.py`` for a registry's ``groups`` ({group: names})."""
+    """``lakeivm/sql/spark_builtins.py`` for a registry's ``groups`` ({group: names})."""
     lines = ['"""Spark\'s built-in functions by their group in Spark\'s own function registry '
              f'(Spark {version}).', "",
              "Generated from the registry (``SessionState.functionRegistry``) by ``python -m tests.test_sql_functions``;",
              "``tests/test_sql_functions.py`` checks it still equals the registry of the Spark lakeivm runs on.",
-             "``lakeivm.sql_functions`` decides which of them a view may call.", '"""',
+             "``lakeivm.sql.functions`` decides which of them a view may call.", '"""',
              "from __future__ import annotations", "", f'SPARK_VERSION = "{version}"',
              "GROUPS: dict[str, tuple[str, ...]] = {"]
     for group in sorted(groups):
@@ -135,15 +135,15 @@ def render(groups: dict[str, list[str]], version: str) -> str:
 def test_the_registrys_copy_is_what_the_generator_writes():
     from pathlib import Path
 
-    import lakeivm.spark_builtins
+    import lakeivm.sql.spark_builtins
 
-    assert Path(lakeivm.spark_builtins.__file__).read_text() == render({g: list(n) for g, n in GROUPS.items()}, SPARK_VERSION)
+    assert Path(lakeivm.sql.spark_builtins.__file__).read_text() == render({g: list(n) for g, n in GROUPS.items()}, SPARK_VERSION)
 
 
 def test_the_built_ins_are_those_of_sparks_registry(spark):
     registry = {name: info.getGroup() for name, info in spark_registry(spark).items()}
     assert registry == BUILTINS, ("Spark's registry changed: regenerate with `python -m tests.test_sql_functions > "
-                                  f"lib/lakeivm/spark_builtins.py`; new {sorted(set(registry) - set(BUILTINS))}, "
+                                  f"lib/lakeivm/sql/spark_builtins.py`; new {sorted(set(registry) - set(BUILTINS))}, "
                                   f"gone {sorted(set(BUILTINS) - set(registry))}")
 
 
@@ -152,7 +152,7 @@ def test_every_built_ins_verdict_agrees_with_spark(spark):
     """Each built-in Catalyst finds non-deterministic in its documented examples, or its documentation
     calls non-deterministic, is denied; each other denial is one Spark cannot see (the clock, the
     session, a file, a random IV). Every call in the examples resolves to a built-in or to syntax."""
-    from lakeivm.sql_functions import _CLOCK, _FILES, _RANDOM_IV, _SESSION
+    from lakeivm.sql.functions import _CLOCK, _FILES, _RANDOM_IV, _SESSION
 
     catalyst, documented, misnamed = set(), set(), []
     for name, info in spark_registry(spark).items():
@@ -190,7 +190,7 @@ def test_views_calling_hashes_regexps_and_dates_follow_random_batches(lake, spar
         "matching": "SELECT k, crc32(CAST(v AS STRING)) AS c, date_add(make_date(2020, 1, 1), v) AS day FROM t "
                     "WHERE regexp_like(CAST(v AS STRING), '^[1-5]$') OR v IS NULL",
     }
-    from lakeivm.engine import run_view
+    from lakeivm.run.engine import run_view
 
     specs = [spec_from_dict({"name": name, "deadline": 60, "refresh_policy": "incremental", "sql": sql}) for name, sql in views.items()]
     assert all(run_view(lake, spec).kind in ("first_order", "fivm") for spec in specs)
@@ -200,7 +200,7 @@ def test_views_calling_hashes_regexps_and_dates_follow_random_batches(lake, spar
         refresh_and_audit(lake, specs, None)
 
 
-if __name__ == "__main__":  # regenerate lakeivm/spark_builtins.py from this Spark's registry
+if __name__ == "__main__":  # regenerate lakeivm/sql/spark_builtins.py from this Spark's registry
     from pyspark.sql import SparkSession
 
     session = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timezone
 
-from lakeivm import storage, system_tables
-from lakeivm.commit import LogRow, to_row
-from lakeivm.lake import Lake
+from lakeivm.store import storage, system_tables
+from lakeivm.store.commit import LogRow, to_row
+from lakeivm.store.lake import Lake
 
 
 def test_concurrent_first_runs_create_the_system_tables_once(tmp_path):

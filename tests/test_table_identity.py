@@ -9,11 +9,11 @@ import shutil
 
 import pytest
 
-from lakeivm import commit
-from lakeivm.audit import audit
-from lakeivm.engine import run_view
+from lakeivm.store import commit
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import run_view
 from lakeivm.errors import ChangeRangeError
-from lakeivm.registry import spec_from_dict
+from lakeivm.catalog.registry import spec_from_dict
 from tests.helpers import sql
 
 SQL = "SELECT g, SUM(x) AS sx, COUNT(*) AS c FROM r JOIN s ON r.a = s.a GROUP BY g"

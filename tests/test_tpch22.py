@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from lakeivm import commit
+from lakeivm.store import commit
 from lakeivm.config import SCHEMAS
 from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-from lakeivm.audit import audit
-from lakeivm.engine import run_view
-from lakeivm.registry import derived_specs, load_specs
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import run_view
+from lakeivm.catalog.registry import derived_specs, load_specs
 
 INCREMENTAL = {"tpch_q01", "tpch_q02", "tpch_q03", "tpch_q04", "tpch_q05", "tpch_q06", "tpch_q07", "tpch_q08", "tpch_q09", "tpch_q10", "tpch_q11", "tpch_q12",
                "tpch_q13", "tpch_q14", "tpch_q15", "tpch_q16", "tpch_q17", "tpch_q18", "tpch_q19", "tpch_q20", "tpch_q21", "tpch_q22"}  # all 22: the README's TPC-H table says how each is maintained

@@ -1,4 +1,4 @@
-"""Views over views (``lakeivm.upstream``): a view's FROM names another view; it reads the upstream's
+"""Views over views (``lakeivm.sources.upstream``): a view's FROM names another view; it reads the upstream's
 committed results, at the upstream's log seqs, and equals its SQL over them."""
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from lakeivm import commit
-from lakeivm.audit import audit
-from lakeivm.engine import run_view
+from lakeivm.store import commit
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import run_view
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.limits import Limits
-from lakeivm.registry import choose, link_upstreams, load_specs, spec_from_dict
+from lakeivm.catalog.registry import choose, link_upstreams, load_specs, spec_from_dict
 from tests.helpers import random_batch, sql
 
 
@@ -85,7 +85,7 @@ def test_a_view_over_a_merged_result_reads_its_change_data_feed(lake, spark, mon
     result's change data feed between the versions the two runs logged -- a projection's rows weighed
     by their counts, a HAVING's groups as they pass it -- and the difference of two results where the
     range holds a recovery's RESTORE (no change data). Both equal the SQL after random streams."""
-    from lakeivm import upstream
+    from lakeivm.sources import upstream
 
     monkeypatch.setattr(lake, "limits", Limits(rewrite_rows=2))
     fed, feed = [], upstream._from_change_feed  # (upstream, read from its feed) of every read of an upstream's changes
@@ -135,7 +135,7 @@ def test_a_view_logs_its_own_seconds_not_its_upstreams(lake, spark):
     feed its cost models, auto's choice and its deadline check), not the chain's."""
     import time
 
-    from lakeivm.engine import run_view
+    from lakeivm.run.engine import run_view
 
     lake.create_table("r", spark.createDataFrame([(0, 1), (1, 2)], "g int, x int"))
     specs, _ = link_upstreams({"totals": spec("totals", "SELECT g, SUM(x) AS sx FROM r GROUP BY g"),
@@ -153,7 +153,7 @@ def test_a_view_logs_its_own_seconds_not_its_upstreams(lake, spark):
 def test_a_view_over_views_is_classified_before_its_upstreams_have_run(lake, spark):
     """Before any run, an upstream's columns are those its SQL declares (analysed by Spark, not run),
     through a chain: ``explain`` and registration checks need no refresh first."""
-    from lakeivm.engine import schemas_for
+    from lakeivm.run.engine import schemas_for
 
     lake.create_table("r", spark.createDataFrame([(0, 1)], "g int, x int"))
     lake.create_table("s", spark.createDataFrame([(0, 1)], "g int, label string"))
@@ -184,7 +184,7 @@ def test_a_view_over_views_outside_first_order_and_fivm_is_recomputed_under_auto
 
 def test_the_dag_of_a_view_over_views_runs_on_its_tick_and_on_the_upstreams_assets(tmp_path):
     from lakeivm.config import Settings
-    from lakeivm.scheduling import build_dag
+    from lakeivm.infra.scheduling import build_dag
 
     linked, _ = link_upstreams({"a": spec("a", "SELECT g, SUM(x) AS s FROM t GROUP BY g", tick="2m"),
                                 "b": spec("b", "SELECT COUNT(*) AS n FROM a", tick="5m")})

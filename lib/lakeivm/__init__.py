@@ -27,7 +27,7 @@ def read(spark, view: str, latest: bool = False, **kwargs):
 
         df = lakeivm.read(spark, "revenue_by_nation")
     """
-    from lakeivm.reading import read_view
+    from lakeivm.run.reading import read_view
 
     return read_view(spark, view, latest=latest, **kwargs)
 

@@ -21,9 +21,9 @@ from lakeivm.config import Settings, load_settings
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from lakeivm.commit import LogRow
-    from lakeivm.audit import Audit
-    from lakeivm.lake import Lake
+    from lakeivm.store.commit import LogRow
+    from lakeivm.run.audit import Audit
+    from lakeivm.store.lake import Lake
     from lakeivm.spec import Specs, ViewSpec
 
 MODES = ("refresh", "tick", "rebuild")  # refresh: apply everything now (the default); tick: the planner decides; rebuild: from snapshots
@@ -66,7 +66,7 @@ class ViewStatus:
 
     @classmethod
     def of(cls, entry: Mapping[str, Any]) -> ViewStatus:
-        """From ``lakeivm.status.status``'s entry of one view."""
+        """From ``lakeivm.run.status.status``'s entry of one view."""
         known = {k: v for k, v in entry.items() if k in cls.__dataclass_fields__}
         if "upstreams" in known:
             known["upstreams"] = tuple(known["upstreams"])
@@ -96,7 +96,7 @@ class View:
         ``mode``: ``refresh`` (default: every pending change applied now, the views it reads first),
         ``tick`` (a scheduled run: the planner batches or applies, to keep a refresh within the
         deadline) or ``rebuild`` (from snapshots). ``progress`` gets the run's progress lines."""
-        from lakeivm.engine import run_view
+        from lakeivm.run.engine import run_view
 
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -104,7 +104,7 @@ class View:
 
     def read(self, latest: bool = False) -> DataFrame:
         """The view's rows as of its last consistent run (``latest``: its newest, possibly asymmetric, run)."""
-        from lakeivm.reading import view_snapshot
+        from lakeivm.run.reading import view_snapshot
 
         return view_snapshot(self._views.lake, self.spec, latest)
 
@@ -114,13 +114,13 @@ class View:
 
     def explain(self) -> str:
         """How the view is maintained: incremental or full and why, its kind, and the kind's plan."""
-        from lakeivm.explain import explain
+        from lakeivm.run.explain import explain
 
         return explain(self._views.lake, self.spec)
 
     def audit(self) -> Audit:
         """The view (its newest committed run) against its SQL recomputed by Spark at that run's watermarks."""
-        from lakeivm.audit import audit
+        from lakeivm.run.audit import audit
 
         return audit(self._views.lake, self.spec)
 
@@ -139,10 +139,10 @@ class Views(Mapping[str, View]):
         without one the settings' session (a Spark Connect server, or local Spark) is made when a
         run first needs it -- a refresh with nothing to apply makes none. A spec file that does not
         load is left out and listed in ``broken``. ``specs``: the views as ``ViewSpec`` records
-        (``lakeivm.registry.spec_from_dict``) instead of a folder's, e.g. a benchmark's variants."""
-        from lakeivm.lake import open_lake
+        (``lakeivm.catalog.registry.spec_from_dict``) instead of a folder's, e.g. a benchmark's variants."""
+        from lakeivm.store.lake import open_lake
         from lakeivm.spec import Specs
-        from lakeivm.spec_cache import cached_specs
+        from lakeivm.catalog.spec_cache import cached_specs
 
         if specs is not None and views is not None:
             raise ValueError("Views.open: give a views folder or specs, not both")
@@ -169,7 +169,7 @@ class Views(Mapping[str, View]):
 
     def status(self, names: list[str] | None = None) -> list[ViewStatus]:
         """Each view's freshness (of ``names``, default all), in the folder's order."""
-        from lakeivm.status import status
+        from lakeivm.run.status import status
         from lakeivm.spec import find_spec
 
         chosen = {name: find_spec(self.specs, name) for name in (names if names is not None else list(self.specs))}

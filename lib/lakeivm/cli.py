@@ -157,8 +157,8 @@ def _parser() -> argparse.ArgumentParser:
 def _lake(settings: Settings, create: bool = False):
     """The configured lake; unless the command creates lakes (datagen), one must exist there: a
     mistyped --lake is refused instead of growing a new _system folder."""
-    from lakeivm import storage
-    from lakeivm.lake import open_lake
+    from lakeivm.store import storage
+    from lakeivm.store.lake import open_lake
 
     if not create and not storage.exists(f"{settings.lake.rstrip('/')}/tables"):
         raise LakeIVMError(f"no lake at {settings.lake} (no tables/ folder there): pass --lake (or LAKEIVM_LAKE) "
@@ -168,7 +168,7 @@ def _lake(settings: Settings, create: bool = False):
 
 def _specs(settings: Settings):
     """The views folder's specs; each file that does not load is named on stderr and skipped."""
-    from lakeivm.spec_cache import cached_specs
+    from lakeivm.catalog.spec_cache import cached_specs
 
     specs = cached_specs(settings.views, settings.lake)
     for broken in specs.broken:
@@ -196,8 +196,8 @@ def _view(settings: Settings, name: str):
 
 
 def _repair(args, settings: Settings) -> int:
-    from lakeivm import storage, system_tables
-    from lakeivm.lake import Lake
+    from lakeivm.store import storage, system_tables
+    from lakeivm.store.lake import Lake
 
     lake = Lake(None, settings.lake)  # type: ignore[arg-type] -- files only: no Spark
     if not storage.exists(f"{lake.root}/_system"):
@@ -208,8 +208,8 @@ def _repair(args, settings: Settings) -> int:
 
 
 def _unlock(args, settings: Settings) -> int:
-    from lakeivm import commit, storage
-    from lakeivm.lake import Lake
+    from lakeivm.store import commit, storage
+    from lakeivm.store.lake import Lake
 
     lake = Lake(None, settings.lake)  # type: ignore[arg-type] -- the log only: no Spark
     if not storage.exists(f"{lake.root}/_system"):
@@ -260,7 +260,7 @@ def _status(args, settings: Settings) -> int:
 
 
 def _spark(args, settings: Settings) -> int:
-    from lakeivm import server
+    from lakeivm.infra import server
     from lakeivm.config import DEFAULT_REMOTE
 
     remote = args.remote or settings.spark_remote or DEFAULT_REMOTE
@@ -280,7 +280,7 @@ def _spark(args, settings: Settings) -> int:
 
 
 def _calibrate(args, settings: Settings) -> int:
-    from lakeivm.calibrate import calibrate, describe
+    from lakeivm.run.calibrate import calibrate, describe
     from lakeivm.spec import find_spec
 
     spec = find_spec(_specs(settings), args.view)

@@ -35,7 +35,7 @@ _ENV = {"lake": "LAKEIVM_LAKE", "spark_master": "LAKEIVM_SPARK_MASTER", "views":
         "spark_remote": "LAKEIVM_SPARK_REMOTE", "jars": "LAKEIVM_JARS", "packages": "LAKEIVM_PACKAGES",
         "lease_seconds": "LAKEIVM_LEASE_SECONDS"}
 DEFAULT_REMOTE = "sc://127.0.0.1:15002"  # where ``lakeivm spark start`` listens by default
-LEASE_SECONDS = 120.0  # the default lease_seconds (lakeivm.commit.Lease)
+LEASE_SECONDS = 120.0  # the default lease_seconds (lakeivm.store.commit.Lease)
 
 
 @dataclass(frozen=True)

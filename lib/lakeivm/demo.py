@@ -27,8 +27,8 @@ def build_lake(settings: Settings, scale: float):
     """A fresh demo lake: TPC-H at ``scale`` under ``<lake>/tables``."""
     from lakeivm.datagen.graph import rmat_edges, write_graph
     from lakeivm.datagen.tpch import generate_tpch
-    from lakeivm.lake import open_lake
-    from lakeivm.lake import Lake
+    from lakeivm.store.lake import open_lake
+    from lakeivm.store.lake import Lake
     from lakeivm.spark import get_spark
 
     spark = get_spark(settings)
@@ -64,7 +64,7 @@ def run_demo(settings: Settings, scale: float = 0.01, batches: int = 3, keep_ser
     views and audits."""
     import warnings
 
-    from lakeivm import server
+    from lakeivm.infra import server
     from lakeivm.config import DEFAULT_REMOTE
 
     # dag.test() imports Starlette's test client, which warns about httpx: not the user's concern
@@ -91,7 +91,7 @@ def _run_demo(settings: Settings, scale: float, batches: int) -> int:
     print(f"== lakeivm demo: TPC-H SF {scale}, {batches} change batches, lake at {settings.lake}")
     lake = build_lake(settings, scale)
     prepare_airflow(settings)
-    from lakeivm.scheduling import build_dags
+    from lakeivm.infra.scheduling import build_dags
 
     dags = build_dags(settings, deadline_alerts=False)  # dag.test() cannot run DAGs with deadline alerts
     views = Views.open(lake.spark, settings=settings)

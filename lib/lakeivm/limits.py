@@ -2,7 +2,7 @@
 
 Below each limit a run reads, nets, merges or rewrites in its own process (delta-rs, Arrow, DuckDB:
 ``docs/design/local-fast-paths.md``), above it Spark does; a table the gate refuses
-(``lakeivm.fastpath``) goes through Spark whatever its size. A lake's limits are its settings'
+(``lakeivm.store.fastpath``) goes through Spark whatever its size. A lake's limits are its settings'
 (``[limits]`` in lakeivm.toml, ``LAKEIVM_LIMIT_<NAME>``: ``lakeivm.config``), read as
 ``lake.limits`` when a path is chosen. Example::
 

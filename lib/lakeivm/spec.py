@@ -1,8 +1,8 @@
 """A view's spec as lakeivm holds it (``ViewSpec``) and a views folder's specs (``Specs``).
 
-Light on purpose: it imports neither sqlglot nor jsonschema (``lakeivm.registry`` parses and
+Light on purpose: it imports neither sqlglot nor jsonschema (``lakeivm.catalog.registry`` parses and
 validates a spec with them), so that a command with nothing to do reads its specs kept by
-``lakeivm.spec_cache`` and never imports them.
+``lakeivm.catalog.spec_cache`` and never imports them.
 """
 from __future__ import annotations
 

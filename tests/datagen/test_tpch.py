@@ -5,9 +5,9 @@ import pytest
 
 from lakeivm.config import SHIPPED_VIEWS
 from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-from lakeivm.audit import audit
-from lakeivm.engine import run_view
-from lakeivm.registry import load_specs
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import run_view
+from lakeivm.catalog.registry import load_specs
 
 
 # Shipped views whose SQL another stream test maintains and audits already (the CI budget).

@@ -1,7 +1,7 @@
 """refresh_policy auto's per-run choice (lakeivm.planning.auto), on made-up log rows."""
 from __future__ import annotations
 
-from lakeivm.commit import LogRow
+from lakeivm.store.commit import LogRow
 from lakeivm.planning.auto import HORIZON, choose_mode, full_seconds
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakeivm.commit import LogRow
+from lakeivm.store.commit import LogRow
 from lakeivm.errors import SpecError
 from lakeivm.planning.costs import LinearCost
 from lakeivm.planning.tick import DEFAULT_PRIOR, JOINT_COST, RUN_COST, plan_refresh, plan_tick, planner_inputs

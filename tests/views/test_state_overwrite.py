@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lakeivm.lake import CDF
+from lakeivm.store.lake import CDF
 from lakeivm.views.state import overwrite
 
 ROWS = [(1, "a", Decimal("1.50"), "2026-01-02"), (2, None, Decimal("-3.25"), None)]

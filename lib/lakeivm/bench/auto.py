@@ -45,7 +45,7 @@ def main(argv: list[str], settings: Settings) -> int:
 
     spark = get_spark(settings)
     results = {"machine": machine(), "batch": args.batch, "batches": args.batches, "runs": []}
-    from lakeivm.registry import load_spec
+    from lakeivm.catalog.registry import load_spec
 
     views = {load_spec(Path(file)).name: file for file in args.view}  # --view replaces --workloads
     q5 = load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml")
@@ -105,8 +105,8 @@ def _tpch_workload(sql: str) -> Callable:
 def _compare(spark, settings: Settings, root: str, workload: str, size: float,
              setup: Callable, batch: int, batches: int) -> dict:
     from lakeivm.api import Views
-    from lakeivm.lake import Lake, open_lake
-    from lakeivm.registry import spec_from_dict
+    from lakeivm.store.lake import Lake, open_lake
+    from lakeivm.catalog.registry import spec_from_dict
     from lakeivm.views.base import bag
 
     Lake(spark, root).delete(root)

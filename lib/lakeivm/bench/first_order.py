@@ -40,10 +40,10 @@ def run_first_order_bench(settings: Settings, scales: list[float], fractions: li
                           view: Path = SHIPPED_VIEWS / "revenue_by_nation.yaml") -> dict:
     """Run the benchmark; returns (and writes) the results."""
     from lakeivm.api import Views
-    from lakeivm.audit import recompute
+    from lakeivm.run.audit import recompute
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-    from lakeivm.lake import Lake
-    from lakeivm.registry import load_spec
+    from lakeivm.store.lake import Lake
+    from lakeivm.catalog.registry import load_spec
     from lakeivm.spark import get_spark
 
     spark = get_spark(settings)

@@ -66,7 +66,7 @@ def main(argv: list[str], settings: Settings) -> int:
 
 def workload_specs(name: str) -> dict:
     """{approach: ViewSpec} of one workload: ``fivm`` and ``first_order`` views and the SQL recomputed."""
-    from lakeivm.registry import load_spec, spec_from_dict
+    from lakeivm.catalog.registry import load_spec, spec_from_dict
 
     if name == "revenue":
         spec = load_spec(SHIPPED_VIEWS / "revenue_by_nation.yaml")
@@ -133,7 +133,7 @@ def _random_rows(frame, rows: int, seed: int):
 
 def stored_rows(lake, spec) -> int:
     """Rows of every state table of the view (result and auxiliary views)."""
-    from lakeivm.engine import prepare
+    from lakeivm.run.engine import prepare
 
     ctx, maintainer = prepare(lake, spec)
     return sum(lake.read(path).count() for path in maintainer.state_tables(ctx).values() if lake.is_delta(path))
@@ -144,10 +144,10 @@ def run_fivm_bench(settings: Settings, scales: list[float], batches: list[int], 
                    changes: str = "lineitem") -> dict:
     """Run the benchmark; returns (and writes) the results. Recomputation always runs (the first_order view's SQL)."""
     from lakeivm.api import Views
-    from lakeivm.audit import recompute
+    from lakeivm.run.audit import recompute
     from lakeivm.bench.duckdb_baseline import recompute_duckdb
     from lakeivm.datagen.tpch import generate_tpch
-    from lakeivm.lake import Lake
+    from lakeivm.store.lake import Lake
     from lakeivm.spark import get_spark
 
     spark = get_spark(settings)

@@ -1,6 +1,6 @@
 """``lakeivm bench latency``: trigger -> visible of an on-demand refresh through a real Airflow scheduler.
 
-Workload (issue 17.5): the stack of ``lakeivm.deploy`` -- PostgreSQL, a Spark standalone master and
+Workload (issue 17.5): the stack of ``lakeivm.infra.deploy`` -- PostgreSQL, a Spark standalone master and
 worker, the warm Spark Connect server, Airflow 3 with LocalExecutor -- over a TPC-H lake at
 ``--scale`` (plus an R-MAT edges table for the triangle view). Per view kind, ``--repeats`` times: a
 batch of about ``--changes`` change-feed rows is committed to its base tables, the DAG is
@@ -10,7 +10,7 @@ validation included); then a no-op refresh (nothing pending) is timed the same w
 min/median/max of each, each run's task durations and timeline (when each task was queued, started
 and ended), the run's own seconds from the view's log, and the stack's cold start (each service's
 time to healthy, the Connect server's included) separately. The stack's scheduler runs
-``lakeivm.airflow_executor`` (LocalExecutor with the tasks' imports preloaded before it forks).
+``lakeivm.infra.airflow_executor`` (LocalExecutor with the tasks' imports preloaded before it forks).
 
 The views are the shipped specs with ``tick: 24h``: the DAG's first scheduled run (at unpause)
 builds the view, and no later tick queues in front of a triggered run (``max_active_runs=1``).
@@ -55,8 +55,8 @@ def main(argv: list[str], settings: Settings) -> int:
 
 def run_latency_bench(settings: Settings, scale: float, changes: int, repeats: int, views: list[str], out: str) -> dict:
     """Start the stack, build the lake, time every view's refreshes; returns (and writes) the results."""
-    from lakeivm.deploy import start_stack
-    from lakeivm.lake import open_lake
+    from lakeivm.infra.deploy import start_stack
+    from lakeivm.store.lake import open_lake
     from lakeivm.spark import connect
 
     root = Path(tempfile.mkdtemp(prefix="lakeivm-latency-"))
@@ -130,8 +130,8 @@ def _measure_view(stack, lake, view: str, commit_batch: Callable[[], None], repe
 def _timed_refresh(api, lake, view: str) -> dict:
     """Trigger ``{"refresh": true}``; time until its log row is committed (the new result readable:
     ``visible_s``, None when nothing was pending) and until the run succeeded (validation included)."""
-    from lakeivm import commit
-    from lakeivm.airflow_api import FINISHED
+    from lakeivm.store import commit
+    from lakeivm.infra.airflow_api import FINISHED
 
     dag = f"lakeivm__{view}"
     before = commit.last_committed(lake, view)

@@ -21,7 +21,7 @@ from lakeivm.config import Settings
 READ = """
 import sys, time
 import deltalake, pyarrow.dataset
-from lakeivm import system_tables
+from lakeivm.store import system_tables
 t0 = time.perf_counter()
 rows = system_tables.read(sys.argv[1], [("view", "=", "v1")])
 print(time.perf_counter() - t0, len(rows))
@@ -44,7 +44,7 @@ def main(argv: list[str], settings: Settings) -> int:
 def run(runs: int, repeats: int, out: str) -> dict:
     from deltalake import DeltaTable
 
-    from lakeivm import system_tables
+    from lakeivm.store import system_tables
 
     results = {"machine": machine(), "runs": runs, "compact_every": system_tables.COMPACT_EVERY, "logs": {}}
     with tempfile.TemporaryDirectory(prefix="lakeivm-bench-log-") as root:

@@ -281,7 +281,7 @@ BRANDS = [f"Brand#{m}{n}" for m in range(1, 6) for n in range(1, 6)]
 def q17_shape():
     """The nested shape of the shipped Q17 view, bound by the classifier (as the maintainer gets it)."""
     from lakeivm.config import SHIPPED_VIEWS
-    from lakeivm.registry import classify, load_spec
+    from lakeivm.catalog.registry import classify, load_spec
     from lakeivm.views.nested.shape import nested_shape
 
     kind, query = classify(load_spec(SHIPPED_VIEWS / Q17_VIEW), Q17_SCHEMAS)

@@ -106,12 +106,12 @@ SPARK_VIEWS = {
 
 def spark_runs(settings: Settings, args: argparse.Namespace, out: Path) -> dict:
     """Part (b): LGM and NAIVE copies of one view, same stream, measured side by side."""
-    from lakeivm import commit
+    from lakeivm.store import commit
     from lakeivm.api import View, Views
-    from lakeivm.calibrate import calibrate, describe
+    from lakeivm.run.calibrate import calibrate, describe
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-    from lakeivm.lake import Lake
-    from lakeivm.registry import load_spec, spec_from_dict
+    from lakeivm.store.lake import Lake
+    from lakeivm.catalog.registry import load_spec, spec_from_dict
     from lakeivm.spark import get_spark
 
     spark = get_spark(settings)

@@ -50,11 +50,11 @@ def main(argv: list[str], settings: Settings) -> int:
 def run(settings: Settings, sizes: list[int], batch_sizes: list[int], epsilons: list[float], repeats: int,
         edge_factor: int, timeout: float, out: Path) -> dict:
     from lakeivm.api import Views
-    from lakeivm.audit import recompute
+    from lakeivm.run.audit import recompute
     from lakeivm.bench.duckdb_baseline import recompute_duckdb
     from lakeivm.datagen.graph import apply_edge_batch, edge_stream, rmat_edges, write_graph
-    from lakeivm.lake import Lake
-    from lakeivm.registry import spec_from_dict
+    from lakeivm.store.lake import Lake
+    from lakeivm.catalog.registry import spec_from_dict
     from lakeivm.spark import get_spark
 
     spark = get_spark(settings)

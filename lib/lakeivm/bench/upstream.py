@@ -40,13 +40,13 @@ def main(argv: list[str], settings: Settings) -> int:
 
 def run_upstream_bench(settings: Settings, scale: float, orders: int, repeats: int, out: str) -> dict:
     """Run the benchmark; returns (and writes) the results."""
-    from lakeivm import upstream
+    from lakeivm.sources import upstream
     from lakeivm.api import Views
-    from lakeivm.audit import recompute
+    from lakeivm.run.audit import recompute
     from lakeivm.bench.duckdb_baseline import recompute_duckdb
     from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
-    from lakeivm.lake import Lake
-    from lakeivm.registry import link_upstreams, spec_from_dict
+    from lakeivm.store.lake import Lake
+    from lakeivm.catalog.registry import link_upstreams, spec_from_dict
     from lakeivm.spark import get_spark
 
     spark = get_spark(settings)

@@ -32,7 +32,7 @@ def main(argv: list[str], settings: Settings) -> int:
     parser.add_argument("--start-server", action="store_true", help="start a server for the benchmark (cold start timed) and stop it after")
     parser.add_argument("--out", default="bench-results")
     args = parser.parse_args(argv)
-    from lakeivm import server
+    from lakeivm.infra import server
 
     remote = settings.spark_remote or DEFAULT_REMOTE
     cold, info = None, server.status(remote)
@@ -51,11 +51,11 @@ def main(argv: list[str], settings: Settings) -> int:
 
 
 def run(settings: Settings, info, scale: float, views: list[str], repeats: int, out: str, cold: float | None) -> dict:
-    from lakeivm import server
+    from lakeivm.infra import server
     from lakeivm.api import Views
     from lakeivm.datagen.tpch import generate_tpch
-    from lakeivm.lake import Lake
-    from lakeivm.registry import load_spec, spec_from_dict
+    from lakeivm.store.lake import Lake
+    from lakeivm.catalog.registry import load_spec, spec_from_dict
     from lakeivm.spark import get_spark
 
     root = f"{out}/lake-warm"
@@ -108,7 +108,7 @@ def _change_one_row(lake, k: int) -> None:
 
 def _commits(lake, spec) -> int:
     """Delta commits so far over the view's state tables and the log."""
-    from lakeivm.engine import prepare
+    from lakeivm.run.engine import prepare
 
     ctx, maintainer = prepare(lake, spec)
     return lake.head_version(lake.log_path) + sum(lake.head_version(p) for p in maintainer.state_tables(ctx).values())

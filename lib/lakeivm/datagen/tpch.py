@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 import pyarrow.dataset
 
 from lakeivm.errors import InvalidInput
-from lakeivm.lake import CDF, Lake
+from lakeivm.store.lake import CDF, Lake
 
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 
@@ -184,7 +184,7 @@ class TpchChangeStream:
         None, and Spark does (an s3a:// lake too)."""
         if urlparse(self.lake.root).scheme:
             return None
-        from lakeivm import fastpath
+        from lakeivm.store import fastpath
 
         return fastpath.load(self.lake.table_path(table), write=True)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lakeivm.commit import LogRow
+    from lakeivm.store.commit import LogRow
 
 FULL = "full"
 HORIZON = 5  # runs a rebuild is amortized over when auto returns from full to incremental

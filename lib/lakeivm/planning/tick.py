@@ -38,7 +38,7 @@ from lakeivm.planning.costs import MIN_OBSERVATIONS, CostFunction, LinearCost, f
 from lakeivm.planning.decide import Decision, decide, refresh_decision
 
 if TYPE_CHECKING:
-    from lakeivm.commit import LogRow
+    from lakeivm.store.commit import LogRow
 
 POLICIES = ("lgm", "naive", "eager")
 DEFAULT_PRIOR = LinearCost(a=1e-4, b=2.0)  # seconds: a Spark delta job on a warm session, before any run

@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lakeivm.lake import Lake
-from lakeivm.changes import source
+from lakeivm.store.lake import Lake
+from lakeivm.sources.changes import source
 from lakeivm.spec import ViewSpec
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class Context:
 class Maintainer(Protocol):
     """One kind of view maintenance. State lives in Delta tables named by ``state_tables``."""
 
-    kind: str  # its kind's name, set by ``lakeivm.kinds.maintainer_for``
+    kind: str  # its kind's name, set by ``lakeivm.views.kinds.maintainer_for``
 
     def bootstrap(self, ctx: Context) -> None:
         """Build all state from the snapshots at ``ctx.pins``."""

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from lakeivm.lake import Lake
+from lakeivm.store.lake import Lake
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -55,8 +55,8 @@ class AdditiveTable:
         None. Read once (one run's maintainer is the table's only writer); after a flush that
         rewrote it small, the rows it wrote. Spark takes no snapshot of a table that changes every run."""
         if self._small is None:
-            from lakeivm import storage
-            from lakeivm.lake import read_with_delta_rs
+            from lakeivm.store import storage
+            from lakeivm.store.lake import read_with_delta_rs
 
             read = read_with_delta_rs(self.path, self._local_rows(), table=self._delta_table(), write=True)
             if read is not None:
@@ -112,7 +112,7 @@ class AdditiveTable:
         if small is not None:
             stored = small.select(columns).filter(wanted)
         else:
-            from lakeivm.changes import plain_field
+            from lakeivm.sources.changes import plain_field
 
             stored = self._dataset().to_table(columns=columns, filter=wanted)
             stored = stored.cast(pa.schema([plain_field(f) for f in stored.schema]))
@@ -122,7 +122,7 @@ class AdditiveTable:
         """The stored table's Arrow schema (keys and payloads; call when ``readable_locally``)."""
         import pyarrow as pa
 
-        from lakeivm.changes import plain_field
+        from lakeivm.sources.changes import plain_field
 
         small = self.stored_arrow()
         schema = small.schema if small is not None else pa.schema([plain_field(f) for f in self._dataset().schema])
@@ -145,7 +145,7 @@ class AdditiveTable:
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
-        from lakeivm import fastpath
+        from lakeivm.store import fastpath
 
         try:
             return fastpath.admits(DeltaTable(self.path), write=True)
@@ -154,7 +154,7 @@ class AdditiveTable:
 
     def _writable_as_loaded(self) -> bool:
         """``writable_locally`` of the table this run already loaded (no second read of its log)."""
-        from lakeivm import fastpath
+        from lakeivm.store import fastpath
 
         return fastpath.admits(self._delta_table(), write=True)
 
@@ -168,7 +168,7 @@ class AdditiveTable:
     def _dataset(self):
         """The stored table as a delta-rs (pyarrow) dataset for filtered scans, or None (see
         ``readable_locally``); built once per load of the table."""
-        from lakeivm import fastpath, storage
+        from lakeivm.store import fastpath, storage
 
         table = self._delta_table()
         if self._scans is None or self._scans[0] is not table:
@@ -370,7 +370,7 @@ def _overwrite_locally(lake: Lake, rows: DataFrame, path: str, configuration: di
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    from lakeivm import fastpath
+    from lakeivm.store import fastpath
 
     if any(set(name) & set(" ,;{}()\n\t=") for name in rows.columns):  # Spark's Delta writer refuses them, naming the fix
         return False
@@ -396,6 +396,7 @@ def as_read(rows: DataFrame, query) -> DataFrame:
     in that order, as Spark takes them from the same rows."""
     from pyspark.sql import functions as F
 
+    from lakeivm.columns import MULTIPLICITY
     from lakeivm.sql import HAVING
 
     if query.having:
@@ -491,7 +492,7 @@ def union_all(frames: Sequence[DataFrame]) -> DataFrame:
 def _needs_compaction(path: str) -> bool:
     """Whether the appends since the table's last rewrite (read from its commit files, newest first)
     hold more than COMPACT_RATIO of the rows that rewrite wrote, or number COMPACT_COMMITS."""
-    from lakeivm import storage
+    from lakeivm.store import storage
 
     head, appended = storage.head_version(path), 0
     for version in range(head, max(head - COMPACT_COMMITS, -1), -1):

@@ -10,10 +10,10 @@ import random
 
 import pytest
 
-from lakeivm.audit import audit
-from lakeivm.engine import InjectedFailure, run_view
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import InjectedFailure, run_view
 from lakeivm.limits import Limits
-from lakeivm.registry import spec_from_dict
+from lakeivm.catalog.registry import spec_from_dict
 from tests.helpers import random_batch, sql
 
 SPEC = spec_from_dict({

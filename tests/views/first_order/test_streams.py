@@ -10,11 +10,11 @@ import random
 
 import pytest
 
-from lakeivm.audit import audit
-from lakeivm.engine import run_view
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import run_view
 from lakeivm.limits import Limits
-from lakeivm.reading import view_snapshot
-from lakeivm.registry import spec_from_dict
+from lakeivm.run.reading import view_snapshot
+from lakeivm.catalog.registry import spec_from_dict
 from tests.helpers import random_batch, sql
 
 VIEW = spec_from_dict({
@@ -59,7 +59,7 @@ def test_distinct_and_projections_with_multiplicities_match_sql(lake, spark, mon
     row once with its multiplicity (read back as that many rows). NULLs and duplicates included.
     ``merged``: no view counts as small, so each run's touched rows are MERGEd into the stored view
     -- by delta-rs in this process (``Lake.merge_small``, checked to be taken)."""
-    from lakeivm.lake import Lake
+    from lakeivm.store.lake import Lake
 
     merged = []
     if state == "merged":

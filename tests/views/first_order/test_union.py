@@ -44,7 +44,7 @@ REPEATED = {
 
 
 def test_a_repeated_output_expression_keeps_one_column_per_name():
-    from lakeivm.registry import choose, spec_from_dict
+    from lakeivm.catalog.registry import choose, spec_from_dict
 
     schemas = {"r": {"a": "int", "x": "int"}, "s": {"a": "int", "g": "int"}}
     for name, sql in REPEATED.items():

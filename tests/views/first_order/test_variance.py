@@ -1,5 +1,5 @@
 """STDDEV and VARIANCE (their _SAMP and _POP forms, and STD) maintained from each group's sum, sum of
-squares and count (``lakeivm.sql._variance_sql``, issue 52 item 5): by first_order over a join and
+squares and count (``lakeivm.sql.parse._variance_sql``, issue 52 item 5): by first_order over a join and
 under MIN beside them, by fivm where it takes the view; audited against Spark's own STDDEV and
 VARIANCE after random inserts, updates and deletes, groups emptied and left with one value."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from lakeivm.engine import run_view
-from lakeivm.registry import choose, spec_from_dict
+from lakeivm.run.engine import run_view
+from lakeivm.catalog.registry import choose, spec_from_dict
 from tests.helpers import random_batch, refresh_and_audit
 
 SPREAD = "STDDEV(x) AS sd, STDDEV_SAMP(x) AS sds, STDDEV_POP(x) AS sdp, VARIANCE(x) AS va, VAR_SAMP(x) AS vs, VAR_POP(x) AS vp"

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import sqlglot
 
-from lakeivm import commit
+from lakeivm.store import commit
 from lakeivm.config import SHIPPED_VIEWS
-from lakeivm.audit import audit
-from lakeivm.engine import InjectedFailure, prepare, run_view
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import InjectedFailure, prepare, run_view
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.limits import Limits
-from lakeivm.registry import classify, load_spec, spec_from_dict
+from lakeivm.catalog.registry import classify, load_spec, spec_from_dict
 from lakeivm.sql import recompute_sql
 from lakeivm.views.fivm.maintainer import COFACTOR, coefficients
 from tests.helpers import sql

@@ -11,12 +11,12 @@ import random
 
 import pytest
 
-from lakeivm.audit import audit
-from lakeivm.engine import InjectedFailure, run_view
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import InjectedFailure, run_view
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.fingerprint import fingerprint
 from lakeivm.planning.auto import PROBE, Mode
-from lakeivm.registry import choose, spec_from_dict
+from lakeivm.catalog.registry import choose, spec_from_dict
 from tests.helpers import random_batch, sql
 
 SCHEMAS = {"r": {"a": "int", "x": "int"}, "s": {"a": "int", "g": "int"}}
@@ -183,7 +183,7 @@ def test_auto_falls_back_to_full_and_back_for_every_kind_with_unnamed_columns(la
     """Unnamed columns are ``_col_<i>`` in every kind auto may switch (join_sample's options ask for it:
     never) and in a full recompute, so auto's switch writes names Delta takes (Spark's own name,
     ``count(1)``, it refuses), and a view over one reads the same column whichever way the upstream ran."""
-    from lakeivm.registry import link_upstreams
+    from lakeivm.catalog.registry import link_upstreams
 
     lake.create_table("r", spark.createDataFrame([(0, 1), (0, 2), (2, 5)], "a int, x int"))
     lake.create_table("bids", spark.createDataFrame([], "price decimal(10,2), volume decimal(10,2)"))
@@ -218,8 +218,8 @@ def test_a_probe_stops_at_its_limit_and_reports_a_lower_bound(lake, spark):
     """auto's probe of a recompute is interrupted once it costs more than the incremental prediction."""
     from types import SimpleNamespace
 
-    from lakeivm.engine import _probe, prepare
-    from lakeivm import changes
+    from lakeivm.run.engine import _probe, prepare
+    from lakeivm.sources import changes
 
     lake.create_table("r", spark.range(1500).selectExpr("CAST(id AS INT) AS a", "CAST(id AS INT) AS x"))
     slow = spec("slow", "SELECT COUNT(*) AS n FROM r r1 JOIN r r2 ON r1.a < r2.a JOIN r r3 ON r2.a < r3.a")  # 5.6e8 triples
@@ -240,8 +240,8 @@ def test_a_probe_that_fails_on_its_own_raises_instead_of_reporting_a_lower_bound
     import os
     from types import SimpleNamespace
 
-    from lakeivm.engine import _probe, prepare
-    from lakeivm import changes
+    from lakeivm.run.engine import _probe, prepare
+    from lakeivm.sources import changes
     from lakeivm.spark import cancelled
 
     lake.create_table("r", spark.range(50).selectExpr("CAST(id AS INT) AS a", "CAST(id AS INT) AS x"))

@@ -10,7 +10,7 @@ from itertools import product
 import pytest
 
 from lakeivm.errors import SpecError, UnsupportedQuery
-from lakeivm.registry import classify, spec_from_dict
+from lakeivm.catalog.registry import classify, spec_from_dict
 from lakeivm.views.join_sample.plan import UNIT, plan_sample
 from lakeivm.views.join_sample.prejoin import PreJoin, split_id
 from lakeivm.views.join_sample.view import SampleView

@@ -15,10 +15,10 @@ from collections import Counter
 
 import pytest
 
-from lakeivm import commit
-from lakeivm.audit import audit
-from lakeivm.engine import InjectedFailure, run_view
-from lakeivm.registry import classify, spec_from_dict
+from lakeivm.store import commit
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import InjectedFailure, run_view
+from lakeivm.catalog.registry import classify, spec_from_dict
 from lakeivm.views.join_sample.plan import plan_sample, row_id
 from tests.helpers import sql
 
@@ -159,8 +159,8 @@ def test_audit_names_a_row_that_is_no_join_result_and_a_missing_row(lake, spark)
     the join holds it is unexpected too; a sample short of min(k, |join|) rows names the missing."""
     from dataclasses import replace
 
-    from lakeivm.audit import recompute
-    from lakeivm.upstream import reader
+    from lakeivm.run.audit import recompute
+    from lakeivm.sources.upstream import reader
     from lakeivm.views.base import bag
 
     make_tables(lake, spark, random.Random(3), n=8)

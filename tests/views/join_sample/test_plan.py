@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.registry import classify, spec_from_dict
+from lakeivm.catalog.registry import classify, spec_from_dict
 from lakeivm.views.join_sample.plan import UNIT, plan_sample, row_id
 
 SCHEMAS = {

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from lakeivm.errors import StateError
-from lakeivm.registry import classify, spec_from_dict
+from lakeivm.catalog.registry import classify, spec_from_dict
 from lakeivm.views.join_sample.plan import plan_sample, row_id
 from lakeivm.views.join_sample.view import SampleView
 

@@ -3,7 +3,7 @@
 Order-book views (Example 2.1, VWAP, MST, PSP) share one small bids/asks stream of inserts, deletes
 and updates; Q17 runs over lineitem + part with asymmetric plans; a crash at a state write followed
 by a rerun leaves the same series as no crash. Oracles: the view's exact SQL text run by Spark on
-the snapshots ``VERSION AS OF`` each emission's versions (``lakeivm.audit.recompute``, compared exactly),
+the snapshots ``VERSION AS OF`` each emission's versions (``lakeivm.run.audit.recompute``, compared exactly),
 or -- to keep the suite fast on a loaded machine -- by the stdlib sqlite3 on the rows of those same
 Delta snapshots (order-book views, whose thresholds involve only integer volumes, so doubles are
 exact there; outputs compared to 12 digits), plus Spark's ``audit`` at the end.
@@ -17,12 +17,12 @@ from decimal import Decimal
 
 import pytest
 
-from lakeivm import commit
-from lakeivm.audit import audit, recompute
-from lakeivm.engine import InjectedFailure, prepare, run_view
+from lakeivm.store import commit
+from lakeivm.run.audit import audit, recompute
+from lakeivm.run.engine import InjectedFailure, prepare, run_view
 from lakeivm.limits import Limits
 from lakeivm.views.base import normalize
-from lakeivm.registry import spec_from_dict
+from lakeivm.catalog.registry import spec_from_dict
 from lakeivm.views.nested.maintainer import SEQ, state_sql, version_columns
 from lakeivm.views.nested.queries import QUERIES
 from tests.helpers import sql

@@ -6,7 +6,7 @@ from fractions import Fraction
 import pytest
 
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.registry import classify, spec_from_dict
+from lakeivm.catalog.registry import classify, spec_from_dict
 from lakeivm.sql import parse_query, recompute_sql
 from lakeivm.views.nested.queries import QUERIES
 from lakeivm.views.nested.shape import nested_shape
@@ -118,7 +118,7 @@ def test_recompute_reads_inner_tables_from_the_outer_sources():
 
 def test_shipped_view_specs_classify_as_nested():
     from lakeivm import config
-    from lakeivm.registry import load_specs
+    from lakeivm.catalog.registry import load_specs
 
     specs = {**load_specs(config.SCHEMAS / "views-orderbook"), "tpch_q17": load_specs(config.SHIPPED_VIEWS)["tpch_q17"]}
     shapes = {name: nested_shape(classify(spec, SCHEMAS)[1]).name for name, spec in specs.items()}
@@ -130,7 +130,7 @@ def test_a_decorrelated_split_is_preferred_to_the_general_algorithm_where_it_lea
     """An equality-correlated subquery splits off as a grouped view joined back (first_order, its cost the
     change's); only what stays nested (here an inequality) keeps the SQL whole for the general algorithm,
     whose sweep costs the distinct keys per commit."""
-    from lakeivm.registry import with_derived_views
+    from lakeivm.catalog.registry import with_derived_views
 
     def spec(where: str):
         return spec_from_dict({"name": "v", "deadline": 60, "sql": "SELECT SUM(t.qty) AS v FROM trades t WHERE t.qty > "

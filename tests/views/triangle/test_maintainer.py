@@ -11,10 +11,10 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from lakeivm.audit import audit
-from lakeivm.engine import InjectedFailure, run_view
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import InjectedFailure, run_view
 from lakeivm.limits import Limits
-from lakeivm.registry import classify, spec_from_dict
+from lakeivm.catalog.registry import classify, spec_from_dict
 from lakeivm.sql import parse_query
 from lakeivm.views.triangle.shape import NEXT, ROLES, triangle_shape
 from tests.helpers import sql

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from lakeivm.audit import audit
-from lakeivm.engine import run_view
-from lakeivm.registry import derived_specs, load_specs, spec_from_dict
+from lakeivm.run.audit import audit
+from lakeivm.run.engine import run_view
+from lakeivm.catalog.registry import derived_specs, load_specs, spec_from_dict
 from tests.helpers import sql
 
 ROWS = [(0, 1, 5), (0, 2, None), (0, 2, 7), (1, 1, 3), (1, 1, 3), (None, 1, 2), (None, 3, None), (2, 4, 1)]

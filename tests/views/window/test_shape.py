@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.registry import choose, spec_from_dict
+from lakeivm.catalog.registry import choose, spec_from_dict
 from lakeivm.sql import parse_full
 from lakeivm.views.window.shape import WHOLE_TABLE, Partition, partition_of
 
@@ -57,7 +57,7 @@ def test_a_window_under_another_kind_is_refused_and_kind_window_needs_a_window()
 
 
 def test_explain_names_the_partition_and_the_cost():
-    from lakeivm.kinds import kind
+    from lakeivm.views.kinds import kind
 
     query = choose(spec("SELECT k AS key, ts, LEAD(ts) OVER (PARTITION BY k ORDER BY ts) AS e FROM t"), SCHEMAS).query
     line = kind("window").describe(spec("SELECT 1"), query)

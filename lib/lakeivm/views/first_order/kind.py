@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.kind import Kind, Schemas
+from lakeivm.views.kind import Kind, Schemas
 
 if TYPE_CHECKING:
     from lakeivm.spec import ViewSpec

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakeivm.lake import CDF
-from lakeivm.sql import (COUNT, MULTIPLICITY, Aggregate, OuterJoin, Query, multiset_of_sql, multiset_sql, rolled_up_sql,
-                         state_sql)
+from lakeivm.store.lake import CDF
+from lakeivm.columns import MULTIPLICITY
+from lakeivm.sql import COUNT, Aggregate, OuterJoin, Query, multiset_of_sql, multiset_sql, rolled_up_sql, state_sql
 from lakeivm.views.base import Context
 from lakeivm.views.state import (AdditiveTable, as_frames, as_read, as_read_changes, duckdb_query, in_stored_types, keys_in,
                                  local_frame, overwrite, quoted, read_if_small, read_result, union_all)
@@ -104,7 +104,7 @@ class FirstOrderMaintainer:
     def _split_locally(self, ctx: Context, grouped) -> None:
         """``_split`` of few rows (an Arrow table, collected by one Spark job) in this process, by DuckDB:
         sums of the state columns Spark computed, no SQL of the view's."""
-        from lakeivm.changes import plain_field
+        from lakeivm.sources.changes import plain_field
 
         grouped = grouped.cast(pa.schema([plain_field(f) for f in grouped.schema]))
         if not ctx.query.extrema:
@@ -300,8 +300,8 @@ def _stored_matching(ctx: Context, path: str, change: DataFrame, keys: list[str]
     a float key (a NaN matches as Spark's ``<=>`` has it only there)."""
     from deltalake import DeltaTable
 
-    from lakeivm import fastpath, storage
-    from lakeivm.changes import plain_field
+    from lakeivm.store import fastpath, storage
+    from lakeivm.sources.changes import plain_field
     from lakeivm.views import state
 
     table = DeltaTable(path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.kind import Kind, Schemas, plain
+from lakeivm.views.kind import Kind, Schemas, plain
 from lakeivm.views.fivm.plan import build_plan, describe, fit_query
 
 if TYPE_CHECKING:

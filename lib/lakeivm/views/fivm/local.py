@@ -56,7 +56,7 @@ def _spark_types(table: pa.Table, payloads: Sequence[str]) -> pa.Table:
     view string types as plain ones (pyspark reads those)."""
     import pyarrow as pa
 
-    from lakeivm.changes import plain_field
+    from lakeivm.sources.changes import plain_field
 
     fields = []
     for field in table.schema:

@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from lakeivm.lake import CDF
-from lakeivm.sql import COUNT, MULTIPLICITY, recompute_sql, state_sql, typed_empty_sql
+from lakeivm.store.lake import CDF
+from lakeivm.columns import MULTIPLICITY
+from lakeivm.sql import COUNT, recompute_sql, state_sql, typed_empty_sql
 from lakeivm.views.base import Context
 from lakeivm.views.fivm.payload import ALIVE
 from lakeivm.views.fivm.plan import FivmPlan, build_plan, leaf_weights
@@ -98,7 +99,7 @@ class FivmMaintainer:
         path is read locally -- whole when small, else only its rows that join the step's change
         (``AdditiveTable.local_matching``): one Spark job (the lifted leaf delta), each step in
         DuckDB. False (nothing done) otherwise."""
-        from lakeivm.changes import plain_field
+        from lakeivm.sources.changes import plain_field
         from lakeivm.views.fivm import local
 
         steps = plan.tree.path_to_root(alias)
@@ -368,8 +369,8 @@ def coefficients(lake, spec, latest: bool = False) -> list[tuple[dict[str, objec
     """The least-squares fit of a regression view (§7.2), per group, at the view's last consistent
     (or, ``latest``, newest) run: [(group key values, {"intercept": b0, feature: b, ...})], read
     from the root's cofactor triple in O(m³) per group (None for a group with no complete tuple)."""
-    from lakeivm import commit
-    from lakeivm.upstream import prepare
+    from lakeivm.store import commit
+    from lakeivm.sources.upstream import prepare
     from lakeivm.errors import UnsupportedQuery
     from lakeivm.views.fivm.rings import ols_coefficients
 

@@ -32,7 +32,7 @@ from sqlglot import exp
 
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.sql import COUNT, DIALECT, Query
-from lakeivm.sql_functions import check_functions
+from lakeivm.sql.functions import check_functions
 from lakeivm.views.fivm.payload import PayloadRing
 from lakeivm.views.fivm.tree import View, ViewTree, build_view_tree
 from lakeivm.views.fivm.vorder import VariableOrder, derive_order, parse_order

@@ -1,7 +1,7 @@
 """The full kind: any query, recomputed on the pinned snapshots (refresh_policy full, or auto's fallback)."""
 from __future__ import annotations
 
-from lakeivm.kind import Kind
+from lakeivm.views.kind import Kind
 
 KIND = Kind(
     name="full",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from lakeivm.lake import CDF
+from lakeivm.store.lake import CDF
 from lakeivm.sql import as_written
 from lakeivm.views.base import Context
 from lakeivm.views.state import overwrite, read_result

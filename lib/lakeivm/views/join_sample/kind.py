@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakeivm.kind import Kind, Schemas
+from lakeivm.views.kind import Kind, Schemas
 from lakeivm.views.join_sample.plan import plan_sample
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from lakeivm.errors import StateError
-from lakeivm.sql import MULTIPLICITY
+from lakeivm.columns import MULTIPLICITY
 from lakeivm.views.base import Context, bag
 
 from .plan import SamplePlan, plan_sample

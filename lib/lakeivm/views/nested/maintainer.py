@@ -47,9 +47,10 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from lakeivm import changes
+from lakeivm.sources import changes
 from lakeivm.errors import ChangeRangeError, StateError
-from lakeivm.sql import MULTIPLICITY, recompute_sql
+from lakeivm.columns import MULTIPLICITY
+from lakeivm.sql import recompute_sql
 from lakeivm.views.base import Context
 from lakeivm.views.nested.evaluators import Example21, Mst, Psp, Q17, Vwap
 from lakeivm.views.nested.general import General, RowEvent
@@ -570,9 +571,9 @@ def read_versions(ctx: Context, table: str, start: int, end: int, values: Mappin
     """``table``'s changes in (start, end], netted *per commit*: ``values`` (name -> SQL over the row),
     ``_commit_version``, ``_lakeivm_m``; a computed Spark frame, or with ``local`` an Arrow table in this process.
 
-    As :func:`lakeivm.changes.read_delta`, but grouped by commit version too
+    As :func:`lakeivm.sources.changes.read_delta`, but grouped by commit version too
     (docs/kinds/nested.md#state-commits-and-query-texts). The engine has already run
-    :func:`lakeivm.changes.check_readable` on every range it advances.
+    :func:`lakeivm.sources.changes.check_readable` on every range it advances.
     """
     from pyspark.sql import functions as F
 
@@ -682,7 +683,7 @@ def _newest_emission(ctx: Context) -> Mapping[str, Any] | None:
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaProtocolError
 
-    from lakeivm import fastpath
+    from lakeivm.store import fastpath
 
     try:
         table = DeltaTable(ctx.lake.view_path(ctx.view))

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from lakeivm.sql import MULTIPLICITY
+from lakeivm.columns import MULTIPLICITY
 from lakeivm.views.base import Context
 from lakeivm.views import state
 from lakeivm.views.state import AdditiveTable, consolidate, read_result

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakeivm.kind import Kind, Schemas
+from lakeivm.views.kind import Kind, Schemas
 from lakeivm.sql import has_window
 from lakeivm.views.window.shape import partition_of
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lakeivm.columns import MULTIPLICITY
-from lakeivm.lake import CDF
+from lakeivm.store.lake import CDF
 from lakeivm.sql import as_written, backquoted
 from lakeivm.views.base import Context
 from lakeivm.views.state import keys_in, overwrite, read_if_small, read_result

@@ -1,0 +1,331 @@
+"""One maintenance run (docs/design/run.md): claim -> recover -> pin -> plan -> apply -> commit.
+
+``run_view`` is the single code path behind the Airflow DAG, ``lakeivm refresh``, the Python API and
+the tests. What reads a run's results lives beside it: ``reading`` (a view's rows), ``audit`` (a view
+against its SQL), ``status``; what undoes an interrupted run: ``recovery``.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from lakeivm.sources import changes, upstream
+from lakeivm.store import commit
+from lakeivm.run import recovery
+from lakeivm.config import load_settings
+from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError, analysed_as, known_failure
+from lakeivm.fingerprint import fingerprint
+from lakeivm.store.lake import WRITER_TAG, Lake, open_lake  # noqa: F401 -- open_lake: where a run starts
+from lakeivm.spec import FULL, ViewSpec
+from lakeivm.spark import deployment
+from lakeivm.sources.upstream import InjectedFailure, prepare, schemas_for  # noqa: F401 -- the run's API
+from lakeivm.views.base import Context, Maintainer
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+MODES = ("tick", "refresh", "rebuild")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which tables a run applies, and why."""
+
+    tables: tuple[str, ...]
+    reason: str
+    predicted_seconds: float | None = None
+
+    def __str__(self) -> str:
+        return f"apply {', '.join(self.tables) or 'nothing'}: {self.reason}"
+
+
+def plan_run(ctx: Context, mode: str, pending: Mapping[str, int], history: Sequence[commit.LogRow] = (),
+             tables: Iterable[str] | None = None) -> Plan:
+    """The tables to apply now: everything for an on-demand refresh, the planner's choice on a tick.
+
+    ``tables`` forces an explicit (possibly asymmetric) choice, used by tests and benchmarks.
+    """
+    from lakeivm.planning.tick import plan_refresh, plan_tick
+
+    behind = tuple(t for t in ctx.query.tables if ctx.pins[t] > ctx.watermarks[t])
+    if tables is not None:
+        chosen = tuple(t for t in ctx.query.tables if t in set(tables) and t in behind)
+        return Plan(chosen, "tables chosen by the caller")
+    backlog = {t: pending[t] for t in ctx.query.tables}
+    calibrated = commit.calibrated_costs(ctx.lake, ctx.view)
+    if mode == "refresh":
+        decision = plan_refresh(history, backlog, ctx.spec.deadline_s, ctx.spec.options, calibrated,
+                                small_delta_rows=ctx.lake.limits.small_delta_rows)
+        return Plan(behind, decision.reason, decision.predicted_seconds)
+    decision = plan_tick(history, backlog, ctx.spec.deadline_s, ctx.spec.options, _too_old(ctx), calibrated,
+                         small_delta_rows=ctx.lake.limits.small_delta_rows)
+    # A table with commits but no change rows (e.g. an OPTIMIZE) is caught up for free.
+    chosen = tuple(t for t in behind if t in decision.apply or pending[t] == 0)
+    reason = f"predicted refresh afterwards {decision.predicted_refresh_seconds_after:.3f} s -- {decision.reason}"
+    return Plan(chosen, reason, decision.predicted_seconds)
+
+
+def _too_old(ctx: Context) -> frozenset[str]:
+    """Tables whose oldest pending commit is older than the spec's ``max_pending_age``."""
+    limit = ctx.spec.max_pending_age_s
+    if limit is None:
+        return frozenset()
+    return frozenset(t for t in ctx.query.tables
+                     if changes.source(ctx.lake, t).pending_age_seconds(ctx.watermarks[t], ctx.pins[t]) > limit)
+
+
+def run_view(
+    lake: Lake,
+    spec: ViewSpec,
+    mode: str = "refresh",
+    tables: Iterable[str] | None = None,
+    fail_at: str | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+) -> commit.LogRow | None:
+    """Run one maintenance run of ``spec``; returns its committed log row (None: nothing to do).
+
+    ``mode``: ``refresh`` (on demand, the default: apply every pending change), ``tick`` (a scheduled
+    run: the planner chooses the tables) or ``rebuild`` (from snapshots). A query of the view Spark
+    cannot analyse fails naming the view (``errors.analysed_as``).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    with analysed_as(spec):
+        return _run_view(lake, spec, mode, tables, fail_at, progress)
+
+
+def _run_view(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None, fail_at: str | None,
+              progress: Callable[[str], None]) -> commit.LogRow | None:
+    # On demand: the views it reads first, each under its own claim. A tick follows their Assets and
+    # reads what they last committed -- but runs one first that has no run of its definition to read yet.
+    for up in spec.upstreams.values():
+        if mode != "tick" or not upstream.readable(lake, up):
+            run_view(lake, up, "refresh", progress=progress)
+    started = time.perf_counter()  # after the upstreams: a run logs its own seconds (its cost models, auto, the deadline)
+    upstream.register(lake, spec)
+    definition = fingerprint(spec)
+    if mode != "rebuild" and _up_to_date(lake, commit.log_rows(lake, spec.name, status=None), definition):
+        progress(f"{spec.name}: nothing to apply")  # a no-op costs a listing per table: no Spark, no write
+        return None
+    lake.ensure_spark()  # there is work: the session before the claim, so a server that does not answer claims nothing
+    with commit.lease(lake, spec.name, mode, load_settings().lease_seconds) as claim:
+        if mode != "rebuild" and _up_to_date(lake, claim.history, definition):  # another run caught it up meanwhile
+            progress(f"{spec.name}: nothing to apply")
+            return None
+        ctx, maintainer = prepare(lake, spec, fail_at)
+        ctx.fingerprint, ctx.lease, ctx.progress = definition, claim, progress
+        lake.spark.conf.set(WRITER_TAG, recovery.writer_tag(claim))  # every Delta commit of this run names it
+        try:
+            return _run(ctx, maintainer, claim, mode, tables, started, progress)
+        except Exception as err:  # a late write can also break the run before its commit: say so, not what broke
+            late = None
+            if ctx.bases and known_failure(err):
+                with contextlib.suppress(Exception):  # the history unreadable too: the run's own error stands
+                    late = recovery.late_write(ctx, maintainer)
+            if late is not None:
+                raise late from err
+            raise
+        finally:
+            lake.spark.conf.unset(WRITER_TAG)
+            ctx.release()
+
+
+def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, tables: Iterable[str] | None,
+         started: float, progress: Callable[[str], None]) -> commit.LogRow | None:
+    """run_view once the run holds the view's claim: recover, pin, plan, apply, commit."""
+    lake, spec, definition, seq = ctx.lake, ctx.spec, ctx.fingerprint, claim.seq
+    restored, last = recovery.recover(lake, commit.last_of(claim.history), maintainer.state_tables(ctx), claim)
+    ctx.bases = recovery.state_heads(ctx, maintainer)
+    if restored:
+        progress(f"{spec.name}: recovered from an interrupted run ({'; '.join(restored)})")
+    changed = last is not None and last.fingerprint is not None and last.fingerprint != definition
+    in_full = ctx.auto and last is not None and last.kind == FULL  # auto recomputed the last run in full
+    rekinded = last is not None and last.kind != maintainer.kind and not in_full  # e.g. a lakeivm upgrade maintains the SQL otherwise
+    ctx.pins = changes.pin(lake, ctx.query.tables)
+    ctx.table_ids = changes.identities(lake, ctx.query.tables)
+    if last is None or mode == "rebuild" or changed or rekinded or set(last.watermarks) != set(ctx.query.tables):
+        reason = ("first run" if last is None else "rebuild requested" if mode == "rebuild" else
+                  f"the view's definition changed (fingerprint {last.fingerprint} -> {definition})" if changed else
+                  f"the view's kind changed ({last.kind} -> {maintainer.kind})" if rekinded else
+                  "the view's tables changed")
+        return _bootstrap(ctx, maintainer, seq, "bootstrap" if last is None else "rebuild", reason, started, progress)
+    replaced = changes.replaced(lake, last.table_ids, ctx.table_ids)
+    if replaced is not None:  # a table deleted and created anew: its versions are not the ones the watermarks count
+        return _unreadable(ctx, maintainer, last, seq, replaced, started, progress)
+    ctx.watermarks = dict(last.watermarks)
+    if maintainer.kind == FULL:
+        return _recompute(ctx, maintainer, seq, mode, started, progress)
+    gone = recovery.missing_state(ctx, maintainer, last)
+    if gone is not None:
+        raise gone
+    pending = changes.pending(lake, ctx.watermarks, ctx.pins)
+    here = deployment(lake.spark)
+    committed = [r for r in claim.history if r.status == "committed" and r.deployment in (None, here)]
+    own = [r for r in committed if r.kind == maintainer.kind]  # the incremental cost models learn from these
+    probe = False
+    plan = plan_run(ctx, mode, pending, history=own, tables=tables)
+    if ctx.auto and tables is None and (plan.tables or in_full):
+        same = [r for r in committed if r.fingerprint in (None, definition)]  # not costs of an earlier definition
+        choice = _auto_mode(ctx, maintainer.kind, same, own, mode, pending, plan, in_full)
+        if choice.full:
+            from lakeivm.views.kinds import maintainer_for
+
+            return _recompute(ctx, maintainer_for(FULL), seq, mode, started, progress, choice.reason)
+        if in_full:
+            return _bootstrap(ctx, maintainer, seq, "rebuild", choice.reason, started, progress)
+        plan = replace(plan, reason=f"{plan.reason}; {choice.reason}")
+        probe = choice.probe
+    if not plan.tables and mode == "tick":
+        if not any(pending.values()):
+            progress(f"{spec.name}: nothing to apply")
+            return None
+        progress(f"{spec.name}: {plan}")  # the planner batches: the decision is logged, state untouched
+        return _commit(ctx, maintainer, seq, mode, plan, {}, started)
+    try:
+        applied = _apply(ctx, maintainer, plan, pending, progress)
+    except ChangeRangeError as err:
+        return _unreadable(ctx, maintainer, last, seq, err, started, progress)
+    probed = _probe(ctx, plan.predicted_seconds or 0.0, progress) if probe else None
+    return _commit(ctx, maintainer, seq, mode, plan, applied, started, probe=probed)
+
+
+def _probe(ctx: Context, limit: float, progress: Callable[[str], None]) -> float:
+    """Seconds of the view's SQL on the run's snapshots, computed to the end but not written (Spark's
+    ``noop`` sink): what a full recompute would cost auto (``planning.auto``), learned once. It is
+    interrupted after ``limit`` seconds (the incremental prediction: past it a recompute cannot win),
+    and then its seconds are a lower bound, which is all auto needs."""
+    from lakeivm.spark import cancelled, interrupted_after
+    from lakeivm.sql import as_written
+
+    t0, interrupted = time.perf_counter(), None
+    try:
+        with interrupted_after(ctx.spark, limit, f"lakeivm-probe-{ctx.lease.run_id}") as interrupted:
+            sources = {t: ctx.snapshot(t, ctx.pins[t]) for t in ctx.query.tables}
+            ctx.spark.sql(as_written(ctx.spec.sql, sources)).write.format("noop").mode("overwrite").save()
+        outcome = "probed a full recompute"
+    except Exception as err:  # interrupted at the limit (an interrupted Spark operation raises)
+        if interrupted is None or not interrupted.is_set() or not cancelled(err):
+            raise  # its own failure (a file it cannot read, ...), also past the limit: the user must see it
+        outcome = "stopped probing a full recompute (slower than the incremental run)"
+    seconds = time.perf_counter() - t0
+    progress(f"{ctx.view}: {outcome}: {seconds:.2f} s")
+    return seconds
+
+
+def _auto_mode(ctx: Context, kind: str, committed: Sequence[commit.LogRow], own: Sequence[commit.LogRow], mode: str,
+               pending: Mapping[str, int], plan: Plan, in_full: bool):
+    """refresh_policy auto: recompute this run in full or maintain it incrementally (``planning.auto``).
+    From full, both choices catch up everything (a recompute or a rebuild), so a tick compares them so."""
+    from lakeivm.planning.auto import choose_mode
+
+    incremental = plan.predicted_seconds
+    if in_full and mode == "tick":
+        incremental = plan_run(ctx, "refresh", pending, history=own).predicted_seconds
+    return choose_mode(committed, kind, incremental, in_full)
+
+
+def _up_to_date(lake: Lake, history: list[commit.LogRow], definition: str) -> bool:
+    """Whether the view's last committed run has the current definition and every table is still
+    at its watermark, and no run holds the view (a listing per table)."""
+    last = commit.last_of(history)
+    return last is not None and last.fingerprint in (None, definition) and commit.holder(history) is None and _caught_up(lake, last)
+
+
+def _caught_up(lake: Lake, last: commit.LogRow) -> bool:
+    """Whether every table of the last committed run is still at its watermark (one listing each;
+    for a view read as a source, a read of its log) and still the table it read (its commit 0)."""
+    return (last.consistent and changes.pin(lake, last.watermarks) == dict(last.watermarks)
+            and changes.replaced(lake, last.table_ids) is None)
+
+
+def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[str, int],
+           progress: Callable[[str], None]) -> dict[str, tuple[int, float]]:
+    """Apply the plan's tables; returns {table: (change-feed rows, seconds)}: the cost models' unit."""
+    sources = {table: changes.source(ctx.lake, table) for table in plan.tables}
+    for table, source in sources.items():  # every range readable before any state is written
+        source.check_readable(ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
+    applied = {}
+    for table, source in sources.items():
+        t0 = time.perf_counter()
+        delta, rows = source.read_counted(ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
+        ctx.delta_rows[table] = rows
+        progress(f"{ctx.view}: applying {rows} netted changes of {source.span(ctx.watermarks[table], ctx.pins[table])}")
+        if rows:
+            maintainer.apply(ctx, table, delta)
+        ctx.watermarks[table] = ctx.pins[table]
+        applied[table] = (pending[table], time.perf_counter() - t0)
+        ctx.lease.check()  # a run whose claim was taken over stops before writing more
+    maintainer.flush(ctx)  # shared by the run's tables: the planner's run seconds, not a table's cost
+    return applied
+
+
+def _bootstrap(ctx: Context, maintainer: Maintainer, seq: int, mode: str, reason: str, started: float, progress) -> commit.LogRow:
+    progress(f"{ctx.view}: building from snapshots at {ctx.pins} ({reason})")
+    maintainer.bootstrap(ctx)
+    ctx.watermarks = dict(ctx.pins)
+    return _commit(ctx, maintainer, seq, mode, Plan((), reason), {}, started)
+
+
+def _recompute(ctx: Context, maintainer: Maintainer, seq: int, mode: str, started: float, progress,
+               reason: str | None = None) -> commit.LogRow:
+    """A run of the full kind (or auto's choice, ``reason``): the view's SQL on the snapshots at the pins replaces its result."""
+    behind = {t: rows for t, rows in changes.pending(ctx.lake, ctx.watermarks, ctx.pins).items() if ctx.pins[t] > ctx.watermarks[t]}
+    progress(f"{ctx.view}: recomputing in full on snapshots at {ctx.pins} ({', '.join(behind)} changed)"
+             + (f" -- {reason}" if reason else ""))
+    maintainer.bootstrap(ctx)
+    ctx.watermarks = dict(ctx.pins)
+    return _commit(ctx, maintainer, seq, mode, Plan(tuple(behind), reason or f"recomputed in full: {ctx.why_full}"), {}, started,
+                   recomputed=behind)
+
+
+def _unreadable(ctx: Context, maintainer: Maintainer, last: commit.LogRow | None, seq: int, err: ChangeRangeError,
+                started: float, progress) -> commit.LogRow:
+    if ctx.spec.on_unreadable_changes == "rebuild":
+        progress(f"{ctx.view}: {err} -- rebuilding from snapshots (policy rebuild)")
+        return _bootstrap(ctx, maintainer, seq, "rebuild", f"unreadable changes: {err}", started, progress)
+    failed = commit.LogRow(
+        view=ctx.view, seq=seq, status="failed", mode="tick", kind=maintainer.kind,
+        pins=ctx.pins, watermarks=dict(last.watermarks) if last else {}, state_versions=dict(last.state_versions) if last else {},
+        consistent=False, seconds=time.perf_counter() - started, message=str(err), plan="policy fail",
+        table_ids=dict(last.table_ids) if last else {},
+        fingerprint=ctx.fingerprint, deployment=deployment(ctx.spark), run_id=ctx.lease.run_id,
+    )
+    recovery.recover(ctx.lake, last, maintainer.state_tables(ctx))
+    ctx.lease.commit(failed)
+    raise err
+
+
+def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Plan, applied: Mapping[str, tuple[int, float]],
+            started: float, recomputed: Mapping[str, int] | None = None, probe: float | None = None) -> commit.LogRow:
+    """Append the run's committed log row. ``applied``: {table: (change rows, seconds)} applied as
+    deltas; ``recomputed``: {table: change rows} a recomputation reflects (no seconds of its own);
+    ``probe``: the seconds of a recompute timed for auto, kept among the table seconds."""
+    from lakeivm.planning.auto import PROBE
+
+    lake = ctx.lake
+    versions = {name: lake.head_version(path) for name, path in maintainer.state_tables(ctx).items()}
+    late = recovery.late_write(ctx, maintainer, versions)  # never commit over another writer's commit
+    if late is not None:
+        raise late
+    seconds = time.perf_counter() - started
+    pending = changes.pending(lake, ctx.watermarks, ctx.pins)
+    row = commit.LogRow(
+        view=ctx.view, seq=seq, status="committed", mode=mode, kind=maintainer.kind,
+        pins=dict(ctx.pins), watermarks=dict(ctx.watermarks), state_versions=versions,
+        consistent=all(ctx.watermarks[t] == ctx.pins[t] for t in ctx.pins),
+        started_at=datetime.fromtimestamp(time.time() - seconds, timezone.utc), applied=tuple(applied) + tuple(recomputed or ()),
+        delta_rows={**{t: r for t, (r, _) in applied.items()}, **(recomputed or {})},
+        table_seconds={**{t: s for t, (_, s) in applied.items()}, **({PROBE: probe} if probe is not None else {})},
+        pending_rows=pending, seconds=seconds,
+        predicted_seconds=None if plan.predicted_seconds is None else float(plan.predicted_seconds), deadline_s=ctx.spec.deadline_s,
+        deadline_met=(seconds <= ctx.spec.deadline_s) if mode == "refresh" else None, plan=str(plan),
+        fingerprint=ctx.fingerprint, deployment=deployment(lake.spark), run_id=ctx.lease.run_id, table_ids=dict(ctx.table_ids),
+    )
+    ctx.checkpoint("before_log")
+    ctx.lease.commit(row)
+    return row

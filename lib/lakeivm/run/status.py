@@ -1,0 +1,85 @@
+"""``lakeivm status``: per view, its last run, what is pending, the predicted refresh, who holds it."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from lakeivm.sources import changes
+from lakeivm.store import commit
+from lakeivm.errors import LakeIVMError
+from lakeivm.store.lake import Lake
+from lakeivm.spec import FULL, ViewSpec
+from lakeivm.sources.upstream import prepare
+
+
+def status(lake: Lake, specs: Mapping[str, ViewSpec], lease_seconds: float = commit.LEASE_SECONDS) -> list[dict[str, object]]:
+    """Per view: kind, last run, watermarks vs heads, pending rows per table, deadline; for a view a
+    run holds, who holds it and its heartbeat's age (lapsing past ``lease_seconds``: ``commit.heartbeat``)."""
+    report = []
+    for spec in specs.values():
+        entry: dict[str, object] = {"view": spec.name, "deadline_s": spec.deadline_s, "tick_s": spec.tick_s}
+        try:
+            ctx, maintainer = prepare(lake, spec)
+        except LakeIVMError as err:
+            report.append({**entry, "error": str(err)})
+            continue
+        rows = commit.log_rows(lake, spec.name, status=None)  # every row, oldest first: one read of the log
+        history = [r for r in rows if r.status == "committed"]
+        last = history[-1] if history else None
+        running = commit.holder(rows)
+        if running is not None:
+            entry.update(_claim_status(lake, running, lease_seconds))
+        try:
+            heads = changes.pin(lake, ctx.query.tables)
+        except LakeIVMError as err:  # a view it reads has not run yet, a table is gone: this view's line says so
+            report.append({**entry, "error": str(err)})
+            continue
+        entry["kind"] = maintainer.kind
+        entry["refresh_policy"] = spec.refresh_policy
+        if ctx.why_full:
+            entry["why_full"] = ctx.why_full
+        entry["heads"] = heads
+        if spec.upstreams:  # views it reads: their "versions" are log seqs
+            entry["upstreams"] = list(spec.upstreams)
+        if last is None:
+            entry.update(last_run=None, pending_rows={t: None for t in heads})
+        else:
+            from lakeivm.planning.auto import full_seconds
+            from lakeivm.planning.tick import plan_refresh
+
+            pending = changes.pending(lake, last.watermarks, heads)
+            if last.kind == FULL:  # a recomputation costs what the last ones did, whatever is pending
+                seconds, why = full_seconds(history, maintainer.kind)
+            else:
+                own = [r for r in history if r.kind == last.kind]
+                decision = plan_refresh(own, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name),
+                                        lake.limits.small_delta_rows)
+                seconds, why = decision.predicted_seconds, decision.reason
+            if ctx.auto:  # the last run's choice between incremental and full, and why
+                entry["last_mode"] = "full" if last.kind == FULL else "incremental"
+            refreshes = [r for r in history if r.mode == "refresh" and r.deadline_met is not None]
+            entry.update(
+                last_run=f"#{last.seq} {last.mode} at {last.finished_at:%Y-%m-%d %H:%M:%S} ({last.seconds:.1f}s)",
+                watermarks=dict(last.watermarks),
+                pending_rows=pending,
+                consistent=last.consistent,
+                predicted_refresh_s=round(seconds, 3),
+                refresh_prediction=why,
+                last_plan=last.plan,
+                deadline_record={"refreshes": len(refreshes), "met": sum(bool(r.deadline_met) for r in refreshes),
+                                 "recent": [(r.seq, round(r.seconds, 1), r.deadline_met) for r in refreshes[-5:]]},
+            )
+        report.append(entry)
+    return report
+
+
+def _claim_status(lake: Lake, running: commit.LogRow, lease_seconds: float) -> dict[str, object]:
+    """``status``'s entries of a view a run holds: a line, and the claim's holder, run and heartbeat age."""
+    age, lapses = commit.heartbeat(lake, running, lease_seconds)
+    lapsed = commit.stale(lake, running, lease_seconds)
+    verdict = ("claim lapsed: the next run takes it over" if lapsed else
+               f"lapses at {lapses:.0f} s; `lakeivm unlock {running.view} --force` ends it now")
+    line = (f"#{running.seq} {running.mode} on {running.holder} (run {running.run_id[:8]}) since "
+            f"{running.started_at:%Y-%m-%d %H:%M:%S}, last heartbeat {commit.ago(age)} ({verdict})")
+    return {"running": line, "holder": running.holder, "run_id": running.run_id,
+            "heartbeat_age_s": round(age, 1) if math.isfinite(age) else None, "lease_s": lapses, "claim_lapsed": lapsed}

@@ -1,0 +1,334 @@
+"""Views over views: a view's FROM may name another view (its *upstream*).
+
+The downstream reads the upstream's committed result as it reads a table, with the upstream's log
+seq standing for a table version: a run pins the seq of the upstream's last consistent committed run
+(never a run in progress, never state a crash left), its log row records that seq as the
+upstream's pin and watermark, and the upstream's changes over ``(watermark, pin]`` are read
+
+- from the change data feed of the upstream's stored result, between the result versions the two
+  runs logged, where that feed says them exactly (``_from_change_feed``): the runs of one kind and of
+  the current definition, a kind whose result is its stored rows row by row, and only MERGEs and
+  appends between them. A MERGEd result's feed holds only the rows a run changed, so a small change
+  of a large upstream costs a small read (``lakeivm bench upstream``);
+- else as the signed difference of its results at the two seqs, read through the upstream's own
+  reader: exact whatever happened between the two (a crash rolled back -- RESTORE writes no change
+  data --, a rebuild, an edited definition, auto switching the upstream between incremental and
+  full), and as cheap as the feed for a small result, which each run rewrites whole.
+
+A view read so is a ``ViewSource``, the other ``changes.Source`` beside a table's, registered on
+the lake (``lake.upstreams``) so that ``changes.source`` finds it without importing this module. Reading a view's result needs its kind, so the binding of a spec to its context and
+maintainer (``prepare``, ``reader``) lives here too, below the engine that runs it.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from lakeivm.columns import MULTIPLICITY
+from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError, analysed_as
+from lakeivm.spec import FULL
+from lakeivm.views.base import Context, Maintainer
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from lakeivm.store.commit import LogRow
+    from lakeivm.store.lake import Lake
+    from lakeivm.spec import ViewSpec
+
+class InjectedFailure(LakeIVMError):
+    """Raised by fault-injection tests at a named point of a run."""
+
+
+def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Context, Maintainer]:
+    """Classify the view and build the run's context (pins and watermarks filled by the run)."""
+    from lakeivm.views.kinds import maintainer_for  # here, not above: a run with nothing to do parses no SQL (lakeivm.spec)
+    from lakeivm.catalog.registry import choose
+
+    choice = choose(spec, schemas_for(lake, spec))
+
+    def checkpoint(label: str) -> None:
+        if fail_at == label:
+            raise InjectedFailure(f"injected failure at {label}")
+
+    ctx = Context(lake, spec, choice.query, pins={}, watermarks={}, seed=int(spec.options.get("seed", 0)), checkpoint=checkpoint,
+                  why_full=choice.why_full, auto=choice.auto)
+    return ctx, maintainer_for(choice.kind)
+
+
+def reader(lake: Lake, spec: ViewSpec, row: LogRow | None) -> tuple[Context, Maintainer]:
+    """The context and the maintainer of the result ``row`` committed: the view's kind, or the full
+    kind (its query: the SQL as written) where auto recomputed that run in full."""
+    from lakeivm.views.kinds import maintainer_for
+    from lakeivm.sql import parse_full
+
+    ctx, maintainer = prepare(lake, spec)
+    if ctx.auto and row is not None and row.kind == FULL:
+        full = parse_full(spec.sql, schemas_for(lake, spec), spec.source)
+        return replace(ctx, query=full, why_full="auto chose a full recompute"), maintainer_for(FULL)
+    return ctx, maintainer
+
+
+def schemas_for(lake: Lake, spec: ViewSpec) -> dict[str, dict[str, str]]:
+    """{source: {column: type}} the view's SQL is checked against: the lake's tables, and the results
+    of the views it reads (a name that is both is refused)."""
+    register(lake, spec)
+    tables = lake.table_schemas()
+    both = sorted(set(tables) & set(spec.upstreams))
+    if both:
+        raise LakeIVMError(f"{spec.source}: {', '.join(both)} is both a lake table and a view; rename the view "
+                           f"or the table so that the view's FROM names one thing.")
+    return {**tables, **{name: schema(lake, up) for name, up in spec.upstreams.items()}}
+
+
+@dataclass(frozen=True, eq=False)
+class ViewSource:
+    """A view read by other views as a source (``changes.Source``): its log seqs stand for a table's
+    versions."""
+
+    lake: Lake
+    spec: ViewSpec
+
+    def pin(self) -> int:
+        return pin(self.lake, self.spec)
+
+    def span(self, watermark: int, head: int) -> str:
+        return f"view {self.spec.name}'s runs #{watermark + 1}..#{head}"
+
+    def identity(self) -> None:
+        return None  # its runs are numbered by the log the reading view shares: never replaced under it
+
+    def pending_rows(self, watermark: int, head: int) -> int:
+        return pending_rows(self.lake, self.spec, watermark, head)
+
+    def pending_age_seconds(self, watermark: int, head: int) -> float:
+        return pending_age_seconds(self.lake, self.spec, watermark, head)
+
+    def check_readable(self, watermark: int, head: int, columns: Iterable[str]) -> None:
+        check_readable(self.lake, self.spec, watermark, head, columns)
+
+    def read_counted(self, watermark: int, head: int, columns: Iterable[str]) -> tuple[DataFrame, int]:
+        delta = read_delta(self.lake, self.spec, watermark, head, columns)
+        return delta, delta.count()
+
+    def snapshot(self, seq: int, oracle: bool = False) -> DataFrame:
+        return snapshot(self.lake, self.spec, seq)
+
+
+def register(lake: Lake, spec: ViewSpec) -> None:
+    """Make the views ``spec`` reads (and theirs) readable as sources of ``lake``."""
+    for name, upstream in spec.upstreams.items():
+        known = lake.upstreams.get(name)
+        if known is None or known.spec is not upstream:
+            lake.upstreams[name] = ViewSource(lake, upstream)
+            register(lake, upstream)
+
+
+def readable(lake: Lake, spec: ViewSpec) -> bool:
+    """Whether a downstream run can read the upstream now (``pin`` does not raise)."""
+    try:
+        pin(lake, spec)
+    except StateError:
+        return False
+    return True
+
+
+def pin(lake: Lake, spec: ViewSpec) -> int:
+    """The seq of the upstream's last consistent committed run: what a downstream run reads."""
+    from lakeivm.store import commit
+
+    row = commit.last_committed(lake, spec.name, consistent=True)
+    if row is None or not _of_current_definition(row, spec):
+        state = "no consistent committed run" if row is None else "a new definition it has not run with yet"
+        raise StateError(f"view {spec.name!r} has {state}, and other views read it: refresh it first "
+                         f"(`lakeivm refresh VIEW` refreshes the views VIEW reads before it).")
+    return row.seq
+
+
+def run_at(lake: Lake, spec: ViewSpec, seq: int) -> LogRow:
+    """The upstream's committed run ``seq``."""
+    from lakeivm.store import commit
+
+    for row in commit.log_rows(lake, spec.name):
+        if row.seq == seq:
+            return row
+    raise ChangeRangeError(f"view {spec.name!r}: its committed run #{seq}, which a view reading it last read, is not in "
+                           "the log; the reading view is rebuilt from the upstream's current result.")
+
+
+def snapshot(lake: Lake, spec: ViewSpec, seq: int) -> DataFrame:
+    """The upstream's rows as its committed run ``seq`` left them (as ``lakeivm read`` shows them).
+
+    Only a run of the upstream's current definition and kind can be read so (another definition's
+    state may hold other columns): an older one raises ChangeRangeError, and the reading view is
+    rebuilt from the upstream's current result (its ``on_unreadable_changes`` policy)."""
+    row = run_at(lake, spec, seq)
+    ctx, maintainer = reader(lake, spec, row)
+    if not _of_current_definition(row, spec) or getattr(maintainer, "kind", row.kind) != row.kind:
+        raise ChangeRangeError(f"view {spec.name!r} was redefined or is maintained otherwise since its run #{seq} "
+                               f"({row.kind} then, {getattr(maintainer, 'kind', '?')} now); the views reading it are "
+                               "rebuilt from its current result.")
+    return maintainer.result(ctx, row.state_versions["result"])
+
+
+def schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
+    """{column: Spark SQL type} of the upstream's result (at its pin): what the downstream's SQL sees.
+    An upstream that has not run yet (or not with its current definition): the columns its SQL
+    declares (``declared_schema``), so that a view over it can be explained and checked before."""
+    try:
+        seq = pin(lake, spec)
+    except StateError:
+        return declared_schema(lake, spec)
+    return dict(_types(snapshot(lake, spec, seq)))
+
+
+def declared_schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
+    """{column: Spark SQL type} of ``spec``'s SQL, analysed by Spark (not run) over empty frames of
+    its sources' types; its own upstreams' the same way when they have not run either."""
+    from lakeivm.sql import as_written, backquoted, referenced_tables
+
+    sources, names = schemas_for(lake, spec), {}
+    try:
+        with analysed_as(spec):
+            for source in referenced_tables(spec.sql):
+                if source in sources:
+                    names[source] = f"lakeivm_declared_{spec.name}_{source}"
+                    ddl = ", ".join(f"{backquoted(column)} {kind}" for column, kind in sources[source].items())
+                    lake.spark.createDataFrame([], ddl).createOrReplaceTempView(names[source])
+            return dict(_types(lake.spark.sql(as_written(spec.sql, names))))
+    finally:
+        for name in names.values():
+            lake.spark.catalog.dropTempView(name)
+
+
+def pending_rows(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> int:
+    """The upstream's change rows over its runs in ``(watermark, head]`` (a cost proxy; at least 1
+    when anything is pending, so the planner never takes it for a commit without changes)."""
+    if head <= watermark:
+        return 0
+    return max(1, sum(sum(r.delta_rows.values()) for r in _runs(lake, spec, watermark, head)))
+
+
+def pending_age_seconds(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> float:
+    """Seconds since the oldest upstream run in ``(watermark, head]`` committed."""
+    runs = _runs(lake, spec, watermark, head)
+    if not runs:
+        return 0.0
+    return max(0.0, (datetime.now(timezone.utc) - min(r.finished_at for r in runs)).total_seconds())
+
+
+def check_readable(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: Iterable[str]) -> None:
+    """Raise ChangeRangeError if the upstream's results at the two seqs cannot be compared: a run gone
+    from the log, or a column the downstream reads that changed type or went away."""
+    if head == watermark:
+        return
+    if head < watermark:
+        raise ChangeRangeError(f"view {spec.name!r} is at run #{head}, behind run #{watermark} a view reading it last read: "
+                               "its log was rewound. The reading view is rebuilt from the upstream's current result.")
+    _check_columns(spec, watermark, head, snapshot(lake, spec, watermark), snapshot(lake, spec, head), columns)
+
+
+def read_delta(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: Iterable[str]) -> DataFrame:
+    """The upstream's netted signed delta over ``(watermark, head]``: its result at ``head`` minus its
+    result at ``watermark``, projected to ``columns`` (rows carry ``_lakeivm_m``, as ``changes.read_delta``)."""
+    from pyspark.sql import functions as F
+
+    columns = list(columns)
+    if head < watermark:
+        check_readable(lake, spec, watermark, head, columns)  # raises: the log was rewound
+    fed = _from_change_feed(lake, spec, watermark, head, columns)
+    if fed is not None:
+        return fed
+    old, new = snapshot(lake, spec, watermark), snapshot(lake, spec, head)  # each built once: checked, then diffed
+    _check_columns(spec, watermark, head, old, new, columns)
+    try:
+        after = new.select(*columns, F.lit(1).alias(MULTIPLICITY))
+        before = old.select(*columns, F.lit(-1).alias(MULTIPLICITY))
+        delta = (after.unionByName(before).groupBy(*columns).agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
+                 .where(F.col(MULTIPLICITY) != 0))
+        return delta.localCheckpoint(eager=True)
+    except (ChangeRangeError, StateError):
+        raise
+    except Exception as err:  # e.g. a result version removed by VACUUM
+        raise ChangeRangeError(f"view {spec.name!r}: its results of runs #{watermark} and #{head} cannot be read "
+                               f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); the reading view "
+                               "is rebuilt from the upstream's current result.") from err
+
+
+READ_FEED = True  # False: always the difference of two results (``lakeivm bench upstream``'s baseline)
+FEED_OPERATIONS = ("MERGE", "UPDATE", "DELETE", "OPTIMIZE", "SET TBLPROPERTIES")  # and appends: a result's changes only
+
+
+def _from_change_feed(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: list[str]) -> DataFrame | None:
+    """``read_delta`` read from the change data feed of the upstream's stored result between the
+    versions its runs ``watermark`` and ``head`` logged, where that feed gives the changes exactly and
+    costs less than two results: every run over the range of the upstream's current definition and
+    of one kind, the kind's result its stored rows row by row (``result_changes``), and every commit
+    of the result over the range a MERGE or an append (a rewrite's feed is both results whole; a
+    RESTORE, recovery's rollback, writes no change data). None: read the difference."""
+    from pyspark.sql import functions as F
+
+    from lakeivm.sources import changes
+
+    runs = [run_at(lake, spec, watermark), *_runs(lake, spec, watermark, head)]
+    since, until = (r.state_versions.get("result") for r in (runs[0], runs[-1]))
+    if (not READ_FEED or since is None or until is None or until < since
+            or any(not _of_current_definition(r, spec) or r.kind != runs[-1].kind for r in runs)):
+        return None
+    ctx, maintainer = reader(lake, spec, runs[-1])  # the upstream's SQL classified: only once the log allows the feed
+    if not hasattr(maintainer, "result_changes"):
+        return None
+    path = maintainer.state_tables(ctx)["result"]
+    if until == since:  # runs that left the result as it was (their changes netted to nothing): no change
+        types = lake.schema_at(path, until)
+        if any(c not in types for c in columns):
+            return None
+        return lake.spark.createDataFrame([], ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint")
+    result = changes.TableSource(lake, f"view {spec.name}'s result", path)
+    if not all(_feeds(commit) for commit in result.history(since, until)):  # read_counted reuses it
+        return None
+    try:  # read_counted checks the range (a commit gone, the feed off, a column changed) and raises ChangeRangeError
+        rows, _ = result.read_counted(since, until, list(lake.schema_at(path, until)))
+        seen = maintainer.result_changes(ctx, rows)
+        if seen is None or any(c not in seen.columns for c in columns):
+            return None
+        return (seen.groupBy(*columns).agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
+                .where(F.col(MULTIPLICITY) != 0).localCheckpoint(eager=True))
+    except ChangeRangeError:  # the feed cannot be read (a column changed, files vacuumed): the difference may be
+        return None
+
+
+def _feeds(commit: Mapping) -> bool:
+    """Whether a commit of a result is one whose change data feed holds only the rows it changed."""
+    operation = commit["operation"]
+    mode = str((commit["operationParameters"] or {}).get("mode", "")).lower()
+    return operation in FEED_OPERATIONS or (operation in ("WRITE", "STREAMING UPDATE") and mode == "append")
+
+
+def _check_columns(spec: ViewSpec, watermark: int, head: int, old: DataFrame, new: DataFrame, columns: Iterable[str]) -> None:
+    """ChangeRangeError if a column the downstream reads changed type or went away between the runs."""
+    before, after = _types(old), _types(new)
+    for column in columns:
+        if before.get(column) != after.get(column):
+            raise ChangeRangeError(f"view {spec.name!r}: column {column!r} changed between its runs #{watermark} and #{head} "
+                                   f"({before.get(column) or 'absent'} -> {after.get(column) or 'absent'}); "
+                                   "the reading view is rebuilt from the upstream's current result.")
+
+
+def _of_current_definition(row: LogRow, spec: ViewSpec) -> bool:
+    from lakeivm.fingerprint import fingerprint
+
+    return row.fingerprint in (None, fingerprint(spec))
+
+
+def _runs(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> list[LogRow]:
+    """The upstream's committed runs in ``(watermark, head]``."""
+    from lakeivm.store import commit
+
+    return [r for r in commit.log_rows(lake, spec.name) if watermark < r.seq <= head]
+
+
+def _types(frame: DataFrame) -> Mapping[str, str]:
+    return {f.name: f.dataType.simpleString() for f in frame.schema.fields}
