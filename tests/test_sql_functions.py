@@ -43,6 +43,18 @@ def test_deterministic_built_ins_are_admitted(call):
     check_functions(sqlglot.parse_one(sql, dialect="spark"), sql, "v.yaml")
 
 
+def test_a_named_window_orders_as_the_window_it_names():
+    """``OVER w`` with ``WINDOW w AS (... ORDER BY ...)`` is an ordered window (the TPC-DI pipeline's SCD2
+    dimensions); a named window without ORDER BY is not."""
+    from lakeivm.sql.functions import check_sql
+
+    ordered = "SELECT LAST_VALUE(v) IGNORE NULLS OVER w AS x FROM t WINDOW w AS (PARTITION BY k ORDER BY d)"
+    check_sql(ordered, "v.sql")
+    check_sql(ordered.replace("OVER w", "OVER (w ROWS BETWEEN 2 PRECEDING AND CURRENT ROW)"), "v.sql")
+    with pytest.raises(SpecError, match=r"last_value\(\) is not allowed .*order of the rows"):
+        check_sql(ordered.replace("ORDER BY d", ""), "v.sql")
+
+
 @pytest.mark.parametrize("call, name, reason", [
     ("rand()", "rand", "Spark marks it non-deterministic"),
     ("uuid()", "uuid", "Spark marks it non-deterministic"),

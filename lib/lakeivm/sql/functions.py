@@ -43,6 +43,7 @@ from sqlglot.errors import ParseError
 from lakeivm.errors import SpecError, UnsupportedQuery
 from lakeivm.sql.ir import DIALECT
 from lakeivm.sql.spark_builtins import BUILTINS
+from lakeivm.sql.tree import inline_named_windows
 
 _STORE = "store the value in a column of the source table and use that column"
 _CATALYST = f"Spark marks it non-deterministic (it differs between runs, or between partitions); {_STORE}"
@@ -89,7 +90,7 @@ def check_sql(sql: str, source: str) -> None:
     does not load (listed as broken, with the reason). SQL that does not parse is left to the
     view's classification, which names the problem."""
     try:
-        tree = sqlglot.parse_one(sql, dialect=DIALECT)
+        tree = inline_named_windows(sqlglot.parse_one(sql, dialect=DIALECT))
     except ParseError:
         return
     try:

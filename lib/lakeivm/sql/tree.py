@@ -65,10 +65,32 @@ def parse_sql(sql: str, source: str) -> exp.Expression:
         raise UnsupportedQuery(f"{source}: line {line}: ${{...}} is not allowed: Spark replaces it with an "
                                "environment variable, system property or setting; write the value itself.")
     try:
-        return sqlglot.parse_one(sql, dialect=DIALECT)
+        return inline_named_windows(sqlglot.parse_one(sql, dialect=DIALECT))
     except ParseError as err:
         raise UnsupportedQuery(f"{source}: SQL does not parse: {err}") from err
 
+
+def inline_named_windows(tree: exp.Expression) -> exp.Expression:
+    """``tree`` with every ``OVER w`` written out from its ``WINDOW w AS (...)`` clause (its own frame
+    or ORDER BY kept, as Spark resolves them), and the WINDOW clauses dropped: what the checks and
+    the window kind read is then each window's own PARTITION BY, ORDER BY and frame."""
+    for select in list(tree.find_all(exp.Select)):
+        named = {window.this.name: window for window in select.args.get("windows") or []}
+        if not named:
+            continue
+        for window in select.find_all(exp.Window):
+            reference = window.args.get("alias")
+            if window.parent is select or window.find_ancestor(exp.Select) is not select or reference is None \
+                    or reference.name not in named:
+                continue
+            base = named[reference.name]
+            window.set("alias", None)
+            for part in ("partition_by", "order", "spec"):
+                if not window.args.get(part) and base.args.get(part):
+                    window.set(part, base.args[part].copy() if isinstance(base.args[part], exp.Expression)
+                               else [node.copy() for node in base.args[part]])
+        select.set("windows", None)
+    return tree
 
 
 def statement_kind(tree: exp.Expression) -> str:
