@@ -133,6 +133,21 @@ def test_start_order_and_health():
     assert SERVICES["spark-worker"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
 
 
+def test_long_running_services_restart_and_report_their_health():
+    """Every service but the one-off init restarts unless stopped and has a healthcheck: the Airflow
+    components by their job's heartbeat (``airflow jobs check``), the Spark ones by their port. Every
+    Airflow container shares one [api] secret_key (the api-server signs its task-log requests with it)."""
+    jobs = {"airflow-scheduler": "SchedulerJob", "airflow-dag-processor": "DagProcessorJob", "airflow-triggerer": "TriggererJob"}
+    for name, service in SERVICES.items():
+        if name == "airflow-init":
+            assert service["restart"] == "on-failure"
+            continue
+        assert service["restart"] == "unless-stopped" and service["healthcheck"]["test"][0] == "CMD", name
+        if name in jobs:
+            assert service["healthcheck"]["test"][1:] == ["airflow", "jobs", "check", "--job-type", jobs[name], "--local"]
+    assert all(SERVICES[s]["environment"]["AIRFLOW__API__SECRET_KEY"] for s in AIRFLOW)
+
+
 def test_components_wait_for_a_healthy_apiserver():
     """The scheduler, dag-processor and triggerer use the api-server's Execution API: they start once
     its healthcheck passes (a trigger sent before then failed with ReadTimeout)."""
