@@ -13,6 +13,7 @@ Every process of the stack is stopped by its pid at the end, also when the test 
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -72,7 +73,9 @@ def test_scheduled_and_on_demand_runs_of_a_view(tmp_path, monkeypatch):
             assert manual["state"] == "success", _logs(stack, manual["dag_run_id"])
         finally:
             spark.stop()
-        audit = subprocess.run([str(Path(sys.executable).parent / "lakeivm"), "audit", VIEW], env=stack.env,
+        # From an operator's shell: the environment the stack wrote out, nothing else of this process's.
+        shell = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+        audit = subprocess.run(["bash", "-c", f"source {stack.root}/stack.env && lakeivm audit {VIEW}"], env=shell,
                                capture_output=True, text=True, timeout=300)
         assert audit.returncode == 0 and "no difference" in audit.stdout, audit.stdout + audit.stderr
         emitted = {event["source_run_id"] for event in api.asset_events(DAG)}

@@ -134,7 +134,26 @@ def start_stack(root: Path, lake: str, views: str | None = None, settings: Setti
     except BaseException:
         stack.stop()
         raise
+    write_environment(stack)
     return stack
+
+
+def write_environment(stack: Stack) -> tuple[Path, Path]:
+    """The stack's environment for an operator's shell: ``<root>/stack.env`` (the variables Airflow's
+    processes and lakeivm's CLI need, to ``source``) and ``<root>/lakeivm.toml`` (lake, views and
+    Connect server, read by lakeivm from that folder). Returns both paths."""
+    import shlex
+
+    own = {key: value for key, value in stack.env.items() if key.startswith(("AIRFLOW", "LAKEIVM_")) or key.lower() == "no_proxy"}
+    env_file = stack.root / "stack.env"
+    env_file.write_text("# the environment of this lakeivm stack: `source` it, then use `airflow` and `lakeivm`\n"
+                        + "".join(f"export {key}={shlex.quote(value)}\n" for key, value in sorted(own.items())))
+    env_file.chmod(0o600)  # it holds the stack's secret keys
+    settings = stack.settings
+    toml = stack.root / "lakeivm.toml"
+    toml.write_text(f"lake = {json.dumps(settings.lake)}\nviews = {json.dumps(settings.views)}\n"
+                    f"spark_remote = {json.dumps(settings.spark_remote)}\n")
+    return env_file, toml
 
 
 def start_postgres(stack: Stack, progress: Progress) -> None:
@@ -305,8 +324,9 @@ def _demo(root: Path, scale: float) -> None:
         print(f"{dag_id}: on-demand refresh {refresh['dag_run_id']} {refresh['state']}")
         print(f"\nAirflow UI: {stack.ui_url}   (every user is admin; loopback only)\nSpark master UI: {stack.spark_ui}\n"
               f"Spark Connect: {stack.settings.spark_remote}   lake: {stack.settings.lake}   logs: {root}\n"
-              f"CLI against it: LAKEIVM_SPARK_REMOTE={stack.settings.spark_remote} LAKEIVM_LAKE={stack.settings.lake} "
-              f"lakeivm status\nPress Ctrl-C to stop everything.", flush=True)
+              f"From another shell: source {root}/stack.env   (or cd {root}: lakeivm reads its lakeivm.toml), then\n"
+              f"  lakeivm status\n  airflow dags trigger {dag_id} -c '{{\"refresh\": true}}'\n"
+              "Press Ctrl-C to stop everything.", flush=True)
         while not (ended := [s for s in stack.services if s.process.poll() is not None]):
             time.sleep(1)
         print(f"{ended[0].name} exited ({ended[0].process.returncode}); see {ended[0].log}", flush=True)
