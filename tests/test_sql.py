@@ -175,7 +175,10 @@ def test_the_reason_names_the_construct_that_blocks_incremental_maintenance():
                                                r"MAX, COUNT\(DISTINCT e\) and STDDEV/VARIANCE"):
         parse_query("SELECT g, MEDIAN(b) AS md FROM s GROUP BY g", SCHEMAS)
     spread = parse_query("SELECT g, STDDEV(b) AS sd, VAR_POP(b) AS vp FROM s GROUP BY g", SCHEMAS)
-    assert [(a.func, a.sql) for a in spread.aggregates] == [("SUM", "CAST(s.b AS DOUBLE)"), ("SUM", "CAST(s.b AS DOUBLE) * CAST(s.b AS DOUBLE)")]
+    exact = "CAST(s.b AS DECIMAL(38, 0))"  # an INT: summed exactly, squares too (n·Σx² − (Σx)² does not cancel digits away)
+    assert [(a.func, a.sql) for a in spread.aggregates] == [("SUM", exact), ("SUM", f"{exact} * {exact}")]
+    doubles = parse_query("SELECT g, STDDEV(b * 0.5e0) AS sd FROM s GROUP BY g", SCHEMAS)
+    assert [a.sql for a in doubles.aggregates] == ["CAST(s.b * 0.5e0 AS DOUBLE)", "CAST(s.b * 0.5e0 AS DOUBLE) * CAST(s.b * 0.5e0 AS DOUBLE)"]
 
 
 def test_plain_ctes_and_derived_tables_are_merged_and_an_order_by_is_ignored():

@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 
 from lakeivm.errors import UnsupportedQuery
@@ -43,7 +45,7 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
     if _having_as_column(tree):
         notes = (*notes, "HAVING: every group is maintained, with whether it satisfies HAVING; reading the view keeps those that do")
     # A derived table or CTE that is a plain SELECT (TPC-H Q7-Q9) is merged into the query (sqlglot's optimizer).
-    tree = merge_subqueries(qualified(tree, schemas, source))
+    tree = _typed(merge_subqueries(qualified(tree, schemas, source)), schemas)
     if _right_as_left(tree):
         notes = (*notes, "RIGHT JOIN maintained as the LEFT JOIN with its two tables swapped")
     notes = (*notes, *_semi_joins(tree))
@@ -594,7 +596,7 @@ def _finalize(node: exp.Expression, by_sql: dict[str, str], aggs: dict, sql: str
     if (distinct := _count_distinct(node)) is not None:  # the number of values with a positive count in the multiset
         return sqlglot.parse_one(f"COALESCE(_lakeivm_s{state('DISTINCT', distinct.sql(DIALECT)).index}, 0)", dialect=DIALECT)
     if isinstance(node, exp.AggFunc) and AGGREGATES[type(node)].startswith(("STDDEV", "VAR")):
-        value = f"CAST({node.this.sql(DIALECT)} AS DOUBLE)"
+        value = _variance_value(node.this)
         return sqlglot.parse_one(_variance_sql(AGGREGATES[type(node)], state("SUM", value), state("SUM", f"{value} * {value}")),
                                  dialect=DIALECT)
     if isinstance(node, exp.AggFunc):
@@ -613,16 +615,47 @@ def _finalize(node: exp.Expression, by_sql: dict[str, str], aggs: dict, sql: str
     return node
 
 
+def _typed(tree: exp.Expression, schemas: Mapping[str, Mapping[str, str]]) -> exp.Expression:
+    """``tree`` with each expression's type where sqlglot infers it from the tables' columns (what a
+    variance's state reads, ``_variance_value``); an expression it cannot type keeps none."""
+    try:
+        annotate_types(tree, schema={table: dict(columns) for table, columns in schemas.items()}, dialect=DIALECT)
+    except (OptimizeError, KeyError, ValueError, TypeError):  # left untyped: the variance state in doubles
+        pass
+    return tree
+
+
+_EXACT_INTEGERS = (exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT)
+
+
+def _variance_value(value: exp.Expression) -> str:
+    """What a variance's state sums for ``value``: the value itself as ``DECIMAL(38, s)`` where it is an
+    INT or a DECIMAL of at most 15 digits and scale 3 (its square, their sums and ``n·Σx² − (Σx)²``
+    then hold every digit: a group whose values are close together loses none of its variance to
+    cancellation), else a DOUBLE, as Spark computes the aggregate. ``value.type`` is sqlglot's
+    inference from the tables' columns (``_typed``)."""
+    kind, text = value.type, value.sql(DIALECT)
+    if kind is not None and kind.is_type(*_EXACT_INTEGERS):
+        return f"CAST({text} AS DECIMAL(38, 0))"
+    if kind is not None and kind.is_type(exp.DataType.Type.DECIMAL):
+        precision, scale = ([int(param.this.name) for param in kind.expressions] + [10, 0])[:2] if kind.expressions else (10, 0)
+        if precision <= 15 and scale <= 3:
+            return f"CAST({text} AS DECIMAL(38, {scale}))"
+    return f"CAST({text} AS DOUBLE)"
+
+
 def _variance_sql(func: str, values: Aggregate, squares: Aggregate) -> str:
     """SQL's ``VAR_SAMP``/``VAR_POP``/``STDDEV_SAMP``/``STDDEV_POP`` from the state: the sum of the values,
     of their squares and their count, ``(n * Σx² - (Σx)²) / (n (n - 1))`` (``n²`` for the population),
-    in doubles as Spark computes them; NULL over no value, and a sample's over one. Clamped at 0: the
-    rounding of the difference must not make a constant group's variance negative."""
+    the difference exact where the state is (``_variance_value``), then in doubles; NULL over no value,
+    and a sample's over one. Clamped at 0: the rounding of a difference of doubles must not make a
+    constant group's variance negative."""
     s, n, s2 = f"_lakeivm_s{values.index}", f"_lakeivm_n{values.index}", f"_lakeivm_s{squares.index}"
+    difference = f"CAST(GREATEST({n} * {s2} - {s} * {s}, 0) AS DOUBLE)"
     if func.endswith("SAMP"):
-        variance = f"CASE WHEN {n} < 2 THEN NULL ELSE GREATEST({n} * {s2} - {s} * {s}, 0) / ({n} * ({n} - 1)) END"
+        variance = f"CASE WHEN {n} < 2 THEN NULL ELSE {difference} / ({n} * ({n} - 1)) END"
     else:
-        variance = f"CASE WHEN {n} = 0 THEN NULL ELSE GREATEST({n} * {s2} - {s} * {s}, 0) / ({n} * {n}) END"
+        variance = f"CASE WHEN {n} = 0 THEN NULL ELSE {difference} / ({n} * {n}) END"
     return f"SQRT({variance})" if func.startswith("STDDEV") else variance
 
 
