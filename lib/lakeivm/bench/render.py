@@ -84,6 +84,8 @@ SUITES: dict[str, tuple[str, str]] = {
     "upstream": ("upstream", "`lakeivm bench upstream`: a view over a large view, the upstream's changes "
                  "read from the change data feed of its stored result, against the difference of its "
                  "two results, recomputation and DuckDB."),
+    "pipeline": ("pipeline", "`lakeivm bench pipeline`: the TPC-DI-style pipeline (`schemas/views-tpcdi`) "
+                 "refreshed per batch against Spark and DuckDB recomputing every view, each view audited."),
     "log": ("log", "`lakeivm bench log` (no Spark): one view's log rows read by a fresh process after "
             "many appends, compacted against not."),
     "other": ("Other measurements", "Results measured outside the suites."),
