@@ -75,7 +75,10 @@ GENERATORS = frozenset({*(name for name, group in BUILTINS.items() if group == "
 def check_functions(tree: exp.Expression, sql: str, source: str) -> None:
     """Raise UnsupportedQuery naming the first call of ``tree`` that a view may not make (``refusal``),
     with ``source``, its line in ``sql`` and the fix. Non-deterministic calls are named first, even
-    inside another refused call (``unix_timestamp()`` reads the current time)."""
+    inside another refused call (``unix_timestamp()`` reads the current time). An ``OVER w`` is read
+    as the window its ``WINDOW w AS (...)`` names (on a copy: ``tree`` is left as it is)."""
+    if any(select.args.get("windows") for select in tree.find_all(exp.Select)):
+        tree = inline_named_windows(tree.copy())
     refused = [(call, why) for call in tree.find_all(exp.Func) if (why := refusal(call, sql)) is not None]
     refused.sort(key=lambda found: found[1] not in _NOT_DETERMINISTIC)
     if refused:
@@ -90,7 +93,7 @@ def check_sql(sql: str, source: str) -> None:
     does not load (listed as broken, with the reason). SQL that does not parse is left to the
     view's classification, which names the problem."""
     try:
-        tree = inline_named_windows(sqlglot.parse_one(sql, dialect=DIALECT))
+        tree = sqlglot.parse_one(sql, dialect=DIALECT)
     except ParseError:
         return
     try:
