@@ -173,6 +173,8 @@ def _specs(settings: Settings):
     specs = cached_specs(settings.views, settings.lake)
     for broken in specs.broken:
         print(f"lakeivm: warning: skipped a view spec that does not load: {broken.summary}", file=sys.stderr)
+    for line in specs.not_taken:  # of a Spark Declarative Pipelines spec
+        print(f"lakeivm: not maintained: {line}", file=sys.stderr)
     return specs
 
 

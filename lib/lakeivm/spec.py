@@ -66,13 +66,15 @@ class BrokenSpec:
 class Specs(dict[str, ViewSpec]):
     """The specs of a views folder by name, and ``broken``: the files that did not load.
     ``lake_schemas``: the lake's tables' columns, where loading them read those (they decide which
-    columns of a correlated subquery are its own)."""
+    columns of a correlated subquery are its own). ``not_taken``: what of a Spark Declarative
+    Pipelines spec lakeivm does not maintain, one line each (``lakeivm.catalog.pipeline``)."""
 
     def __init__(self, specs: Mapping[str, ViewSpec], broken: Sequence[BrokenSpec] = (),
-                 lake_schemas: Mapping[str, Mapping[str, str]] | None = None) -> None:
+                 lake_schemas: Mapping[str, Mapping[str, str]] | None = None, not_taken: Sequence[str] = ()) -> None:
         super().__init__(specs)
         self.broken = tuple(broken)
         self.lake_schemas = lake_schemas
+        self.not_taken = tuple(not_taken)
 
 
 def find_spec(specs: Mapping[str, ViewSpec], name: str) -> ViewSpec:

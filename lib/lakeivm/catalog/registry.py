@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from lakeivm.catalog import pipeline
 from lakeivm.sql import ddl
 from lakeivm.store import storage
 from lakeivm.errors import LakeIVMError, SpecError, UnsupportedQuery
@@ -189,8 +190,9 @@ def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
     schemas = functools.cache(lake_schemas) if lake is not None else None
     loaded: dict[str, list[ViewSpec]] = {}
     broken: list[BrokenSpec] = []
-    for path in sorted([*Path(folder).glob("*.yaml"), *Path(folder).glob("*.yml"), *Path(folder).glob("*.sql")]):
-        for spec in _load_file(path, schemas):
+    declared, not_taken = _declared(folder, schemas)
+    for declared_in_file in declared:
+        for spec in declared_in_file:
             if isinstance(spec, BrokenSpec):
                 broken.append(spec)
                 continue
@@ -212,18 +214,49 @@ def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
     broken += over_broken
     specs, cyclic = link_upstreams(specs)
     broken += cyclic
-    return Specs(specs, sorted(broken, key=lambda entry: entry.path), lake_schemas=read[0] if read else None)
+    return Specs(specs, sorted(broken, key=lambda entry: entry.path), lake_schemas=read[0] if read else None,
+                 not_taken=not_taken)
 
 
-def load_sql_specs(path: str | Path, schemas: Callable[[], Mapping[str, Mapping[str, str]]] | None = None
-                   ) -> list[ViewSpec | BrokenSpec]:
+def _declared(folder: str | Path, schemas: Callable[[], Mapping[str, Mapping[str, str]]] | None
+              ) -> tuple[list[list[ViewSpec | BrokenSpec]], list[str]]:
+    """What each spec file of ``folder`` declares, and what of it is not taken: a views folder's
+    ``*.yaml``/``*.yml``/``*.sql`` files, or a Spark Declarative Pipelines spec's SQL files where
+    ``folder`` is that spec or holds it (``lakeivm.catalog.pipeline``)."""
+    try:
+        spec_path = pipeline.spec_file(folder)
+        if spec_path is None:
+            paths = sorted([*Path(folder).glob("*.yaml"), *Path(folder).glob("*.yml"), *Path(folder).glob("*.sql")])
+            return [_load_file(path, schemas) for path in paths], []
+        read = pipeline.read_pipeline(spec_path)
+    except SpecError as err:
+        return [[BrokenSpec(str(folder), str(err), (Path(folder).name,))]], []
+    declared = [load_sql_specs(path, schemas, text=text, defaults=read.defaults) for path, text in sorted(read.sql_files.items())]
+    others = [f"{path.relative_to(read.spec_path.parent)}: line {one.line}: {one.other} ...: not a materialized view, not run "
+              "by lakeivm (a view reading its name reads the lake's table of that name)"
+              for path, text in sorted(read.sql_files.items())
+              for one in _pipeline_statements(text, str(path), read.defaults) if one.other]
+    return declared, [*read.not_taken, *others]
+
+
+def _pipeline_statements(text: str, source: str, defaults: Mapping[str, str]) -> list[ddl.Declaration]:
+    try:
+        return ddl.declarations(text, source, dict(defaults), others=True)
+    except SpecError:
+        return []  # the file's load names the problem
+
+
+def load_sql_specs(path: str | Path, schemas: Callable[[], Mapping[str, Mapping[str, str]]] | None = None,
+                   text: str | None = None, defaults: Mapping[str, str] | None = None) -> list[ViewSpec | BrokenSpec]:
     """The views a ``.sql`` file's ``CREATE MATERIALIZED VIEW`` statements declare (``lakeivm.sql.ddl``), each
     validated as a YAML spec is (``spec_from_dict``); a statement that does not load is a BrokenSpec
-    naming the file and its line, and the file's other statements still load."""
+    naming the file and its line, and the file's other statements still load. A pipeline's file
+    (``defaults``: the fields its spec gives every view) may hold other statements: they are skipped."""
     path = Path(path)
     try:
-        text = path.read_text()
-        declared = ddl.declarations(text, str(path))
+        text = path.read_text() if text is None else text
+        declared = [one for one in ddl.declarations(text, str(path), dict(defaults or {}), others=defaults is not None)
+                    if one.other is None]
     except (OSError, UnicodeDecodeError) as err:
         return [BrokenSpec(str(path), f"{path}: cannot read the spec: {err}", (path.stem,))]
     except SpecError as err:

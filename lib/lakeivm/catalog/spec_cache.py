@@ -57,7 +57,11 @@ def _folder_key(folder: Path, lake: str | None) -> str:
     """What a folder's loaded specs depend on: its spec files' names and bytes, whether a lake was
     given, and lakeivm's code (each module's size and modification time)."""
     digest = hashlib.sha256(repr(lake is not None).encode())
-    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml"), *folder.glob("*.sql")]):
+    root = folder.parent if folder.is_file() else folder  # a pipeline spec (catalog.pipeline): its folder's every file
+    files = [*folder.glob("*.yaml"), *folder.glob("*.yml"), *folder.glob("*.sql")]
+    if folder.is_file() or any((folder / name).is_file() for name in ("spark-pipeline.yml", "spark-pipeline.yaml")):
+        files = [path for path in root.rglob("*") if path.is_file() and "__pycache__" not in path.parts]
+    for path in sorted(files):
         digest.update(path.name.encode() + b"\0")
         try:
             digest.update(path.read_bytes() + b"\0")

@@ -64,17 +64,28 @@ class Declaration:
     lines: dict[str, int] = field(default_factory=dict)
     sql_line: int = 1  # the file's line of the SELECT's first line
     problem: str | None = None
+    other: str | None = None  # a statement that declares no materialized view, where others are allowed: its first words
 
 
-def declarations(text: str, source: str) -> list[Declaration]:
+def declarations(text: str, source: str, defaults: dict[str, Any] | None = None, others: bool = False) -> list[Declaration]:
     """The statements of a ``.sql`` file, each read on its own (a statement that does not read has a
     ``problem`` naming ``source`` and its line); SpecError if the file does not split into statements
-    (an unclosed quote or comment)."""
+    (an unclosed quote or comment). ``defaults``: fields a statement without them takes (a pipeline
+    spec's deadline); ``others``: a statement other than CREATE MATERIALIZED VIEW is kept as ``other``
+    (a Spark Declarative Pipelines file's streaming tables and flows), not a problem."""
     try:
         tokens = Spark().tokenize(text)
     except TokenError as err:
         raise SpecError(f"{source}: malformed SQL: {err}; close the quote, backtick or comment") from err
-    return [_declaration(statement, text, source) for statement in _statements(tokens)]
+    out = []
+    for statement in _statements(tokens):
+        words = [token.text.upper() for token in statement[:6]]
+        kind = words[3:5] if words[1:3] == ["OR", "REPLACE"] else words[1:3]
+        if others and (words[:1] != ["CREATE"] or kind != ["MATERIALIZED", "VIEW"]):
+            out.append(Declaration(None, statement[0].line, other=" ".join(token.text for token in statement[:4])))
+        else:
+            out.append(_declaration(statement, text, source, defaults or {}))
+    return out
 
 
 def declared_names(text: str) -> list[str]:
@@ -93,9 +104,9 @@ def _statements(tokens: list[Token]) -> list[list[Token]]:
     return [statement for statement in out if statement]
 
 
-def _declaration(tokens: list[Token], text: str, source: str) -> Declaration:
+def _declaration(tokens: list[Token], text: str, source: str, defaults: dict[str, Any]) -> Declaration:
     """One statement read (``_Header``), or its problem."""
-    header = _Header(tokens, source)
+    header = _Header(tokens, source, defaults)
     try:
         return header.read(text)
     except SpecError as err:
@@ -105,8 +116,8 @@ def _declaration(tokens: list[Token], text: str, source: str) -> Declaration:
 class _Header:
     """A cursor over one statement's tokens that reads the header up to ``AS``."""
 
-    def __init__(self, tokens: list[Token], source: str) -> None:
-        self.tokens, self.source, self.at, self.name = tokens, source, 0, None
+    def __init__(self, tokens: list[Token], source: str, defaults: dict[str, Any]) -> None:
+        self.tokens, self.source, self.at, self.name, self.defaults = tokens, source, 0, None, defaults
         self.data: dict[str, Any] = {}
         self.lines: dict[str, int] = {"": tokens[0].line}
 
@@ -129,6 +140,8 @@ class _Header:
             raise self._error(self.tokens[-1], f"view {self.name}: AS is not followed by a query")
         first, last = self.tokens[self.at], self.tokens[-1]
         self.data["sql"], self.lines["sql"] = text[first.start:last.end + 1], first.line
+        for key, value in self.defaults.items():
+            self.data.setdefault(key, value)
         if "deadline" not in self.data:
             raise self._error(self.tokens[0], f"view {self.name}: no deadline: {_FIX_DEADLINE}")
         return Declaration(self.name, self.tokens[0].line, self.data, self.lines, first.line)
