@@ -415,7 +415,8 @@ def as_read_changes(changes: DataFrame, query, weight: str | None = None) -> Dat
     row a projection stores once); None for a top-k, whose k first rows no row's own change decides."""
     from pyspark.sql import functions as F
 
-    from lakeivm.sql import HAVING, MULTIPLICITY
+    from lakeivm.columns import MULTIPLICITY
+    from lakeivm.sql import HAVING
 
     if query.limit is not None:
         return None
