@@ -8,6 +8,7 @@ them; the import cost was most of a kill's.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -71,8 +72,9 @@ class Forked:
     def kill_group(self) -> None:
         try:
             os.killpg(self.pid, signal.SIGKILL)
-        except ProcessLookupError:  # not in its own group yet (setsid is its first step)
-            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:  # not in its own group yet (setsid is its first step), or already ended
+            with contextlib.suppress(ProcessLookupError):  # it ended on its own between the timeout and the kill
+                os.kill(self.pid, signal.SIGKILL)
         self._process.join()
 
     @staticmethod
