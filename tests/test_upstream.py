@@ -141,13 +141,31 @@ def test_a_view_logs_its_own_seconds_not_its_upstreams(lake, spark):
     specs, _ = link_upstreams({"totals": spec("totals", "SELECT g, SUM(x) AS sx FROM r GROUP BY g"),
                                "top": spec("top", "SELECT MAX(sx) AS m FROM totals")})
 
+    said = []
+
     def slow_upstream(line: str) -> None:  # each progress line of the upstream's run costs it 3 s
+        said.append(line)
         if line.startswith("totals:"):
             time.sleep(3.0)
 
     run_view(lake, specs["top"], progress=slow_upstream)
     (up,), (down,) = commit.log_rows(lake, "totals"), commit.log_rows(lake, "top")
     assert up.seconds >= 3.0 and down.seconds < up.seconds, (up.seconds, down.seconds)
+    chain = float(said[-1].split(": ")[-1].removesuffix(" s in all"))  # the chain's seconds, said last
+    assert said[-1].startswith("top: with the 1 view(s) it reads refreshed first") and chain >= up.seconds + down.seconds
+
+
+def test_status_on_a_fresh_lake_says_which_views_wait_for_the_views_they_read(lake, spark):
+    """Issue 52 item 7: before any run, a view over a view is not an error but waits for it."""
+    from lakeivm.api import ViewStatus
+    from lakeivm.run.status import status
+
+    lake.create_table("r", spark.createDataFrame([(0, 1)], "g int, x int"))
+    specs, _ = link_upstreams({"totals": spec("totals", "SELECT g, SUM(x) AS sx FROM r GROUP BY g"),
+                               "top": spec("top", "SELECT MAX(sx) AS m FROM totals")})
+    totals, top = (ViewStatus.of(entry) for entry in status(lake, specs))
+    assert totals.error is None and totals.last_run is None and totals.kind
+    assert top.error is None and top.waiting_for == ("totals",) and top.upstreams == ("totals",) and top.kind
 
 
 def test_a_view_over_views_is_classified_before_its_upstreams_have_run(lake, spark):

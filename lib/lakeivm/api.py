@@ -47,6 +47,7 @@ class ViewStatus:
     watermarks: Mapping[str, int] = field(default_factory=dict)
     pending_rows: Mapping[str, int | None] = field(default_factory=dict)
     upstreams: tuple[str, ...] = ()  # the views it reads: their heads and watermarks are log seqs
+    waiting_for: tuple[str, ...] = ()  # the views it reads that have no run yet (a refresh of it builds them first)
     consistent: bool | None = None
     predicted_refresh_s: float | None = None
     refresh_prediction: str | None = None
@@ -68,8 +69,9 @@ class ViewStatus:
     def of(cls, entry: Mapping[str, Any]) -> ViewStatus:
         """From ``lakeivm.run.status.status``'s entry of one view."""
         known = {k: v for k, v in entry.items() if k in cls.__dataclass_fields__}
-        if "upstreams" in known:
-            known["upstreams"] = tuple(known["upstreams"])
+        for key in ("upstreams", "waiting_for"):
+            if key in known:
+                known[key] = tuple(known[key])
         return cls(**known)
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from lakeivm.config import Settings, load_settings
@@ -146,6 +147,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--remote", default=None, help="sc://host:port to listen on (default: the spark_remote setting or sc://127.0.0.1:15002)")
     p.set_defaults(func=_spark)
 
+    p = sub.add_parser("dbt", help="dbt projects: `lakeivm dbt sync PROJECT` turns its materialized_view models "
+                       "(or models tagged lakeivm) into views of the views folder")
+    p.add_argument("action", choices=["sync"])
+    p.add_argument("project", help="the dbt project's folder (its target/manifest.json is read)")
+    p.add_argument("--deadline", help="the deadline of a model whose meta gives none (e.g. 5m)")
+    p.add_argument("--compile", action="store_true", help="run `dbt compile` in the project first")
+    p.add_argument("--target-path", default="target", help="dbt's target folder, relative to the project")
+    p.set_defaults(func=_dbt)
+
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG under bench-results/); `lakeivm bench SUITE --help`; "
                                      "`record` and `render` keep results in docs/benchmarks.md")
     p.add_argument("suite", choices=[*BENCH_SUITES, "all", *BENCH_TOOLS])
@@ -243,6 +253,10 @@ def _status(args, settings: Settings) -> int:
             continue
         if entry.why_full:
             print(f"  recomputed in full: {entry.why_full}")
+        if entry.waiting_for:
+            print(f"  last run: {entry.last_run or 'never'}; the views it reads have not run yet: {', '.join(entry.waiting_for)} "
+                  f"(`lakeivm refresh {entry.view}` builds them first)")
+            continue
         print(f"  last run: {entry.last_run or 'never (run `lakeivm refresh ' + entry.view + '`)'}"
               + (f" -- {entry.last_mode} (refresh policy auto)" if entry.last_mode else ""))
         if entry.running:
@@ -354,6 +368,31 @@ def _demo(args, settings: Settings) -> int:
     from lakeivm.demo import run_demo
 
     return run_demo(settings, scale=args.scale, batches=args.batches, keep_server=args.keep_server)
+
+
+def _dbt(args, settings: Settings) -> int:
+    import shutil
+    import subprocess
+
+    from lakeivm.catalog.dbt import sync
+
+    if args.compile:
+        here = Path(sys.executable).parent / "dbt"
+        dbt = str(here) if here.exists() else shutil.which("dbt")
+        if dbt is None:
+            raise LakeIVMError("`dbt` is not installed: `pip install dbt-core dbt-spark[session]`, or compile the project "
+                               "yourself and run `lakeivm dbt sync` without --compile")
+        done = subprocess.run([dbt, "compile", "--project-dir", args.project, "--profiles-dir", args.project,
+                               "--target-path", args.target_path], capture_output=True, text=True,
+                              env={**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"})
+        if done.returncode != 0:
+            raise LakeIVMError(f"`dbt compile` failed in {args.project}:\n{(done.stdout + done.stderr)[-3000:]}")
+    synced = sync(args.project, settings.views, args.deadline, args.target_path)
+    for line in synced.not_taken:
+        print(f"lakeivm: not maintained: {line}", file=sys.stderr)
+    print(f"{len(synced.views)} view(s) of dbt project {synced.project} written to {settings.views}/dbt_{synced.project}.sql: "
+          + ", ".join(synced.views))
+    return 0
 
 
 # Each suite is a module of lakeivm.bench with ``main(argv, settings) -> int`` parsing its own options.

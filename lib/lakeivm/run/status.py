@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from lakeivm.sources import changes
+from lakeivm.sources import changes, upstream
 from lakeivm.store import commit
 from lakeivm.errors import LakeIVMError
 from lakeivm.store.lake import Lake
@@ -29,18 +29,25 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec], lease_seconds: float = com
         running = commit.holder(rows)
         if running is not None:
             entry.update(_claim_status(lake, running, lease_seconds))
-        try:
-            heads = changes.pin(lake, ctx.query.tables)
-        except LakeIVMError as err:  # a view it reads has not run yet, a table is gone: this view's line says so
-            report.append({**entry, "error": str(err)})
-            continue
         entry["kind"] = maintainer.kind
         entry["refresh_policy"] = spec.refresh_policy
+        if spec.upstreams:  # views it reads: their "versions" are log seqs
+            entry["upstreams"] = list(spec.upstreams)
+        unbuilt = [name for name, up in spec.upstreams.items() if not upstream.readable(lake, up)]
+        if unbuilt:  # a view it reads has no run (of its definition) yet: a fresh lake, not a fault
+            entry["waiting_for"] = unbuilt
+            if last is not None:
+                entry["last_run"] = f"#{last.seq} {last.mode} at {last.finished_at:%Y-%m-%d %H:%M:%S} ({last.seconds:.1f}s)"
+            report.append(entry)
+            continue
+        try:
+            heads = changes.pin(lake, ctx.query.tables)
+        except LakeIVMError as err:  # a table is gone, unreadable: this view's line says so
+            report.append({**entry, "error": str(err)})
+            continue
         if ctx.why_full:
             entry["why_full"] = ctx.why_full
         entry["heads"] = heads
-        if spec.upstreams:  # views it reads: their "versions" are log seqs
-            entry["upstreams"] = list(spec.upstreams)
         if last is None:
             entry.update(last_run=None, pending_rows={t: None for t in heads})
         else:
