@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 
+from lakeivm.datagen.writes import dml
 from lakeivm.errors import InvalidInput
 
 TS = pa.timestamp("us", tz="UTC")
@@ -359,21 +360,7 @@ class TpcdiChangeStream:
                 self.lake.table_path(table))
 
     def _dml(self, table: str, where: str, updates: dict[str, str] | None = None) -> None:
-        """DELETE the rows matching ``where``, or UPDATE them: one commit."""
-        if self._local():
-            from deltalake import DeltaTable
-
-            stored = DeltaTable(self.lake.table_path(table))
-            if updates is None:
-                stored.delete(where)
-            else:
-                stored.update(updates=updates, predicate=where)
-            return
-        target = f"delta.`{self.lake.table_path(table)}`"
-        if updates is None:
-            self.lake.spark.sql(f"DELETE FROM {target} WHERE {where}")
-        else:
-            self.lake.spark.sql(f"UPDATE {target} SET {', '.join(f'{c} = {e}' for c, e in updates.items())} WHERE {where}")
+        dml(self.lake, table, where, updates)
 
     def _local(self) -> bool:
         return not urlparse(self.lake.root).scheme

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 import pyarrow.dataset
 
+from lakeivm.datagen.writes import dml, local_table
 from lakeivm.errors import InvalidInput
 from lakeivm.store.lake import CDF, Lake
 
@@ -146,21 +147,7 @@ class TpchChangeStream:
         return [r[0] for r in df.orderBy(F.rand(self.rng.randrange(2**31))).limit(n).collect()]
 
     def _dml(self, table: str, where: str, updates: dict[str, str] | None = None) -> None:
-        """DELETE the rows of ``table`` matching ``where``, or UPDATE them (``updates``: column -> SQL
-        expression): one commit, by delta-rs on a local lake (its change data feed written alike)."""
-        local = self._local_table(table)
-        if local is not None:
-            if updates is None:
-                local.delete(where)
-            else:
-                local.update(updates=updates, predicate=where)
-            return
-        target = f"delta.`{self.lake.table_path(table)}`"
-        if updates is None:
-            self.lake.spark.sql(f"DELETE FROM {target} WHERE {where}")
-        else:
-            assignments = ", ".join(f"{column} = {expression}" for column, expression in updates.items())
-            self.lake.spark.sql(f"UPDATE {target} SET {assignments} WHERE {where}")
+        dml(self.lake, table, where, updates)
 
     def _rf1_in_process(self, orders: int, stored_orders, stored_lines) -> int:
         """``rf1`` read and written by delta-rs (the two tables loaded by ``_local_table``): the picked
@@ -179,15 +166,7 @@ class TpchChangeStream:
         return len(picked)
 
     def _local_table(self, table: str):
-        """The table loaded by delta-rs when this process reads and changes it itself: on a local lake,
-        admitted by the gate for writes (``fastpath``: no deletion vectors, column mapping, ...); else
-        None, and Spark does (an s3a:// lake too)."""
-        if urlparse(self.lake.root).scheme:
-            return None
-        from lakeivm.store import fastpath
-
-        return fastpath.load(self.lake.table_path(table), write=True)
-
+        return local_table(self.lake, table)
 
 def _column(table, column: str) -> list:
     """One column of a delta-rs table, as Python values."""
