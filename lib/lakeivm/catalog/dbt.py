@@ -130,5 +130,7 @@ def _meta(node: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _quoted(value: Any) -> str:
-    text = str(value)
-    return "'" + text.replace("'", "''") + "'" if not isinstance(value, (int, float)) or isinstance(value, bool) else text
+    """A TBLPROPERTIES value: a number as written, anything else a quoted string (read back as YAML)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"

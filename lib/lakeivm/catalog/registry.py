@@ -231,38 +231,35 @@ def _declared(folder: str | Path, schemas: Callable[[], Mapping[str, Mapping[str
         read = pipeline.read_pipeline(spec_path)
     except SpecError as err:
         return [[BrokenSpec(str(folder), str(err), (Path(folder).name,))]], []
-    declared = [load_sql_specs(path, schemas, text=text, defaults=read.defaults) for path, text in sorted(read.sql_files.items())]
-    others = [f"{path.relative_to(read.spec_path.parent)}: line {one.line}: {one.other} ...: not a materialized view, not run "
-              "by lakeivm (a view reading its name reads the lake's table of that name)"
-              for path, text in sorted(read.sql_files.items())
-              for one in _pipeline_statements(text, str(path), read.defaults) if one.other]
+    declared, others = [], []
+    for path, text in sorted(read.sql_files.items()):
+        skipped: list[ddl.Declaration] = []
+        declared.append(load_sql_specs(path, schemas, text=text, defaults=read.defaults, skipped=skipped))
+        others += [f"{path.relative_to(read.spec_path.parent)}: line {one.line}: {one.other} ...: not a materialized view, "
+                   "not run by lakeivm (a view reading its name reads the lake's table of that name)" for one in skipped]
     return declared, [*read.not_taken, *others]
 
 
-def _pipeline_statements(text: str, source: str, defaults: Mapping[str, str]) -> list[ddl.Declaration]:
-    try:
-        return ddl.declarations(text, source, dict(defaults), others=True)
-    except SpecError:
-        return []  # the file's load names the problem
-
-
 def load_sql_specs(path: str | Path, schemas: Callable[[], Mapping[str, Mapping[str, str]]] | None = None,
-                   text: str | None = None, defaults: Mapping[str, str] | None = None) -> list[ViewSpec | BrokenSpec]:
+                   text: str | None = None, defaults: Mapping[str, str] | None = None,
+                   skipped: list[ddl.Declaration] | None = None) -> list[ViewSpec | BrokenSpec]:
     """The views a ``.sql`` file's ``CREATE MATERIALIZED VIEW`` statements declare (``lakeivm.sql.ddl``), each
     validated as a YAML spec is (``spec_from_dict``); a statement that does not load is a BrokenSpec
     naming the file and its line, and the file's other statements still load. A pipeline's file
-    (``defaults``: the fields its spec gives every view) may hold other statements: they are skipped."""
+    (``defaults``: the fields its spec gives every view) may hold other statements: they go to ``skipped``."""
     path = Path(path)
     try:
         text = path.read_text() if text is None else text
-        declared = [one for one in ddl.declarations(text, str(path), dict(defaults or {}), others=defaults is not None)
-                    if one.other is None]
+        declared = ddl.declarations(text, str(path), dict(defaults or {}), others=skipped is not None)
     except (OSError, UnicodeDecodeError) as err:
         return [BrokenSpec(str(path), f"{path}: cannot read the spec: {err}", (path.stem,))]
     except SpecError as err:
         return [BrokenSpec(str(path), str(err), tuple(dict.fromkeys([*ddl.declared_names(text), path.stem])))]
     out: list[ViewSpec | BrokenSpec] = []
     for one in declared:
+        if one.other is not None:
+            skipped.append(one)  # type: ignore[union-attr] -- others only where skipped is given
+            continue
         try:
             if one.problem:
                 raise SpecError(one.problem)

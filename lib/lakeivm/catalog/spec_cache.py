@@ -6,6 +6,7 @@ DAG file -- takes the specs kept from the last load instead, and imports neither
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -14,7 +15,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from lakeivm.catalog import pipeline
 from lakeivm.config import cache_home
+from lakeivm.errors import SpecError
 from lakeivm.spec import SCHEMA_PATH, Specs, ViewSpec
 
 CACHE_DAYS = 7  # a cached folder not loaded for this long is removed (tests make many folders)
@@ -57,10 +60,10 @@ def _folder_key(folder: Path, lake: str | None) -> str:
     """What a folder's loaded specs depend on: its spec files' names and bytes, whether a lake was
     given, and lakeivm's code (each module's size and modification time)."""
     digest = hashlib.sha256(repr(lake is not None).encode())
-    root = folder.parent if folder.is_file() else folder  # a pipeline spec (catalog.pipeline): its folder's every file
     files = [*folder.glob("*.yaml"), *folder.glob("*.yml"), *folder.glob("*.sql")]
-    if folder.is_file() or any((folder / name).is_file() for name in ("spark-pipeline.yml", "spark-pipeline.yaml")):
-        files = [path for path in root.rglob("*") if path.is_file() and "__pycache__" not in path.parts]
+    with contextlib.suppress(SpecError):  # two spec files: loading the folder says so
+        if (spec := pipeline.spec_file(folder)) is not None:  # a pipeline: every file of its folder
+            files = [path for path in spec.parent.rglob("*") if path.is_file() and "__pycache__" not in path.parts]
     for path in sorted(files):
         digest.update(path.name.encode() + b"\0")
         try:
