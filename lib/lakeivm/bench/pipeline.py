@@ -93,7 +93,7 @@ def _one_scale(spark, settings: Settings, customers: int, batches: int, out: str
         views[name].refresh()
     build_s = time.perf_counter() - t0
     kinds = {name: commit.last_committed(lake, name).kind for name in order}
-    reasons = {name: _why_full(views[name].explain()) for name in order if kinds[name] == "full"}
+    reasons = {name: views[name].status().why_full for name in order if kinds[name] == "full"}
     incremental = sum(kind != "full" for kind in kinds.values())
     progress(f"  built in {build_s:.1f}s: {incremental} of {len(order)} incremental"
              + "".join(f"\n    {name}: full: {reason}" for name, reason in reasons.items()))
@@ -123,15 +123,6 @@ def _one_scale(spark, settings: Settings, customers: int, batches: int, out: str
             **totals, "per_view": per_view,
             "spark_over_lakeivm": median["spark_s"] / median["lakeivm_s"],
             "duckdb_over_lakeivm": median["duckdb_s"] / median["lakeivm_s"] if median["duckdb_s"] else None}
-
-
-def _why_full(explained: str) -> str:
-    """The line of ``lakeivm explain`` that says why a view is recomputed in full."""
-    lines = [line.strip() for line in explained.splitlines() if line.strip()]
-    for line in lines:
-        if "full" in line.lower() and ("because" in line.lower() or ":" in line):
-            return line
-    return lines[0] if lines else ""
 
 
 def _spark_recompute(lake, specs, order: list[str], pins, root: str, per_view) -> float:
