@@ -375,8 +375,14 @@ def choose(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> Choice:
     - ``auto`` (default): incremental where the SQL allows it, else full, with the construct as the reason.
       A spec that names a ``kind`` or a kind's options asked for that kind: it is never recomputed instead.
     """
+    key = (repr(spec), tuple(sorted(spec.upstreams)), json.dumps(schemas, sort_keys=True))
+    if key in _CHOSEN:  # every run of a chain classifies its views again (``upstream.prepare``): parsed once
+        return _CHOSEN[key]
+    if len(_CHOSEN) > 1000:
+        _CHOSEN.clear()
     try:
-        return _choose(spec, schemas)
+        choice = _CHOSEN[key] = _choose(spec, schemas)
+        return choice
     except UnsupportedQuery as err:
         if spec.derived_from and _UNRESOLVED in str(err):  # a split-off subquery naming the outer query's column
             raise UnsupportedQuery(f"{err} (view {spec.name} is split off the SQL of view {spec.derived_from}: if the "
@@ -385,6 +391,7 @@ def choose(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) -> Choice:
         raise
 
 
+_CHOSEN: dict[tuple, Choice] = {}  # choose's results in this process: a spec and its sources' schemas decide it
 _UNRESOLVED = "could not be resolved"  # sqlglot's words for a column no table in scope has
 
 

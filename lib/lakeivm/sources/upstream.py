@@ -177,11 +177,16 @@ def schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
     """{column: Spark SQL type} of the upstream's result (at its pin): what the downstream's SQL sees.
     An upstream that has not run yet (or not with its current definition): the columns its SQL
     declares (``declared_schema``), so that a view over it can be explained and checked before."""
+    from lakeivm.fingerprint import fingerprint
+
     try:
         seq = pin(lake, spec)
     except StateError:
         return declared_schema(lake, spec)
-    return dict(_types(snapshot(lake, spec, seq)))
+    key = ("result schema", spec.name, seq, fingerprint(spec))  # a committed run's result never changes
+    if key not in lake.cache:
+        lake.cache[key] = dict(_types(snapshot(lake, spec, seq)))
+    return lake.cache[key]
 
 
 def declared_schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
