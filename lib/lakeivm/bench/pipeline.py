@@ -97,7 +97,8 @@ def _one_scale(spark, settings: Settings, customers: int, batches: int, out: str
     incremental = sum(kind != "full" for kind in kinds.values())
     progress(f"  built in {build_s:.1f}s: {incremental} of {len(order)} incremental"
              + "".join(f"\n    {name}: full: {reason}" for name, reason in reasons.items()))
-    per_view: dict[str, dict[str, list]] = {name: {"lakeivm_s": [], "spark_s": [], "duckdb_s": []} for name in order}
+    per_view: dict[str, dict[str, list]] = {name: {"lakeivm_s": [], "spark_s": [], "duckdb_s": [], "ran": []} for name in order}
+    runs: list[dict[str, int]] = []  # per batch: how many runs were incremental, recomputed (auto's choice), had nothing to do
     totals: dict[str, list[float]] = {"lakeivm_s": [], "spark_s": [], "duckdb_s": []}
     duckdb_failed: dict[str, str] = {}
     audits_ok = True
@@ -109,18 +110,21 @@ def _one_scale(spark, settings: Settings, customers: int, batches: int, out: str
         pins = {name: (row or commit.last_committed(lake, name)).pins for name, row in rows.items()}
         for name, row in rows.items():
             per_view[name]["lakeivm_s"].append(row.seconds if row else 0.0)
+            per_view[name]["ran"].append("nothing to do" if row is None else "full" if row.kind == "full" else "incremental")
+        runs.append({ran: sum(v["ran"][-1] == ran for v in per_view.values()) for ran in ("incremental", "full", "nothing to do")})
         totals["spark_s"].append(_spark_recompute(lake, views.specs, order, pins, root, per_view))
         if duckdb:
             totals["duckdb_s"].append(_duckdb_recompute(lake, views.specs, order, pins, per_view, duckdb_failed))
         differ = [name for name in order if not views[name].audit().ok]
         audits_ok = audits_ok and not differ
-        progress(f"  batch {batch + 1} ({described}): lakeivm {totals['lakeivm_s'][-1]:.1f}s, Spark recompute "
+        progress(f"  batch {batch + 1} ({described}): runs {', '.join(f'{n} {ran}' for ran, n in runs[-1].items())}")
+        progress(f"    lakeivm {totals['lakeivm_s'][-1]:.1f}s, Spark recompute "
                  f"{totals['spark_s'][-1]:.1f}s" + (f", DuckDB {totals['duckdb_s'][-1]:.1f}s" if duckdb else "")
                  + (f"; audit DIFFERS: {', '.join(differ)}" if differ else "; every view equals its SQL"))
     median = {key: statistics.median(values) if values else None for key, values in totals.items()}
     return {"customers": customers, "views": len(order), "incremental": incremental, "build_s": build_s,
             "kinds": kinds, "full_reasons": reasons, "audits_ok": audits_ok, "duckdb_failed": duckdb_failed,
-            **totals, "per_view": per_view,
+            **totals, "runs": runs, "per_view": per_view,
             "spark_over_lakeivm": median["spark_s"] / median["lakeivm_s"],
             "duckdb_over_lakeivm": median["duckdb_s"] / median["lakeivm_s"] if median["duckdb_s"] else None}
 

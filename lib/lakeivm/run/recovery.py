@@ -71,9 +71,10 @@ def lost_commit(lake: Lake, view: str, last: LogRow | None, heads: Mapping[str, 
 
     known = {r.run_id for r in commit.view_log(lake, view) if r.status != commit.RUNNING}
     referenced = {os.path.basename(uri) for uri in DeltaTable(lake.log_path).file_uris()}
+    since = _committed_at(lake, last)
     found = []
-    for name in storage.list_names(lake.log_path, directories=False):
-        if not name.endswith(".parquet") or name in referenced:
+    for name, written in storage.files_modified(lake.log_path).items():
+        if not name.endswith(".parquet") or name in referenced or written < since:
             continue
         try:
             rows = pq.read_table(f"{lake.log_path}/{name}", filters=[("view", "=", view), ("status", "=", "committed")]).to_pylist()
@@ -83,6 +84,20 @@ def lost_commit(lake: Lake, view: str, last: LogRow | None, heads: Mapping[str, 
     newer = [row for row in found if last is None or row.seq > last.seq]
     survivors = [row for row in newer if all(heads.get(name, -1) >= v for name, v in row.state_versions.items())]
     return max(survivors, key=lambda row: row.seq, default=None)
+
+
+MTIME_SLACK = 2.0  # seconds: a store's modification times may be rounded (to the second, or two on some filesystems)
+
+
+def _committed_at(lake: Lake, last: LogRow | None) -> float:
+    """When the log commit of ``last`` was written, by the store's clock (less ``MTIME_SLACK``): a
+    newer run's data file was written after it -- that run claimed the view with a later commit --
+    so the log's older files (e.g. the many a compaction left unreferenced) need not be read.
+    0 (read them all) when the row names no commit or its commit file is gone."""
+    if last is None or last.log_version is None:
+        return 0.0
+    written = storage.modified_at(f"{lake.log_path}/_delta_log/{last.log_version:020d}.json")
+    return 0.0 if written is None else written - MTIME_SLACK
 
 
 def writer_tag(claim: commit.Lease) -> str:

@@ -42,18 +42,30 @@ def modified_at(uri: str) -> float | None:
 
 def list_names(uri: str, directories: bool | None = None) -> list[str]:
     """Names of the entries directly under ``uri`` (only folders, only files, or all); [] if absent."""
-    from pyarrow.fs import FileSelector, FileType
+    from pyarrow.fs import FileType
+
+    wanted = {True: (FileType.Directory,), False: (FileType.File,), None: (FileType.Directory, FileType.File)}[directories]
+    return sorted(i.base_name for i in _listing(uri) if i.type in wanted)
+
+
+def files_modified(uri: str) -> dict[str, float]:
+    """{name: when it was last written (``modified_at``'s clock)} of the files directly under ``uri``, in one listing."""
+    from pyarrow.fs import FileType
+
+    return {i.base_name: (i.mtime_ns or 0) / 1e9 for i in _listing(uri) if i.type == FileType.File}
+
+
+def _listing(uri: str) -> list:
+    from pyarrow.fs import FileSelector
 
     fs, path = _resolve(uri)
     for attempt in range(5):
         try:
-            infos = fs.get_file_info(FileSelector(path, allow_not_found=True))
-            break
+            return fs.get_file_info(FileSelector(path, allow_not_found=True))
         except FileNotFoundError:  # an entry went while being listed (a creator's temporary file): list again
             if attempt == 4:
                 raise
-    wanted = {True: (FileType.Directory,), False: (FileType.File,), None: (FileType.Directory, FileType.File)}[directories]
-    return sorted(i.base_name for i in infos if i.type in wanted)
+    return []
 
 
 def read_text(uri: str) -> str | None:

@@ -43,7 +43,8 @@ def ensure(path: str, schema_file: str) -> None:
     if storage.is_delta(path):
         return
     with tempfile.TemporaryDirectory() as scratch:
-        write_deltalake(scratch, arrow_schema(schema_file).empty_table())  # an empty table: version 0 adds no file
+        write_deltalake(scratch, arrow_schema(schema_file).empty_table(),  # an empty table: version 0 adds no file
+                        configuration={"delta.checkpointInterval": str(CHECKPOINT_EVERY)})
         first = (Path(scratch) / "_delta_log" / f"{0:020d}.json").read_text()
     storage.create_exclusive(f"{path}/_delta_log/{0:020d}.json", first)
 
@@ -173,6 +174,7 @@ def _check_gate(path: str, delta, write: bool = False):
     return delta
 
 
+CHECKPOINT_EVERY = 10  # commits: every read of a system table replays at most this many JSON commits (not Delta's 100)
 COMPACT_EVERY = 20  # commits: a system table holds at most about this many small files beside its compacted ones
 COMPACT_TARGET_BYTES = 8 << 20  # a compacted file this large is left alone; the next one starts
 
