@@ -353,10 +353,16 @@ def overwrite(lake: Lake, rows: DataFrame, path: str, max_rows: int | None = Non
     write of a new small Delta table costs a job and a snapshot, more than collecting the rows and
     writing them here); more, a
     table the gate refuses (``fastpath``: deletion vectors, ...) or a type it does not write are
-    written by Spark."""
+    written by Spark. A table that held at most half that many rows is rewritten from one Spark job
+    (its new rows collected, at most ``max_rows`` + 1 of them) rather than three (compute, count, collect)."""
+    limit = lake.limits.rewrite_rows if max_rows is None else max_rows
+    if _writable_locally(path, rows.columns) and lake.is_delta(path) and lake.row_count(path) <= limit // 2:
+        collected = rows.limit(limit + 1).toArrow()  # it was small, so it likely is: computed and collected in one job
+        if collected.num_rows <= limit and _write_locally(lake, collected, path, configuration):
+            return collected.num_rows
     computed = rows.localCheckpoint(eager=True)
     count = computed.count()
-    if count > (lake.limits.rewrite_rows if max_rows is None else max_rows) or not _overwrite_locally(lake, computed, path, configuration):
+    if count > limit or not _writable_locally(path, computed.columns) or not _write_locally(lake, computed.toArrow(), path, configuration):
         writer = computed.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
         for key, value in (configuration or {}).items():
             writer = writer.option(key, value)
@@ -364,22 +370,25 @@ def overwrite(lake: Lake, rows: DataFrame, path: str, max_rows: int | None = Non
     return count
 
 
-def _overwrite_locally(lake: Lake, rows: DataFrame, path: str, configuration: dict[str, str] | None) -> bool:
-    """``overwrite`` by delta-rs; False (nothing written) where it cannot."""
-    import pyarrow as pa
+def _writable_locally(path: str, columns: Sequence[str]) -> bool:
+    """Whether delta-rs may replace the table at ``path`` (``fastpath``) with rows of ``columns``."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     from lakeivm.store import fastpath
 
-    if any(set(name) & set(" ,;{}()\n\t=") for name in rows.columns):  # Spark's Delta writer refuses them, naming the fix
+    if any(set(name) & set(" ,;{}()\n\t=") for name in columns):  # Spark's Delta writer refuses them, naming the fix
         return False
     try:
-        if not fastpath.admits(DeltaTable(path), write=True):
-            return False
+        return fastpath.admits(DeltaTable(path), write=True)
     except TableNotFoundError:  # a new table
-        pass
-    arrow = rows.toArrow()
+        return True
+
+
+def _write_locally(lake: Lake, arrow, path: str, configuration: dict[str, str] | None) -> bool:
+    """``overwrite`` by delta-rs of the collected rows; False (nothing written) where it cannot."""
+    import pyarrow as pa
+
     arrow = arrow.cast(pa.schema([field.with_nullable(True) for field in arrow.schema]))  # as a Spark write stores it
     try:
         lake.write_small(path, arrow, "overwrite", configuration=configuration, new_schema=True)
