@@ -127,6 +127,30 @@ def test_dag_shape_local_and_cluster(tmp_path):
     assert alert.interval.total_seconds() == 10 and "deadline_missed" in str(alert.callback.path)
 
 
+def test_a_missed_deadline_calls_the_notifier_the_settings_name_as_the_triggerer_runs_it(tmp_path):
+    import asyncio
+
+    from airflow.triggers.callback import CallbackTrigger
+
+    from lakeivm.catalog.registry import spec_from_dict
+    from lakeivm.infra.scheduling import build_dag
+
+    spec = spec_from_dict({"name": "v", "sql": "SELECT COUNT(*) AS c FROM r", "deadline": 10})
+    settings = Settings(lake=str(tmp_path), deadline_notifier="tests.notifier.FileNotifier",
+                        deadline_notifier_kwargs={"path": str(tmp_path / "sent"), "text": "view {view} missed {deadline_s} s"})
+    (alert,) = (lambda d: d if isinstance(d, list) else [d])(build_dag(spec, settings).deadline)
+    assert alert.callback.path == "tests.notifier.FileNotifier"
+    trigger = CallbackTrigger(alert.callback.path, dict(alert.callback.kwargs))
+
+    async def events():
+        return [event.payload async for event in trigger.run()]
+
+    assert asyncio.run(events())[-1]["state"] == "success"
+    assert (tmp_path / "sent").read_text() == "view v missed 10 s"
+    plain = build_dag(spec, Settings(lake=str(tmp_path))).deadline
+    assert "deadline_missed" in str((plain if not isinstance(plain, list) else plain[0]).callback.path)
+
+
 def test_tasks_retry_by_default_and_a_spec_sets_how_often_and_how_long_apart(tmp_path):
     from datetime import timedelta
 

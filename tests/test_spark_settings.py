@@ -100,3 +100,33 @@ def test_a_session_in_this_process_shows_nothing_on_the_console(tmp_path):
                           env={k: v for k, v in os.environ.items() if not k.startswith(("LAKEIVM_", "PYSPARK_GATEWAY"))})
     assert done.returncode == 0 and done.stdout.split() == ["3"], done.stderr[-3000:]
     assert done.stderr == "a line of the JVM\n", done.stderr
+
+
+def test_the_connect_application_takes_half_the_alive_workers_cores_of_a_standalone_cluster():
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from lakeivm.infra.server import cluster_share
+
+    workers = [{"cores": 4, "state": "ALIVE"}, {"cores": 2, "state": "ALIVE"}, {"cores": 8, "state": "DEAD"}]
+
+    class MasterUI(BaseHTTPRequestHandler):  # what a standalone master's web UI answers at /json/
+        def do_GET(self):
+            body = json.dumps({"url": "spark://127.0.0.1:7077", "workers": workers}).encode()
+            self.send_response(200 if self.path == "/json/" else 404)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    ui = HTTPServer(("127.0.0.1", 0), MasterUI)
+    threading.Thread(target=ui.serve_forever, daemon=True).start()
+    try:
+        assert cluster_share("spark://127.0.0.1:7077", ui.server_port) == 3
+        workers[:] = [{"cores": 1, "state": "ALIVE"}]
+        assert cluster_share("spark://127.0.0.1:7077", ui.server_port) == 1  # never none of a one-core cluster
+    finally:
+        ui.shutdown()
+    assert cluster_share("spark://127.0.0.1:7077", ui.server_port) is None  # no answer: spark.cores.max left unset

@@ -17,6 +17,10 @@ Example lakeivm.toml::
 
     [limits]                                 # local-vs-Spark thresholds (lakeivm.limits.Limits)
     small_delta_rows = 50_000                # also LAKEIVM_LIMIT_SMALL_DELTA_ROWS=50000
+
+    deadline_notifier = "airflow.providers.slack.notifications.slack_webhook.SlackWebhookNotifier"
+    [deadline_notifier_kwargs]               # the notifier's own arguments
+    text = "lakeivm: view {view} missed its {deadline_s} s deadline"
 """
 from __future__ import annotations
 
@@ -52,6 +56,9 @@ class Settings:
     spark_conf: dict = field(default_factory=dict, hash=False)  # extra Spark settings ([spark_conf] in lakeivm.toml)
     lease_seconds: float = LEASE_SECONDS  # a claim whose heartbeat is this old may be taken over (commit.Lease)
     limits: Limits = Limits()  # up to which sizes a run works in its own process rather than on Spark ([limits], LAKEIVM_LIMIT_*)
+    connect_cores: int = 0  # cores of a standalone cluster the Connect server's application takes (spark.cores.max); 0: half
+    deadline_notifier: str = ""  # dotted path of an Airflow notifier (or async callable) a missed deadline calls; "": a log line
+    deadline_notifier_kwargs: dict = field(default_factory=dict, hash=False)  # its arguments; "{view}", "{deadline_s}" filled in
 
     @property
     def in_process(self) -> bool:

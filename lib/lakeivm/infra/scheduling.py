@@ -80,6 +80,19 @@ async def deadline_missed(view: str, deadline_s: float, **context: Any) -> None:
         view, deadline_s)
 
 
+def deadline_callback(spec: ViewSpec, settings: Settings):
+    """What a missed deadline of ``spec``'s DAG calls in the triggerer: the notifier the settings name
+    (``deadline_notifier``, with ``deadline_notifier_kwargs``: "{view}" and "{deadline_s}" in a string
+    filled in), as Airflow's deadline alerts call notifiers; else ``deadline_missed``'s log line."""
+    from airflow.sdk.definitions.deadline import AsyncCallback
+
+    if not settings.deadline_notifier:
+        return AsyncCallback(deadline_missed, kwargs={"view": spec.name, "deadline_s": spec.deadline_s})
+    filled = {key: value.replace("{view}", spec.name).replace("{deadline_s}", f"{spec.deadline_s:g}") if isinstance(value, str)
+              else value for key, value in settings.deadline_notifier_kwargs.items()}
+    return AsyncCallback(settings.deadline_notifier, kwargs=filled)
+
+
 def _delta_jars_or_package(settings: Settings) -> dict[str, str]:
     """spark-submit's arguments for Delta: the fetched JAR files (offline, no Ivy) when set-up fetched
     them, else the Maven package. Reads a manifest only: parsing never fetches."""
@@ -138,7 +151,7 @@ def _session(dag_run: Any) -> str | None:
 def build_dag(spec: ViewSpec, settings: Settings, deadline_alert: bool = True):
     """The maintenance DAG of one view: every ``tick``; ``{"refresh": true}`` refreshes on demand."""
     from airflow.sdk import Asset, Param, dag, task
-    from airflow.sdk.definitions.deadline import AsyncCallback, DeadlineAlert, DeadlineReference
+    from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
     asset = Asset(name=f"lakeivm__{spec.name}", uri=view_asset_uri(settings, spec.name))
     # Airflow 3 deadline alert: a run (an on-demand refresh above all) not done within the view's
@@ -148,7 +161,7 @@ def build_dag(spec: ViewSpec, settings: Settings, deadline_alert: bool = True):
     deadline = None if not deadline_alert else DeadlineAlert(
         reference=DeadlineReference.DAGRUN_QUEUED_AT,
         interval=timedelta(seconds=spec.deadline_s),
-        callback=AsyncCallback(deadline_missed, kwargs={"view": spec.name, "deadline_s": spec.deadline_s}),
+        callback=deadline_callback(spec, settings),
     )
 
     @dag(

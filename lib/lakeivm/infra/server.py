@@ -72,6 +72,12 @@ def start(settings: Settings, master: str = "local[2]", remote: str = DEFAULT_RE
             "spark.app.name": "lakeivm-connect", "spark.pyspark.python": sys.executable,
             "spark.ui.enabled": "true", "spark.ui.port": str(port + 1),  # jobs visible (and countable) at ui_url
             "spark.driver.bindAddress": "127.0.0.1" if host in ("127.0.0.1", "localhost") else "0.0.0.0"}
+    if master.startswith("spark://") and "spark.cores.max" not in conf:
+        cores = settings.connect_cores or cluster_share(master, settings.spark_conf.get("spark.master.ui.port", 8080))
+        if cores:
+            conf["spark.cores.max"] = str(cores)
+        progress(f"lakeivm: the Connect application takes {cores or 'every'} core(s) of the cluster"
+                 + ("" if cores else " (its master's web UI did not answer; set connect_cores)"))
     command = [_spark_submit(), "--class", SERVER_CLASS, "--master", master, "--name", "lakeivm-connect"]
     if "spark.driver.memory" in conf:
         command += ["--driver-memory", conf.pop("spark.driver.memory")]
@@ -89,6 +95,27 @@ def start(settings: Settings, master: str = "local[2]", remote: str = DEFAULT_RE
     _wait_until_ready(info, process)
     progress(f"lakeivm: Spark Connect server ready in {time.perf_counter() - t0:.1f} s (a cold start, paid once)")
     return info
+
+
+def cluster_share(master: str, ui_port: int | str = 8080) -> int | None:
+    """Half the cores of the standalone cluster at ``master`` (at least 1), as its master's web UI
+    reports its alive workers: the Connect application's default ``spark.cores.max``, so that jobs
+    submitted beside it (``spark-submit``, another application) still get executors. None: no answer."""
+    import urllib.request
+
+    host = urlparse(master).hostname or "127.0.0.1"
+    try:
+        with urllib.request.urlopen(f"http://{host}:{ui_port}/json/", timeout=5) as answer:
+            cluster = json.load(answer)
+    except (OSError, ValueError):
+        return None
+    return half_of(cluster)
+
+
+def half_of(cluster: dict) -> int | None:
+    """Half the cores of the alive workers in a standalone master's ``/json/`` answer (at least 1)."""
+    cores = sum(w.get("cores", 0) for w in cluster.get("workers", []) if w.get("state") == "ALIVE")
+    return max(1, cores // 2) if cores else None
 
 
 def stop(remote: str = DEFAULT_REMOTE, timeout: float = 30.0) -> ServerInfo | None:
