@@ -10,6 +10,7 @@ views/<view>/sample         reservoir samples    _system/log (runs and claims), 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -172,12 +173,31 @@ class Lake:
         reads no Delta snapshot of it (a snapshot of a table that changes every run costs Spark jobs
         and seconds, however few its rows; one of an older version reconstructs its file list).
         ``write``: read to be rewritten by delta-rs, so None also where the gate refuses its writes."""
+        key = None if version is None else self._version_key(path, version, max_rows, write)
+        kept = self.cache.setdefault("small reads", OrderedDict())
+        if key is not None and key in kept:
+            kept.move_to_end(key)
+            return kept[key]
         read = read_with_delta_rs(path, max_rows, version, write=write)
         if read is None:
             return None
         table, rows = read
         ddl = ", ".join(f"`{name}` {kind}" for name, kind in storage.spark_columns(table).items())
-        return self.spark.createDataFrame(rows, schema=ddl), rows
+        small = self.spark.createDataFrame(rows, schema=ddl), rows
+        if key is not None:  # the views of a chain read the same table versions: each is read once per process
+            kept[key] = small
+            while len(kept) > KEPT_READS or sum(arrow.num_rows for _, arrow in kept.values()) > KEPT_ROWS:
+                kept.popitem(last=False)
+        return small
+
+    def _version_key(self, path: str, version: int, max_rows: int, write: bool) -> tuple | None:
+        """What identifies a table version's rows in this process: the path, the table's identity (a
+        folder deleted and written anew, e.g. a rebuilt state table, numbers its versions again), the
+        version, and the session its frame belongs to. None: the table cannot be identified."""
+        try:
+            return path, storage.table_id(path), version, max_rows, write, id(self.spark)
+        except Exception:  # noqa: BLE001 -- not (yet) a Delta table, a damaged log: read it, and say so there
+            return None
 
     @staticmethod
     def read_small_arrow(path: str, max_rows: int, version: int | None = None, write: bool = False):
@@ -238,6 +258,10 @@ class Lake:
     def delete(self, path: str) -> None:
         """Remove a folder (state of a view being dropped or rebuilt from scratch)."""
         storage.delete_tree(path)
+
+
+KEPT_READS = 64  # table versions ``read_small`` keeps per lake (least recently read dropped first) ...
+KEPT_ROWS = 2_000_000  # ... holding at most this many rows in all
 
 
 def open_lake(spark: SparkSession | Callable[[], SparkSession] | None = None, settings: Settings | None = None) -> Lake:
