@@ -28,9 +28,11 @@ def normalize(name: str) -> str:
 
 
 def pinned(pyproject: str) -> set[str]:
-    """The normalized names of lakeivm's runtime dependencies."""
-    deps = tomllib.loads(pyproject)["project"]["dependencies"]
-    return {normalize(_NAME.match(dep).group(1)) for dep in deps}
+    """The normalized names of lakeivm's runtime dependencies and those of its extras (but lakeivm itself:
+    an extra naming others, ``lakeivm[airflow,bench]``)."""
+    project = tomllib.loads(pyproject)["project"]
+    deps = [*project["dependencies"], *(dep for extra in project.get("optional-dependencies", {}).values() for dep in extra)]
+    return {normalize(_NAME.match(dep).group(1)) for dep in deps} - {normalize(project["name"])}
 
 
 def without(constraints: str, names: set[str]) -> tuple[str, list[str]]:

@@ -85,7 +85,8 @@ def pip_commands(dockerfile: str) -> list[list[str]]:
 
 
 def pinned_version(package: str) -> str:
-    (pin,) = [dep for dep in PYPROJECT["project"]["dependencies"] if dep.startswith(f"{package}==")]
+    project = PYPROJECT["project"]
+    (pin,) = [dep for dep in [*project["dependencies"], *project["optional-dependencies"]["airflow"]] if dep.startswith(f"{package}==")]
     return pin.split("==")[1]
 
 
@@ -221,8 +222,10 @@ def test_images_install_with_airflows_constraints():
         assert any("docker/airflow_constraints.py \"$AIRFLOW_CONSTRAINTS\"" in args and "> /dist/constraints.txt" in args
                    for ins, args in wheel if ins == "RUN"), dockerfile
         (install,) = [words for words in pip_commands(dockerfile) if words[1] == "install"]
-        # Airflow's docs: apache-airflow named at its version so pip never up- or downgrades it
-        assert f"apache-airflow=={airflow}" in install, dockerfile
+        if dockerfile == "Dockerfile.airflow":  # Airflow's docs: apache-airflow named at its version so pip never moves it
+            assert f"apache-airflow=={airflow}" in install and "${wheel}[airflow,bench]" in install
+        else:  # a Spark node: lakeivm without its extras, so no Airflow, Great Expectations or plotting
+            assert not any(word.startswith(("apache-airflow", "great-expectations")) or "[" in word for word in install)
         assert install[install.index("--constraint") + 1] == "/tmp/lakeivm-dist/constraints.txt", dockerfile
         assert index_of(final_stage(dockerfile), "COPY", "--from=wheel") < index_of(final_stage(dockerfile), "RUN", "pip install")
 
@@ -230,8 +233,9 @@ def test_images_install_with_airflows_constraints():
 def test_constraints_yield_to_lakeivms_own_pins():
     """lakeivm pins exact versions Airflow's constraints pin differently: those lines are dropped."""
     script = _load("airflow_constraints")
-    names = script.pinned((REPO_ROOT / "pyproject.toml").read_text())
+    names = script.pinned((REPO_ROOT / "pyproject.toml").read_text())  # the extras' pins too
     assert {"apache-airflow", "numpy", "pandas", "pyarrow", "pyyaml", "apache-airflow-providers-apache-spark"} <= names
+    assert "lakeivm" not in names  # the dev extra names lakeivm[airflow,bench]: never a constraint of its own
     constraints = ("# comment naming numpy==1.0\nPyYAML==6.0.2\nnumpy==1.26.4\nattrs==25.3.0\n"
                    "apache_airflow_providers_apache_spark==5.3.0\nFlask==2.2.5\n")
     kept, dropped = script.without(constraints, names)
@@ -255,13 +259,16 @@ def test_images_install_the_wheel_the_install_test_builds():
         commands = pip_commands(dockerfile)
         assert ["pip", "wheel", "--no-cache-dir", "--no-deps", "--wheel-dir", "/dist", "/opt/lakeivm/src"] in commands
         (install,) = [words for words in commands if words[1] == "install"]
-        assert "/tmp/lakeivm-dist/lakeivm-*.whl" in install and "/opt/lakeivm/src" not in install, dockerfile
+        wheel_file = "/tmp/lakeivm-dist/lakeivm-*.whl"
+        named = wheel_file in install or ("${wheel}[airflow,bench]" in install and any(
+            ins == "RUN" and f"wheel=$(ls {wheel_file})" in args for ins, args in final_stage(dockerfile)))
+        assert named and "/opt/lakeivm/src" not in install, dockerfile
         for words in commands:
             assert "-e" not in words and "--editable" not in words, (dockerfile, words)
-    # the two images build and install the wheel identically
+    # the two images build the wheel identically (the Airflow image installs it with its extras)
     assert instructions("Dockerfile.airflow")[-2] == instructions("Dockerfile.spark")[-2]
-    assert [w for w in pip_commands("Dockerfile.airflow") if w[1] == "install"] == \
-        [w for w in pip_commands("Dockerfile.spark") if w[1] == "install"]
+    (airflow,), (spark,) = ([w for w in pip_commands(d) if w[1] == "install"] for d in ("Dockerfile.airflow", "Dockerfile.spark"))
+    assert airflow[-2:] == spark[-2:] == ["--constraint", "/tmp/lakeivm-dist/constraints.txt"]  # held to the same versions
     # nothing the wheel is built from is left out of the build context
     ignored = {line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}

@@ -28,23 +28,46 @@ def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("install")
     subprocess.run([str(UV), "build", "--quiet", "--out-dir", str(root / "dist")], cwd=REPO, check=True)
     (wheel,) = (root / "dist").glob("lakeivm-*.whl")
+    return _venv(root, wheel, "[airflow,bench]")
+
+
+@pytest.fixture(scope="module")
+def lean(installed, tmp_path_factory):
+    """``(run, package)`` of a venv holding the wheel without its extras: what a Spark node installs."""
+    run, package = installed
+    (wheel,) = (package.parents[4] / "dist").glob("lakeivm-*.whl")  # <root>/venv/lib/python3.11/site-packages/lakeivm
+    return _venv(tmp_path_factory.mktemp("lean"), wheel, "")
+
+
+def _venv(root: Path, wheel: Path, extras: str):
     venv = root / "venv"
     subprocess.run([str(UV), "venv", "--quiet", "--python", "3.11", str(venv)], check=True)
-    _install(venv, wheel)
+    _install(venv, f"{wheel}{extras}")
     work = root / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED)}
     env.update({"AIRFLOW_HOME": str(root / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
 
-    def run(*command: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    def run(*command: str, timeout: float = 600, code: int = 0) -> subprocess.CompletedProcess:
         done = subprocess.run([str(venv / "bin" / command[0]), *command[1:]], cwd=work, env=env,
                               capture_output=True, text=True, timeout=timeout)
-        assert done.returncode == 0, f"{command} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        assert done.returncode == code, f"{command} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         return done
 
     package = Path(run("python", "-c", "import lakeivm, os; print(os.path.dirname(lakeivm.__file__))").stdout.strip())
     assert package.is_relative_to(venv), package
     return run, package
+
+
+def test_a_lean_install_runs_views_and_names_the_extra_a_command_needs(lean):
+    run, _ = lean  # no Airflow, Great Expectations, matplotlib or tpchgen-cli: a Spark node's install
+    probe = ("import importlib.util as u, lakeivm.api, lakeivm.run.engine, lakeivm.views.kinds\n"
+             "print([m for m in ('airflow', 'great_expectations', 'matplotlib') if u.find_spec(m)])")
+    assert run("python", "-c", probe).stdout.split()[-1] == "[]"
+    assert "refresh" in run("lakeivm", "--help").stdout
+    assert "pip install 'lakeivm[airflow]'" in run("lakeivm", "demo", code=2).stderr
+    assert "pip install 'lakeivm[bench]'" in run("lakeivm", "bench", "pipeline", code=2).stderr
+    assert "pip install 'lakeivm[bench]'" in run("lakeivm", "--lake", "lake", "datagen", "tpch", code=2).stderr
 
 
 def test_cli_and_refresh_job_start(installed):
@@ -102,11 +125,11 @@ def test_datagen_refresh_audit(installed):
     assert "run #1 bootstrap" in refreshed and "no difference" in audited
 
 
-def _install(venv: Path, wheel: Path) -> None:
+def _install(venv: Path, wheel: str) -> None:
     """Install the wheel and its pinned dependencies from uv's cache (filled by `make setup`), else PyPI.
 
     Online, uv re-downloads and rebuilds pyspark's sdist each time (~25 s); offline takes ~1 s.
     """
-    command = [str(UV), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), str(wheel)]
+    command = [str(UV), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), wheel]
     if subprocess.run([*command, "--offline"], capture_output=True).returncode != 0:
         subprocess.run(command, check=True)

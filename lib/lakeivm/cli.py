@@ -17,6 +17,9 @@ from lakeivm.config import Settings, load_settings
 from lakeivm.errors import LakeIVMError, known_failure
 
 
+EXTRAS = {"airflow": "airflow", "great_expectations": "airflow", "matplotlib": "bench", "dbt": "dbt"}  # module: the extra installing it
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -33,6 +36,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args, settings) or 0
     except LakeIVMError as err:
         print(f"lakeivm: error: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:  # an optional part of lakeivm that is not installed (a worker install)
+        extra = EXTRAS.get((err.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"lakeivm: error: this command needs {err.name.split('.')[0]}, which this install of lakeivm lacks: "
+              f"`pip install 'lakeivm[{extra}]'`", file=sys.stderr)
         return 2
     except Exception as err:  # a known Spark/Delta failure is one line, not a JVM trace
         message = known_failure(err)
@@ -350,8 +360,9 @@ def _datagen(args, settings: Settings) -> int:
 
         print(f"wrote order-book tables {write_orderbook(_lake(settings, create=True), args.rows, args.seed)}")
         return 0
-    from lakeivm.datagen.tpch import TABLES, generate_tpch, tpch_tables
+    from lakeivm.datagen.tpch import TABLES, generate_tpch, tpch_tables, tpchgen
 
+    tpchgen()  # installed (the bench extra)? Before Spark starts, as the tables are checked
     tables = tpch_tables(args.tpch_tables.split(",") if args.tpch_tables else TABLES)  # checked before Spark starts
     generate_tpch(_lake(settings, create=True), args.scale, tables)
     return 0
@@ -364,7 +375,17 @@ def _init_demo(args, settings: Settings) -> int:
     return 0
 
 
+def _needs(*modules: str) -> None:
+    """Raise the missing optional module's ModuleNotFoundError (``main`` names its extra) before any work."""
+    import importlib.util
+
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
+
 def _demo(args, settings: Settings) -> int:
+    _needs("airflow")
     from lakeivm.demo import run_demo
 
     return run_demo(settings, scale=args.scale, batches=args.batches, keep_server=args.keep_server)
@@ -410,6 +431,7 @@ def _bench(args, settings: Settings) -> int:
 
     if args.suite in BENCH_TOOLS:
         return importlib.import_module(f"lakeivm.bench.{BENCH_TOOLS[args.suite]}").main(args.options, settings)
+    _needs("matplotlib")
     suites = BENCH_SUITES if args.suite == "all" else {args.suite: BENCH_SUITES[args.suite]}
     for name, module in suites.items():
         print(f"== lakeivm bench {name}", flush=True)

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 import pyarrow.dataset
 
 from lakeivm.datagen.writes import dml, local_table
-from lakeivm.errors import InvalidInput
+from lakeivm.errors import InvalidInput, LakeIVMError
 from lakeivm.store.lake import CDF, Lake
 
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
@@ -48,7 +48,7 @@ def generate_tpch(lake: Lake, scale: float, tables: Iterable[str] = TABLES, prog
     with tempfile.TemporaryDirectory(prefix="tpchgen", dir=staging) as folder:
         progress(f"tpchgen-cli: generating TPC-H SF {scale} ({', '.join(tables)})")
         subprocess.run(
-            [_tpchgen(), "parquet", "-s", str(scale), "--tables", ",".join(tables), "--output-dir", folder],
+            [tpchgen(), "parquet", "-s", str(scale), "--tables", ",".join(tables), "--output-dir", folder],
             check=True, capture_output=True, text=True,
         )
         for table in tables:
@@ -173,9 +173,10 @@ def _column(table, column: str) -> list:
     return table.to_pyarrow_dataset().to_table(columns=[column]).column(column).to_pylist()
 
 
-def _tpchgen() -> str:
+def tpchgen() -> str:
+    """The tpchgen-cli program (the bench extra installs it beside this Python); LakeIVMError naming the extra if absent."""
     here = Path(sys.executable).parent / "tpchgen-cli"
     found = str(here) if here.exists() else shutil.which("tpchgen-cli")
     if not found:
-        raise FileNotFoundError("tpchgen-cli not found: install the project (make setup) or `pip install tpchgen-cli`.")
+        raise LakeIVMError("tpchgen-cli is not installed: TPC-H data needs `pip install 'lakeivm[bench]'` (or `make setup`).")
     return found
