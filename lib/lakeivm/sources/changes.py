@@ -10,6 +10,7 @@ raise ChangeRangeError saying what happened and how to fix it; the engine then a
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -227,8 +228,6 @@ class TableSource:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from lakeivm.store import fastpath
-
         lake, path = self.lake, self.path
         commits = self.history(watermark, head)
         unknown = any(not row["operationMetrics"] and row["operation"] not in _NO_ROWS for row in commits)
@@ -237,11 +236,9 @@ class TableSource:
             return None
         types = lake.schema_at(path, head)
         try:
-            delta_table = fastpath.load(path, version=head)
-            if delta_table is None:
+            changes = self._feed(watermark, head)
+            if changes is None:
                 return None
-            reader = delta_table.load_cdf(starting_version=watermark + 1, ending_version=head, columns=[*columns, "_change_type"])
-            changes = pa.RecordBatchReader.from_stream(reader).read_all()
             kind = changes["_change_type"].cast(pa.string())
             signs = pc.if_else(pc.is_in(kind, value_set=pa.array(["insert", "update_postimage"])), 1, -1).cast(pa.int64())
             rows = changes.select(columns)  # string views as plain strings: Arrow's filter has no kernel for them
@@ -252,6 +249,29 @@ class TableSource:
             return None
         ddl = ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint"
         return lake.spark.createDataFrame(netted.rename_columns([*columns, MULTIPLICITY]), schema=ddl), netted.num_rows
+
+    def _feed(self, watermark: int, head: int):
+        """The change feed over ``(watermark, head]``, every column, read by delta-rs once per process
+        (the views of a chain that read a table over the same range share it: ``lake.cache``); None
+        where the gate refuses the table."""
+        import pyarrow as pa
+
+        from lakeivm.store import fastpath
+
+        key = ("feed", self.path, storage.table_id(self.path), watermark, head)
+        kept = self.lake.cache.setdefault("feeds", OrderedDict())
+        if key not in kept:
+            delta_table = fastpath.load(self.path, version=head)
+            if delta_table is None:
+                return None
+            kept[key] = pa.RecordBatchReader.from_stream(delta_table.load_cdf(starting_version=watermark + 1, ending_version=head)).read_all()
+            while len(kept) > KEPT_FEEDS:
+                kept.popitem(last=False)
+        kept.move_to_end(key)
+        return kept[key]
+
+
+KEPT_FEEDS = 32  # change ranges ``_feed`` keeps per lake (each at most ``limits.small_delta_rows`` rows), least recent dropped first
 
 
 def read_delta(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str]) -> DataFrame:
