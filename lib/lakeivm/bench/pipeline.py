@@ -66,6 +66,7 @@ def run_pipeline_bench(settings: Settings, scales: list[int], batches: int, out:
     results = {"machine": machine(), "batches": batches, "scales": []}
     for customers in scales:
         results["scales"].append(_one_scale(spark, settings, customers, batches, out, duckdb, progress))
+    results["tables"] = tables(results)
     save(out, "pipeline", results, _plot)
     progress(f"wrote {out}/pipeline.json and {out}/pipeline.png")
     return results
@@ -127,6 +128,27 @@ def _one_scale(spark, settings: Settings, customers: int, batches: int, out: str
             **totals, "runs": runs, "per_view": per_view,
             "spark_over_lakeivm": median["spark_s"] / median["lakeivm_s"],
             "duckdb_over_lakeivm": median["duckdb_s"] / median["lakeivm_s"] if median["duckdb_s"] else None}
+
+
+def tables(results: dict) -> list[dict]:
+    """The record's tables (``lakeivm bench render``): per batch, then per view at each scale."""
+    def s(x) -> str:
+        return f"{x:.2f}"
+
+    batches = {"columns": ["customers", "batch", "runs: incremental / full / nothing to do", "lakeivm s", "Spark s",
+                           "DuckDB s", "Spark / lakeivm"], "rows": []}
+    views = []
+    for scale in results["scales"]:
+        for i, runs in enumerate(scale["runs"]):
+            lake_s, spark_s = scale["lakeivm_s"][i], scale["spark_s"][i]
+            duck = scale["duckdb_s"][i] if scale["duckdb_s"] else None
+            batches["rows"].append([scale["customers"], i + 1, " / ".join(str(n) for n in runs.values()), s(lake_s), s(spark_s),
+                                    s(duck) if duck is not None else "", f"{spark_s / lake_s:.2f}"])
+        views.append({"columns": [f"view ({scale['customers']} customers)", "kind", "lakeivm s per batch (run)", "Spark s per batch"],
+                      "rows": [[name, scale["kinds"][name],
+                                ", ".join(f"{s(x)} ({ran})" for x, ran in zip(v["lakeivm_s"], v["ran"])),
+                                ", ".join(s(x) for x in v["spark_s"])] for name, v in scale["per_view"].items()]})
+    return [batches, *views]
 
 
 def _spark_recompute(lake, specs, order: list[str], pins, root: str, per_view) -> float:
