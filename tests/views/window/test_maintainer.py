@@ -1,4 +1,4 @@
-"""The window kind on Spark: each shape equal to its own SQL, recomputed by Spark on the same
+"""The window kind on Spark: each shape (QUALIFY too) equal to its own SQL, recomputed by Spark on the same
 snapshots, after random insert/update/delete batches (NULL partition keys, ties and duplicate rows
 included); a run rewrites only the partitions its changes touch; a view over views; the "latest row
 per key" derived table split off and maintained end to end (the window kind under first_order)."""
@@ -26,6 +26,7 @@ VIEWS = {  # ORDER BY every column where ROW_NUMBER, LEAD or a ROWS frame would 
                 "AVG(v) OVER (PARTITION BY k) AS avg_v FROM t",
     "scd2": "SELECT k AS key, ts AS start_ts, v, LEAD(ts) OVER (PARTITION BY k ORDER BY ts, v) AS end_ts, "
             "LAG(v, 1, -1) OVER (PARTITION BY k ORDER BY ts, v) AS before FROM t WHERE ts > 0",
+    "latest": "SELECT k, ts, v FROM t QUALIFY ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC, v DESC) = 1",
 }
 
 
