@@ -10,7 +10,6 @@ raise ChangeRangeError saying what happened and how to fix it; the engine then a
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -258,17 +257,13 @@ class TableSource:
 
         from lakeivm.store import fastpath
 
-        key = ("feed", self.path, storage.table_id(self.path), watermark, head)
-        kept = self.lake.cache.setdefault("feeds", OrderedDict())
-        if key not in kept:
+        def read():
             delta_table = fastpath.load(self.path, version=head)
             if delta_table is None:
                 return None
-            kept[key] = pa.RecordBatchReader.from_stream(delta_table.load_cdf(starting_version=watermark + 1, ending_version=head)).read_all()
-            while len(kept) > KEPT_FEEDS:
-                kept.popitem(last=False)
-        kept.move_to_end(key)
-        return kept[key]
+            return pa.RecordBatchReader.from_stream(delta_table.load_cdf(starting_version=watermark + 1, ending_version=head)).read_all()
+
+        return self.lake.kept("feeds", (self.path, storage.table_id(self.path), watermark, head), read, KEPT_FEEDS)
 
 
 KEPT_FEEDS = 32  # change ranges ``_feed`` keeps per lake (each at most ``limits.small_delta_rows`` rows), least recent dropped first

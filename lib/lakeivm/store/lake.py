@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from lakeivm.store import storage
@@ -21,8 +21,6 @@ from lakeivm.columns import MULTIPLICITY  # noqa: F401 -- where the modules read
 from lakeivm.limits import Limits
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from pyspark.sql import DataFrame, SparkSession
 
     from lakeivm.config import Settings
@@ -173,22 +171,35 @@ class Lake:
         reads no Delta snapshot of it (a snapshot of a table that changes every run costs Spark jobs
         and seconds, however few its rows; one of an older version reconstructs its file list).
         ``write``: read to be rewritten by delta-rs, so None also where the gate refuses its writes."""
+        def read() -> tuple[DataFrame, object] | None:
+            found = read_with_delta_rs(path, max_rows, version, write=write)
+            if found is None:
+                return None
+            table, rows = found
+            ddl = ", ".join(f"`{name}` {kind}" for name, kind in storage.spark_columns(table).items())
+            return self.spark.createDataFrame(rows, schema=ddl), rows
+
         key = None if version is None else self._version_key(path, version, max_rows, write)
-        kept = self.cache.setdefault("small reads", OrderedDict())
-        if key is not None and key in kept:
+        if key is None:
+            return read()
+        # the views of a chain read the same table versions: each is read once per process
+        return self.kept("small reads", key, read, KEPT_READS, rows=lambda small: small[1].num_rows, most_rows=KEPT_ROWS)
+
+    def kept(self, store: str, key: tuple, read: Callable[[], Any], most: int,
+             rows: Callable[[Any], int] | None = None, most_rows: int = 0) -> Any:
+        """``read()``, kept in this lake's ``store`` under ``key`` and read again only once dropped: the
+        least recently used first, beyond ``most`` entries (or ``most_rows`` rows in all, as ``rows``
+        counts an entry's). None is not kept."""
+        kept = self.cache.setdefault(store, OrderedDict())
+        if key in kept:
             kept.move_to_end(key)
             return kept[key]
-        read = read_with_delta_rs(path, max_rows, version, write=write)
-        if read is None:
-            return None
-        table, rows = read
-        ddl = ", ".join(f"`{name}` {kind}" for name, kind in storage.spark_columns(table).items())
-        small = self.spark.createDataFrame(rows, schema=ddl), rows
-        if key is not None:  # the views of a chain read the same table versions: each is read once per process
-            kept[key] = small
-            while len(kept) > KEPT_READS or sum(arrow.num_rows for _, arrow in kept.values()) > KEPT_ROWS:
+        value = read()
+        if value is not None:
+            kept[key] = value
+            while len(kept) > most or (rows is not None and sum(map(rows, kept.values())) > most_rows):
                 kept.popitem(last=False)
-        return small
+        return value
 
     def _version_key(self, path: str, version: int, max_rows: int, write: bool) -> tuple | None:
         """What identifies a table version's rows in this process: the path, the table's identity (a
