@@ -164,7 +164,7 @@ def test_every_fast_path_reads_what_spark_reads(lake, feature):
         state.overwrite(lake, rows, path)
         assert Counter(_spark_rows(lake.read(path))) == wanted and _engine(path, now + 1) == "delta-rs"
     else:
-        assert not state._writable_locally(path, rows.columns) and storage.head_version(path) == now
+        assert not state._local_target(path, rows.columns)[0] and storage.head_version(path) == now
     now = storage.head_version(path)
     lake.restore(path, start)
     assert Counter(_spark_rows(lake.read(path))) == Counter(_spark_rows(lake.read(path, start)))

@@ -356,13 +356,14 @@ def overwrite(lake: Lake, rows: DataFrame, path: str, max_rows: int | None = Non
     written by Spark. A table that held at most half that many rows is rewritten from one Spark job
     (its new rows collected, at most ``max_rows`` + 1 of them) rather than three (compute, count, collect)."""
     limit = lake.limits.rewrite_rows if max_rows is None else max_rows
-    if _writable_locally(path, rows.columns) and lake.is_delta(path) and lake.row_count(path) <= limit // 2:
+    writable, held = _local_target(path, rows.columns)
+    if writable and held is not None and held <= limit // 2:
         collected = rows.limit(limit + 1).toArrow()  # it was small, so it likely is: computed and collected in one job
         if collected.num_rows <= limit and _write_locally(lake, collected, path, configuration):
             return collected.num_rows
     computed = rows.localCheckpoint(eager=True)
     count = computed.count()
-    if count > limit or not _writable_locally(path, computed.columns) or not _write_locally(lake, computed.toArrow(), path, configuration):
+    if count > limit or not writable or not _write_locally(lake, computed.toArrow(), path, configuration):
         writer = computed.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
         for key, value in (configuration or {}).items():
             writer = writer.option(key, value)
@@ -370,19 +371,21 @@ def overwrite(lake: Lake, rows: DataFrame, path: str, max_rows: int | None = Non
     return count
 
 
-def _writable_locally(path: str, columns: Sequence[str]) -> bool:
-    """Whether delta-rs may replace the table at ``path`` (``fastpath``) with rows of ``columns``."""
+def _local_target(path: str, columns: Sequence[str]) -> tuple[bool, int | None]:
+    """Whether delta-rs may replace the table at ``path`` (``fastpath``) with rows of ``columns``, and
+    the rows it holds now (by its files' statistics; None: a new table) -- one load of its log."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    from lakeivm.store import fastpath
+    from lakeivm.store import fastpath, storage
 
     if any(set(name) & set(" ,;{}()\n\t=") for name in columns):  # Spark's Delta writer refuses them, naming the fix
-        return False
+        return False, None
     try:
-        return fastpath.admits(DeltaTable(path), write=True)
+        table = DeltaTable(path)
     except TableNotFoundError:  # a new table
-        return True
+        return True, None
+    return fastpath.admits(table, write=True), storage.rows_in(table, unknown=2**62)
 
 
 def _write_locally(lake: Lake, arrow, path: str, configuration: dict[str, str] | None) -> bool:
@@ -395,8 +398,6 @@ def _write_locally(lake: Lake, arrow, path: str, configuration: dict[str, str] |
     except Exception:  # noqa: BLE001 -- a type delta-rs does not write (an interval, ...), raised before its commit
         return False
     return True
-
-
 
 
 def as_read(rows: DataFrame, query) -> DataFrame:
