@@ -6,7 +6,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from lakeivm.store.lake import Lake
@@ -66,6 +66,20 @@ def refresh_and_audit(lake: Lake, specs: list, tables: tuple[str, ...] | None) -
         report = audit(lake, spec)
         assert report.ok, (f"{spec.name} after applying {tables or 'all'} ({row.plan}): {report}; "
                            f"missing {report.missing[:5]}, unexpected {report.unexpected[:5]}")
+
+
+def alternate_paths(lake: Lake, monkeypatch, on_spark) -> Callable[[int], str]:
+    """A stream's runs taking turns between the two ways state is kept: an even turn runs with the
+    lake's own limits (its tiny state read and written in this process by delta-rs and DuckDB), an odd
+    turn with ``on_spark`` (a ``Limits`` under which nothing counts as small: every step a Spark job,
+    state MERGEd). One stream then covers both paths, and each reading the state the other wrote.
+    Returns ``turn(i)``, which sets the path for what runs next and names it."""
+    own = lake.limits
+
+    def turn(i: int) -> str:
+        monkeypatch.setattr(lake, "limits", on_spark if i % 2 else own)
+        return "spark" if i % 2 else "local"
+    return turn
 
 
 def audited_rounds(lake: Lake, rng: random.Random, specs: list, steps: tuple[str, str, str]) -> Iterator[None]:

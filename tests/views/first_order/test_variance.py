@@ -29,7 +29,7 @@ def test_stddev_and_variance_are_incremental():
     assert all(choice.mode == "incremental" for choice in kinds.values()), {n: c.why_full for n, c in kinds.items()}
 
 
-@pytest.mark.heavy(170)
+@pytest.mark.heavy(120)
 @pytest.mark.parametrize("kind", ["first_order", "fivm"])
 def test_stddev_and_variance_match_spark_under_random_streams(lake, spark, kind):
     rng = random.Random(5)
@@ -38,8 +38,8 @@ def test_stddev_and_variance_match_spark_under_random_streams(lake, spark, kind)
     views = VIEWS if kind == "first_order" else {name: sql for name, sql in VIEWS.items() if name in FIVM}
     specs = [spec_from_dict({"name": name, "deadline": 60, "kind": kind, "sql": sql}) for name, sql in views.items()]
     assert all(run_view(lake, spec).kind == kind for spec in specs)
-    for tables in (("r",), None, None):
-        for table, value in (("r", "x"), ("s", "g"), ("r", "x")):
+    for tables in (("r",), None):  # an asymmetric run (s pending), then both tables' batches
+        for table, value in (("r", "x"), ("s", "g"), ("r", "x"), ("s", "g")):
             random_batch(lake, rng, table, "a", value)
         refresh_and_audit(lake, specs, tables)
 

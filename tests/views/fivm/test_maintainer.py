@@ -24,7 +24,7 @@ from lakeivm.limits import Limits
 from lakeivm.catalog.registry import classify, load_spec, spec_from_dict
 from lakeivm.sql import recompute_sql
 from lakeivm.views.fivm.maintainer import COFACTOR, coefficients
-from tests.helpers import sql
+from tests.helpers import alternate_paths, sql
 
 CHAIN = spec_from_dict({"refresh_policy": "incremental",
     "name": "chain", "deadline": 60,
@@ -105,24 +105,26 @@ def assert_exact(lake, spec, definitions=True):
         stored_views_match_definitions(lake, spec)
 
 
-@pytest.mark.heavy(106)
-@pytest.mark.parametrize("propagation", ["local", "spark"])
-def test_chain_random_streams_with_asymmetric_plans(lake, spark, propagation, monkeypatch):
-    """``local``: the tables are small, so deltas propagate in DuckDB (``fivm.local``) and state is
-    rewritten by delta-rs; ``spark``: no table counts as small nor is scanned by delta-rs, so every
-    step is a Spark job and state is appended or MERGEd, as for a view too large for the driver."""
-    if propagation == "spark":
-        monkeypatch.setattr(lake, "limits", Limits(rewrite_rows=0, scan_rows=0))
+@pytest.mark.heavy(130)
+def test_chain_random_streams_with_asymmetric_plans(lake, spark, monkeypatch):
+    """The runs take turns (``alternate_paths``): on the local path the tables are small, so deltas
+    propagate in DuckDB (``fivm.local``) and state is rewritten by delta-rs; on the Spark path no table
+    counts as small nor is scanned by delta-rs, so every step is a Spark job and state is appended or
+    MERGEd, as for a view too large for the driver."""
+    turn = alternate_paths(lake, monkeypatch, Limits(rewrite_rows=0, scan_rows=0))
     rng = random.Random(5)
     create(lake, spark, rng, CHAIN_TABLES)
+    turn(1)
     assert run_view(lake, CHAIN).kind == "fivm"
     assert_exact(lake, CHAIN, definitions=False)
     for step, tables in enumerate((("r",), ("s", "t"), None)):
         for name in ("r", "s", "t"):
             change(lake, rng, name, CHAIN_TABLES)
+        turn(step)
         run_view(lake, CHAIN, tables=tables)
         assert_exact(lake, CHAIN, definitions=step > 0)  # step 1 leaves r pending
     sql(lake, "DELETE FROM {t}", "s")  # every group disappears
+    turn(1)
     run_view(lake, CHAIN)
     assert_exact(lake, CHAIN, definitions=False)
     assert lake.read(lake.view_path("chain")).count() == 0

@@ -25,7 +25,7 @@ from lakeivm.views.base import normalize
 from lakeivm.catalog.registry import spec_from_dict
 from lakeivm.views.nested.maintainer import SEQ, state_sql, version_columns
 from lakeivm.views.nested.queries import QUERIES
-from tests.helpers import sql
+from tests.helpers import alternate_paths, sql
 
 BOOK_DDL = "broker_id int, price decimal(8,2), volume bigint"
 PSP_SQL = QUERIES["psp"].replace("0.0001", "0.1")  # a filter that bites on a small book
@@ -143,16 +143,16 @@ GENERAL = {  # the paper's class beyond the shipped shapes: the general algorith
 }
 
 
-@pytest.mark.heavy(60)
-@pytest.mark.parametrize("state", ["local", "spark"])
-def test_general_nested_views_emit_the_sql_result_for_every_version(lake, spark, monkeypatch, state):
+@pytest.mark.heavy(120)
+def test_general_nested_views_emit_the_sql_result_for_every_version(lake, spark, monkeypatch):
     """Queries of the paper's class that no shipped shape matches, evaluated by the general algorithm:
     every emission equals Spark running the SQL on its version, after inserts, deletes, updates and a
-    crash, with the index kept by delta-rs in this process or (``local_state_rows`` 0) MERGEd by Spark."""
+    crash, the runs taking turns (``alternate_paths``) between the index kept by delta-rs in this
+    process and (``local_state_rows`` 0) MERGEd by Spark."""
     from lakeivm.views.nested.shape import nested_shape
 
-    if state == "spark":
-        monkeypatch.setattr(lake, "limits", Limits(local_state_rows=0))
+    turn = alternate_paths(lake, monkeypatch, Limits(local_state_rows=0))
+    turn(1)
     rng = random.Random(7)
     lake.create_table("bids", spark.createDataFrame(book_rows(rng, 14), BOOK_DDL))
     specs = [spec_from_dict({"refresh_policy": "incremental", "name": name, "sql": text, "deadline": 60})
@@ -160,13 +160,15 @@ def test_general_nested_views_emit_the_sql_result_for_every_version(lake, spark,
     for spec in specs:
         assert run_view(lake, spec).kind == "nested"
         assert nested_shape(prepare(lake, spec)[0].query).name == "general"
-    for _ in range(2):
+    for round_ in range(2):
         for _ in range(2):
             change_book(lake, rng, "bids")
+        turn(round_)
         for spec in specs:
             run_view(lake, spec)
     sql(lake, "INSERT INTO {t} VALUES (1, NULL, 2), (NULL, 10.01, NULL), (NULL, 10.02, 3)", "bids")  # NULL keys and values
     change_book(lake, rng, "bids")
+    turn(0)
     with pytest.raises(InjectedFailure):
         run_view(lake, specs[0], fail_at="flush:index_bids")
     for spec in specs:
@@ -216,13 +218,12 @@ Q17_DDL = ("l_orderkey bigint, l_partkey bigint, l_quantity decimal(15,2), l_ext
            "p_partkey bigint, p_brand string, p_container string")
 
 
-@pytest.mark.heavy(99)
-@pytest.mark.parametrize("state", ["local", "spark"])
-def test_q17_with_asymmetric_plans(lake, spark, monkeypatch, state):
-    """Both ways of evaluating Q17: the indexes read by delta-rs and replayed in this process, or
-    (``local_state_rows`` 0) read, replayed with applyInPandas and MERGEd by Spark."""
-    if state == "spark":
-        monkeypatch.setattr(lake, "limits", Limits(local_state_rows=0))
+@pytest.mark.heavy(100)
+def test_q17_with_asymmetric_plans(lake, spark, monkeypatch):
+    """Both ways of evaluating Q17, the runs taking turns (``alternate_paths``): the indexes read by
+    delta-rs and replayed in this process, or (``local_state_rows`` 0) read, replayed with
+    applyInPandas and MERGEd by Spark."""
+    turn = alternate_paths(lake, monkeypatch, Limits(local_state_rows=0))
     rng = random.Random(11)
     line = lambda: (rng.randrange(100), rng.randrange(5), Decimal(rng.randint(1, 9)),  # noqa: E731
                     Decimal(f"{rng.randint(100, 999)}.{rng.randrange(100):02d}"))
@@ -231,9 +232,10 @@ def test_q17_with_asymmetric_plans(lake, spark, monkeypatch, state):
     lake.create_table("part", spark.createDataFrame(
         [(pk, "Brand#23" if pk % 2 == 0 else "Brand#12", "WRAP BOX") for pk in range(4)], Q17_DDL[1]))
     spec = spec_from_dict({"refresh_policy": "incremental", "name": "q17", "sql": QUERIES["q17"], "deadline": 60})
+    turn(1)
     run_view(lake, spec)
-    plans = [("lineitem",), ("part",), ("lineitem", "part")] if state == "local" else [("lineitem",), ("lineitem", "part")]  # CI budget
-    for plan in plans:
+    for step, plan in enumerate([("lineitem",), ("part",), ("lineitem", "part")]):
+        turn(step)
         if plan == ("lineitem",):
             sql(lake, "INSERT INTO {t} VALUES " + ", ".join("({}, {}, {}, {})".format(*line()) for _ in range(3)), "lineitem")
             sql(lake, f"UPDATE {{t}} SET p_brand = {rng.choice(brands)} WHERE p_partkey = {rng.randrange(5)}", "part")
@@ -243,6 +245,7 @@ def test_q17_with_asymmetric_plans(lake, spark, monkeypatch, state):
         row = run_view(lake, spec, tables=plan)
         assert row.applied == plan
     sql(lake, "INSERT INTO {t} VALUES " + ", ".join("({}, {}, {}, {})".format(*line()) for _ in range(4)), "lineitem")
+    turn(1)
     with pytest.raises(InjectedFailure):  # after the per-part evaluation and one index MERGE: rolled back, rerun
         run_view(lake, spec, fail_at="flush:index_lineitem")
     run_view(lake, spec)
