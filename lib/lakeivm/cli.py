@@ -419,7 +419,7 @@ def _dbt(args, settings: Settings) -> int:
 # Each suite is a module of lakeivm.bench with ``main(argv, settings) -> int`` parsing its own options.
 BENCH_SUITES = {"first-order": "first_order", "planner": "planner", "triangle": "triangle", "fivm": "fivm", "nested": "nested",
                 "join-sample": "join_sample", "warm": "warm", "latency": "latency", "auto": "auto", "log": "log",
-                "upstream": "upstream", "pipeline": "pipeline"}
+                "upstream": "upstream", "pipeline": "pipeline", "tpch": "tpch"}
 # Not suites: they keep results as records in docs/benchmarks/ and write docs/benchmarks.md from them.
 BENCH_TOOLS = {"record": "record", "render": "render"}
 

@@ -36,9 +36,11 @@ def test_shipped_views_follow_the_tpch_change_stream(lake):
     for spec in specs.values():
         run_view(lake, spec)
     stream = TpchChangeStream(lake, seed=3)
-    before = lake.head_version(lake.table_path("orders"))
-    stream.batch(orders=5, parts=3, suppliers=2)
-    assert lake.head_version(lake.table_path("orders")) == before + 2  # RF1 append, RF2 delete
+    before = {table: lake.head_version(lake.table_path(table)) for table in ("orders", "customer", "part")}
+    said = stream.batch(orders=5, parts=3, suppliers=2, customers=2, prices=2)
+    assert said.endswith("2 balances changed, 2 parts repriced"), said
+    after = {table: lake.head_version(lake.table_path(table)) for table in before}
+    assert after == {"orders": before["orders"] + 2, "customer": before["customer"] + 1, "part": before["part"] + 1}  # RF1, RF2; UPDATEs
     for spec in specs.values():
         row = run_view(lake, spec, mode="refresh")
         assert row.consistent and row.applied, spec.name

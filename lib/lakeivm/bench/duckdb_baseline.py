@@ -25,13 +25,23 @@ class DuckdbRun:
 
 
 def recompute_duckdb(lake, sql: str, versions: Mapping[str, int], threads: int | None = None) -> DuckdbRun:
-    """The view's ``sql`` over ``{table: version}`` snapshots of ``lake``, evaluated by DuckDB."""
+    """The view's ``sql`` over ``{table: version}`` snapshots of ``lake``, evaluated by DuckDB. A
+    table the gate refuses (``fastpath``: e.g. deletion vectors, which delta-rs would not apply) is
+    a LakeIVMError naming it: the baseline must read what Spark reads."""
     import duckdb
     import sqlglot
     from deltalake import DeltaTable
 
+    from lakeivm.errors import LakeIVMError
+    from lakeivm.store import fastpath
+
     t0 = time.perf_counter()
-    tables = {name: DeltaTable(lake.table_path(name), version=version).to_pyarrow_table() for name, version in versions.items()}
+    loaded = {name: DeltaTable(lake.table_path(name), version=version) for name, version in versions.items()}
+    for name, table in loaded.items():
+        refused = fastpath.refusal(table)
+        if refused:
+            raise LakeIVMError(f"DuckDB baseline: table {name} at version {versions[name]}: {refused}")
+    tables = {name: table.to_pyarrow_table() for name, table in loaded.items()}
     t1 = time.perf_counter()
     con = duckdb.connect()
     if threads:

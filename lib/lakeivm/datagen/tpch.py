@@ -2,7 +2,8 @@
 
 The stream follows TPC-H's refresh functions -- RF1 inserts new orders with their lineitems, RF2
 deletes old orders with theirs -- plus UPDATEs of ``partsupp.ps_supplycost`` and of
-``supplier.s_nationkey``, so the change data feed carries inserts, deletes and updates.
+``supplier.s_nationkey`` (and, when asked, of ``customer.c_acctbal`` and ``part.p_retailprice``), so
+the change data feed carries inserts, deletes and updates.
 RF1's new orders are copies of existing orders under fresh keys (tpchgen-cli does not implement the
 refresh functions), which keeps every foreign key valid.
 """
@@ -129,11 +130,33 @@ class TpchChangeStream:
             self._dml("supplier", f"s_suppkey IN ({', '.join(map(str, keys))})", {"s_nationkey": f"(s_nationkey + {delta}) % 25"})
         return len(keys)
 
-    def batch(self, orders: int = 20, parts: int = 5, suppliers: int = 2) -> str:
-        """One mixed batch: RF1, RF2 and both UPDATEs; returns a one-line description."""
+    def update_customer_balance(self, customers: int) -> int:
+        """Pay in or draw on the account of ``customers`` random customers (``c_acctbal``)."""
+        keys = self._sample("customer", "c_custkey", customers)
+        amount = self.rng.choice(["250.00", "-120.50", "75.25"])
+        if keys:
+            self._dml("customer", f"c_custkey IN ({', '.join(map(str, keys))})", {"c_acctbal": f"CAST(c_acctbal + {amount} AS DECIMAL(15,2))"})
+        return len(keys)
+
+    def update_part_price(self, parts: int) -> int:
+        """Reprice ``parts`` random parts (``p_retailprice``)."""
+        keys = self._sample("part", "p_partkey", parts)
+        factor = self.rng.choice(["1.05", "0.97"])
+        if keys:
+            self._dml("part", f"p_partkey IN ({', '.join(map(str, keys))})", {"p_retailprice": f"CAST(p_retailprice * {factor} AS DECIMAL(15,2))"})
+        return len(keys)
+
+    def batch(self, orders: int = 20, parts: int = 5, suppliers: int = 2, customers: int = 0, prices: int = 0) -> str:
+        """One mixed batch: RF1, RF2 and the UPDATEs (``customers``' balances and ``prices`` parts'
+        prices only when asked); returns a one-line description."""
         inserted, deleted = self.rf1(orders), self.rf2(orders)
         costs, moved = self.update_supplycost(parts), self.update_supplier_nation(suppliers)
-        return f"RF1 +{inserted} orders, RF2 -{deleted} orders, {costs} parts re-costed, {moved} suppliers moved"
+        said = f"RF1 +{inserted} orders, RF2 -{deleted} orders, {costs} parts re-costed, {moved} suppliers moved"
+        if customers:
+            said += f", {self.update_customer_balance(customers)} balances changed"
+        if prices:
+            said += f", {self.update_part_price(prices)} parts repriced"
+        return said
 
     def _sample(self, table: str, column: str, n: int) -> list[int]:
         """``n`` random distinct values of ``column``."""

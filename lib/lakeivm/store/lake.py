@@ -201,6 +201,12 @@ class Lake:
                 kept.popitem(last=False)
         return value
 
+    def forget_reads(self) -> None:
+        """Drop the table versions and change ranges this process keeps (``kept``): the next run reads
+        them as the process's first reader would (a benchmark timing each view on its own)."""
+        for store in ("small reads", "feeds"):
+            self.cache.pop(store, None)
+
     def _version_key(self, path: str, version: int, max_rows: int, write: bool) -> tuple | None:
         """What identifies a table version's rows in this process: the path, the table's identity (a
         folder deleted and written anew, e.g. a rebuilt state table, numbers its versions again), the
