@@ -116,9 +116,8 @@ def batch_sizes(counts: dict[str, int], fraction: float) -> dict[str, int]:
 def _one_scale(spark, settings: Settings, scale: float, batches: int, queries: list[int], fraction: float, out: str,
                duckdb: bool, audit_every: bool, progress) -> dict:
     from lakeivm.api import Views
-    from lakeivm.catalog.registry import derived_specs, load_specs
-    from lakeivm.datagen.tpch import TABLES, TpchChangeStream, generate_tpch
-    from lakeivm.store import commit
+    from lakeivm.catalog.registry import load_specs
+    from lakeivm.datagen.tpch import TpchChangeStream, generate_tpch
     from lakeivm.store.lake import Lake
 
     root = f"{out}/lake-tpch-{scale:g}"
@@ -136,7 +135,7 @@ def _one_scale(spark, settings: Settings, scale: float, batches: int, queries: l
     lake = views.lake
     per_query: dict[str, dict] = {}
     for query in queries:
-        entry = per_query[f"q{query:02d}"] = {"build_s": {}, "incremental_s": [], "auto_s": [], "auto_ran": [], "spark_s": [],
+        entry = per_query[f"q{query:02d}"] = {"build_s": {}, "incremental_s": [], "auto_s": [], "spark_s": [],
                                                "duckdb_s": [], "duckdb_read_s": [], "duckdb_failed": None}
         for policy in POLICIES:
             lake.forget_reads()
@@ -155,31 +154,18 @@ def _one_scale(spark, settings: Settings, scale: float, batches: int, queries: l
         progress(f"  batch {batch + 1}: {described}")
         for query in queries:
             entry = per_query[f"q{query:02d}"]
-            inc, auto = (view_name(query, policy) for policy in POLICIES)
-            seconds = {}
-            for policy, name in sorted(zip(POLICIES, (inc, auto)), reverse=batch % 2 == 1):  # each first in turn
-                lake.forget_reads()
-                t0 = time.perf_counter()
-                row = views[name].refresh()
-                seconds[policy] = time.perf_counter() - t0
-                entry[f"{policy}_s"].append(seconds[policy])
-                if policy == "auto":
-                    entry["auto_ran"].append("nothing to do" if row is None else "full" if row.kind == "full" else "incremental")
-            watermarks = commit.last_committed(lake, inc).watermarks
-            base = {table: version for one in (views.specs[inc], *derived_specs(views.specs[inc]))  # the split-off views' tables too
-                    for table, version in commit.last_committed(lake, one.name).watermarks.items() if table in TABLES}
-            entry["spark_s"].append(_spark_recompute(lake, views.specs[inc], watermarks, f"{root}/recomputed/q{query:02d}"))
-            said = f"incremental {seconds['incremental']:.2f}s, auto {seconds['auto']:.2f}s ({entry['auto_ran'][-1]}), Spark {entry['spark_s'][-1]:.2f}s"
-            if duckdb and entry["duckdb_failed"] is None:
-                try:
-                    read_s, compute_s = _duckdb_recompute(lake, shipped_sql[query], base)
-                    entry["duckdb_read_s"].append(read_s)
-                    entry["duckdb_s"].append(read_s + compute_s)
-                    said += f", DuckDB {read_s + compute_s:.2f}s"
-                except Exception as err:  # noqa: BLE001 -- a construct DuckDB lacks, or a table it may not read: named
-                    entry["duckdb_failed"] = str(err).splitlines()[0][:200]
-                    said += f", DuckDB failed: {entry['duckdb_failed']}"
-            for name in (inc, auto) if audit_every or batch == batches - 1 else ():
+            if entry.get("error"):
+                continue
+            try:
+                said = _time_query(lake, views, query, entry, batch, f"{root}/recomputed/q{query:02d}",
+                                   shipped_sql[query] if duckdb else None)
+            except Exception as err:  # noqa: BLE001 -- one query's failure is reported; the others are still timed
+                entry["error"] = f"batch {batch + 1}: {type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+                audits_ok = False
+                differ.append(f"q{query:02d} failed")
+                progress(f"    q{query:02d}: FAILED, {entry['error']}")
+                continue
+            for name in (view_name(query, policy) for policy in POLICIES) if audit_every or batch == batches - 1 else ():
                 if not views[name].audit().ok:
                     audits_ok = False
                     differ.append(f"{name} (batch {batch + 1})")
@@ -196,6 +182,41 @@ def _one_scale(spark, settings: Settings, scale: float, batches: int, queries: l
             "driver_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def _time_query(lake, views, query: int, entry: dict, batch: int, recomputed: str, duckdb_sql: str | None) -> str:
+    """One batch of one query: both views refreshed (each first in turn), Spark's and DuckDB's
+    recomputes at the incremental view's snapshots; the seconds appended to ``entry``. Returns the
+    progress line."""
+    from lakeivm.catalog.registry import derived_specs
+    from lakeivm.datagen.tpch import TABLES
+    from lakeivm.store import commit
+
+    inc, auto = (view_name(query, policy) for policy in POLICIES)
+    seconds = {}
+    for policy, name in sorted(zip(POLICIES, (inc, auto)), reverse=batch % 2 == 1):
+        lake.forget_reads()
+        t0 = time.perf_counter()
+        row = views[name].refresh()
+        seconds[policy] = time.perf_counter() - t0
+        entry[f"{policy}_s"].append(seconds[policy])
+        entry.setdefault(f"{policy}_ran", []).append("nothing to do" if row is None else "full" if row.kind == "full" else "incremental")
+    watermarks = commit.last_committed(lake, inc).watermarks
+    base = {table: version for one in (views.specs[inc], *derived_specs(views.specs[inc]))  # the split-off views' tables too
+            for table, version in commit.last_committed(lake, one.name).watermarks.items() if table in TABLES}
+    entry["spark_s"].append(_spark_recompute(lake, views.specs[inc], watermarks, recomputed))
+    said = (f"incremental {seconds['incremental']:.2f}s, auto {seconds['auto']:.2f}s ({entry['auto_ran'][-1]}), "
+            f"Spark {entry['spark_s'][-1]:.2f}s")
+    if duckdb_sql is not None and entry["duckdb_failed"] is None:
+        try:
+            read_s, compute_s = _duckdb_recompute(lake, duckdb_sql, base)
+        except Exception as err:  # noqa: BLE001 -- a construct DuckDB lacks, or a table it may not read: named
+            entry["duckdb_failed"] = str(err).splitlines()[0][:200]
+            return said + f", DuckDB failed: {entry['duckdb_failed']}"
+        entry["duckdb_read_s"].append(read_s)
+        entry["duckdb_s"].append(read_s + compute_s)
+        said += f", DuckDB {read_s + compute_s:.2f}s (read {read_s:.2f}s)"
+    return said
+
+
 def summarize(per_query: dict[str, dict]) -> dict:
     """Per query the median seconds per batch and the speed-ups (a recompute's seconds over the
     incremental run's); over the queries, how many beat Spark, the geometric means and on how many
@@ -204,9 +225,10 @@ def summarize(per_query: dict[str, dict]) -> dict:
     for query, entry in per_query.items():
         m = {key: statistics.median(entry[key]) if entry[key] else None
              for key in ("incremental_s", "auto_s", "spark_s", "duckdb_s")}
-        m["over_spark"] = m["spark_s"] / m["incremental_s"] if m["incremental_s"] else None
+        m["over_spark"] = m["spark_s"] / m["incremental_s"] if m["incremental_s"] and m["spark_s"] else None
         m["over_duckdb"] = m["duckdb_s"] / m["incremental_s"] if m["incremental_s"] and m["duckdb_s"] else None
-        m["auto_on_target"] = m["auto_s"] is not None and m["auto_s"] <= AUTO_SLACK * min(m["incremental_s"], m["spark_s"])
+        m["auto_on_target"] = None not in (m["auto_s"], m["incremental_s"], m["spark_s"]) and \
+            m["auto_s"] <= AUTO_SLACK * min(m["incremental_s"], m["spark_s"])
         medians[query] = m
         over_spark += [m["over_spark"]] if m["over_spark"] else []
         over_duckdb += [m["over_duckdb"]] if m["over_duckdb"] else []
@@ -230,8 +252,8 @@ def tables(results: dict) -> list[dict]:
         rows = []
         for query, entry in scale["queries"].items():
             m = scale["summary"]["medians"][query]
-            ran = ", ".join(sorted(set(entry["auto_ran"]))) or "-"
-            rows.append([query, entry["kind"], s(m["incremental_s"]), f"{s(m['auto_s'])} ({ran})", s(m["spark_s"]),
+            ran = ", ".join(sorted(set(entry.get("auto_ran", [])))) or "-"
+            rows.append([query, entry["kind"] + (f" (failed {entry['error']})" if entry.get("error") else ""), s(m["incremental_s"]), f"{s(m['auto_s'])} ({ran})", s(m["spark_s"]),
                          s(m["duckdb_s"]) if m["duckdb_s"] is not None else f"failed: {entry['duckdb_failed']}",
                          s(m["over_spark"]), s(m["over_duckdb"]), "yes" if m["auto_on_target"] else "no"])
         summary = scale["summary"]
