@@ -82,17 +82,21 @@ def alternate_paths(lake: Lake, monkeypatch, on_spark) -> Callable[[int], str]:
     return turn
 
 
-def audited_rounds(lake: Lake, rng: random.Random, specs: list, steps: tuple[str, str, str]) -> Iterator[None]:
+def audited_rounds(lake: Lake, rng: random.Random, specs: list, steps: tuple[str, str, str],
+                   turn: Callable[[int], str] | None = None) -> Iterator[None]:
     """Three rounds over r(a, x), s(a, g), u(x, c): a random commit on each table and ``steps[i]`` on s
     (and a second random commit of s in the first round: netted), then every view refreshed and audited
     (``refresh_and_audit``) applying s alone, s and u (r behind: an asymmetric plan), then all. Yields
-    after each round."""
-    for tables, step in zip((("s",), ("s", "u"), None), steps):
+    after each round. ``turn`` (``alternate_paths``): round i runs on path ``turn(i + 1)``, the first
+    and the last on Spark."""
+    for i, (tables, step) in enumerate(zip((("s",), ("s", "u"), None), steps)):
         for table, key, value in (("r", "a", "x"), ("s", "a", "g"), ("u", "x", "c")):
             random_batch(lake, rng, table, key, value)
         sql(lake, step, "s")
         if tables == ("s",):
             random_batch(lake, rng, "s", "a", "g")
+        if turn is not None:
+            turn(i + 1)
         refresh_and_audit(lake, specs, tables)
         yield
 

@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from tests.helpers import audited_rounds, bootstrap_incremental
+from lakeivm.limits import Limits
+from lakeivm.views.first_order import maintainer
+from tests.helpers import alternate_paths, audited_rounds, bootstrap_incremental
 
 VIEWS = {
     "per_key": "SELECT r.a, COUNT(*) AS c, COUNT(s.g) AS ng, SUM(s.g) AS sg, MIN(s.g) AS mg, AVG(r.x) AS ax "
@@ -24,16 +26,21 @@ NULL_KEY_STEPS = ("INSERT INTO {t} VALUES (NULL, 6)", "UPDATE {t} SET g = 8 WHER
 
 
 @pytest.mark.heavy(131)
-def test_left_and_right_joins_match_sql_under_random_streams_and_asymmetric_plans(lake, spark):
+def test_left_and_right_joins_match_sql_under_random_streams_and_asymmetric_plans(lake, spark, monkeypatch):
     rng = random.Random(21)
     lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5), (3, 2)], "a int, x int"))
     lake.create_table("s", spark.createDataFrame([(0, 0), (1, 4), (2, 7), (2, 3)], "a int, g int"))
     lake.create_table("u", spark.createDataFrame([(x, x % 2) for x in range(10)], "x int, c int"))
     specs = bootstrap_incremental(lake, VIEWS, "first_order")
+    turn = alternate_paths(lake, monkeypatch, Limits(scan_rows=0))  # touched keys read by delta-rs, or by Spark
+    local_reads = []
+    read_locally = maintainer._touched_locally
+    monkeypatch.setattr(maintainer, "_touched_locally", lambda *args: local_reads.append(read_locally(*args)) or local_reads[-1])
     padded_keys = [_padded_keys(lake)]
-    for _ in audited_rounds(lake, rng, specs, NULL_KEY_STEPS):
+    for _ in audited_rounds(lake, rng, specs, NULL_KEY_STEPS, turn):
         padded_keys.append(_padded_keys(lake))
     assert len(set(padded_keys)) > 1 and any(padded_keys), f"the stream never changed which keys are NULL-padded: {padded_keys}"
+    assert any(read is not None for read in local_reads) and any(read is None for read in local_reads), local_reads
 
 
 def _padded_keys(lake) -> frozenset[int]:

@@ -144,19 +144,28 @@ class FirstOrderMaintainer:
         touched = f"`{join.preserved_column}` IN {changed_keys}"
         if join.how == "not_in":
             touched = f"{touched} OR `{join.preserved_column}` IS NULL OR {null_changed}"
-        preserved = ctx.spark.sql(f"SELECT * FROM {sources[join.preserved]} WHERE {touched}")
         restricted = f"lakeivm_{ctx.view}_{join.padded}_touched_{join.preserved}"
-        (preserved if join.how == "not_in" else preserved.localCheckpoint(eager=True)).createOrReplaceTempView(restricted)
-        after = {**sources, join.preserved: restricted, join.padded: ctx.snapshot(table, ctx.pins[table])}
+        local = _touched_locally(ctx, table, join, delta_view)
+        if local is not None:
+            local[0].createOrReplaceTempView(restricted)
+        else:
+            preserved = ctx.spark.sql(f"SELECT * FROM {sources[join.preserved]} WHERE {touched}")
+            (preserved if join.how == "not_in" else preserved.localCheckpoint(eager=True)).createOrReplaceTempView(restricted)
+        after = {**sources, join.preserved: restricted}
+        if local is None:
+            after[join.padded] = ctx.snapshot(table, ctx.pins[table])
         if join.how == "not_in":
             before = {**after, join.padded: ctx.snapshot(table, ctx.watermarks[table])}
         else:
-            own = f"`{join.column}` IN {changed_keys}"
-            if join.how == "full":  # S's unmatched rows are output too: those with a NULL key as well
-                own = f"{own} OR (`{join.column}` IS NULL AND {null_changed})"
             delta = ctx.spark.table(delta_view)  # every changed row has a touched key (one with a NULL key matches nothing)
-            rows = ctx.spark.table(after[join.padded]).where(own).select(*[c for c in delta.columns if c != MULTIPLICITY])
-            rows = rows.localCheckpoint(eager=True)
+            columns = [c for c in delta.columns if c != MULTIPLICITY]
+            if local is not None:
+                rows = local[1].select(*[f"`{c}`" for c in columns])
+            else:
+                own = f"`{join.column}` IN {changed_keys}"
+                if join.how == "full":  # S's unmatched rows are output too: those with a NULL key as well
+                    own = f"{own} OR (`{join.column}` IS NULL AND {null_changed})"
+                rows = ctx.spark.table(after[join.padded]).where(own).select(*[f"`{c}`" for c in columns]).localCheckpoint(eager=True)
             before = dict(after)
             for side, when, version in ((after, "after", rows), (before, "before", _undone(rows, delta))):
                 side[join.padded] = f"lakeivm_{ctx.view}_{join.padded}_touched_{when}"
@@ -220,6 +229,54 @@ class FirstOrderMaintainer:
             else:
                 sources[relation.alias] = ctx.snapshot(relation.table, ctx.watermarks[relation.table])
         return sources
+
+
+def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str) -> tuple[DataFrame, DataFrame] | None:
+    """For a LEFT / RIGHT / SEMI / ANTI join's change (not FULL, not NOT IN: their NULL rules read
+    more than the touched keys): (the preserved relation's rows with a touched key, as of its
+    watermark; the padded table's rows with a touched key, as of its pin), each read by delta-rs
+    with a key filter in this process and handed to Spark as local rows -- where Spark would scan
+    both tables whole for a change touching a few keys (TPC-H Q13's customers and orders, Q4's and
+    Q21's lineitem). None, and Spark reads them, where either is not a base table the gate admits
+    (``fastpath``) of at most ``limits.scan_rows`` rows, the preserved relation is the changed
+    table itself, or a key is a float (NaN matches only under Spark's rules)."""
+    from lakeivm.sources.changes import TableSource, source
+
+    if join.how in ("full", "not_in"):
+        return None
+    preserved = next(r for r in ctx.query.relations if r.alias == join.preserved)
+    if preserved.table == table:
+        return None
+    sides = ((preserved.table, ctx.watermarks[preserved.table], join.preserved_column), (table, ctx.pins[table], join.column))
+    if not all(isinstance(source(ctx.lake, name), TableSource) for name, _, _ in sides):
+        return None
+    keys = ctx.spark.table(delta_view).where(f"`{join.column}` IS NOT NULL").select(f"`{join.column}`").distinct().toArrow().column(0)
+    read = [_rows_with_keys(ctx, name, version, column, keys) for name, version, column in sides]
+    return None if None in read else (read[0], read[1])
+
+
+def _rows_with_keys(ctx: Context, table: str, version: int, column: str, keys) -> DataFrame | None:
+    """The rows of ``table`` at ``version`` whose ``column`` is one of ``keys`` (an Arrow array without
+    NULLs: SQL's IN matches none), read by delta-rs as ``Lake.read_small`` reads (the table's own
+    Spark types), or None where the gate, its size or its key type leave it to Spark."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from lakeivm.store import fastpath, storage
+
+    try:
+        found = DeltaTable(ctx.lake.table_path(table), version=version)
+        if not fastpath.admits(found) or storage.rows_in(found, unknown=ctx.lake.limits.scan_rows + 1) > ctx.lake.limits.scan_rows:
+            return None
+        kind = pa.schema(found.schema().to_arrow()).field(column).type
+        if pa.types.is_floating(kind) or pa.types.is_floating(keys.type):
+            return None
+        wanted = pc.unique(keys).cast(kind)
+        rows = found.to_pyarrow_dataset().to_table(filter=pc.field(column).isin(wanted))
+    except Exception:  # noqa: BLE001 -- a type Arrow cannot cast or compare, a file delta-rs cannot read: Spark reads it
+        return None
+    ddl = ", ".join(f"`{name}` {kind}" for name, kind in storage.spark_columns(found).items())
+    return ctx.spark.createDataFrame(rows, schema=ddl)
 
 
 def _undone(rows: DataFrame, delta: DataFrame) -> DataFrame:
