@@ -58,7 +58,7 @@ def test_chained_ctes_and_the_views_over_them_follow_random_batches(lake, spark,
         lines = explain(lake, spec)  # Spark analyses each split view's SQL: s1 is carried along
         assert f"{spec.name}: refresh policy auto:" in lines
     assert "incremental" in explain(lake, specs["banded"]).splitlines()[0]
-    for round_ in range(2):
+    for round_ in range(1):  # CI budget: one batch of three commits (tests/views/window and test_upstream stream more)
         for table in ("t", "u", "t"):
             random_batch(lake, rng, table, "k", "v")
         for spec in (specs["per_band"], specs["ranked"]):
