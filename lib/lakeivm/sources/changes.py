@@ -247,7 +247,7 @@ class TableSource:
         except Exception:  # noqa: BLE001 -- the Spark read below raises the error a user can act on
             return None
         ddl = ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint"
-        return lake.spark.createDataFrame(netted.rename_columns([*columns, MULTIPLICITY]), schema=ddl), netted.num_rows
+        return storage.local_rows(lake.spark, netted.rename_columns([*columns, MULTIPLICITY]), ddl), netted.num_rows
 
     def _feed(self, watermark: int, head: int):
         """The change feed over ``(watermark, head]``, every column, read by delta-rs once per process

@@ -177,7 +177,7 @@ class Lake:
                 return None
             table, rows = found
             ddl = ", ".join(f"`{name}` {kind}" for name, kind in storage.spark_columns(table).items())
-            return self.spark.createDataFrame(rows, schema=ddl), rows
+            return storage.local_rows(self.spark, rows, ddl), rows
 
         key = None if version is None else self._version_key(path, version, max_rows, write)
         if key is None:

@@ -244,6 +244,24 @@ def lake_table_schemas(root: str) -> dict[str, dict[str, str]]:
     return schemas
 
 
+def local_rows(spark, rows, schema=None):
+    """An Arrow table of this process as a Spark frame of local rows (``schema``: a DDL string or a
+    StructType; by default the table's own types). Its empty record batches are dropped first:
+    pyspark 4.2's ``createDataFrame`` keeps only the rows before the first empty batch that follows
+    rows -- batches of [13, 0, 0, 0, 2] rows give 13, silently. A delta-rs scan with a filter yields
+    an empty batch for each file it matches nothing in (``tests/test_fastpath.py``)."""
+    import pyarrow as pa
+
+    batches = rows.to_batches()
+    if any(batch.num_rows == 0 for batch in batches):
+        rows = pa.Table.from_batches([batch for batch in batches if batch.num_rows], schema=rows.schema)
+    if schema is None:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        schema = from_arrow_schema(rows.schema)
+    return spark.createDataFrame(rows, schema=schema)
+
+
 def spark_columns(table) -> dict[str, str]:
     """{column: Spark SQL type} of a loaded delta-rs ``DeltaTable``."""
     return {f["name"]: _spark_type(f["type"]) for f in json.loads(table.schema().to_json())["fields"]}

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from lakeivm.store import storage
 from lakeivm.store.lake import Lake
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class AdditiveTable:
             return None
         if self._small_frame is None:
             ddl = ", ".join(f"`{name}` {kind}" for name, kind in self._columns.items())
-            self._small_frame = self.lake.spark.createDataFrame(rows, schema=ddl)
+            self._small_frame = storage.local_rows(self.lake.spark, rows, ddl)
         return self._small_frame, rows
 
     def _local_rows(self) -> int:
@@ -291,9 +292,7 @@ class AdditiveTable:
 def local_frame(spark, table) -> DataFrame:
     """An Arrow table of this process as a Spark frame of local rows, typed by its Arrow schema
     (Spark Connect infers no schema from an empty table)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return spark.createDataFrame(table, schema=from_arrow_schema(table.schema))
+    return storage.local_rows(spark, table)
 
 
 def as_frames(spark, deltas: Sequence) -> list[DataFrame]:

@@ -276,7 +276,7 @@ def _rows_with_keys(ctx: Context, table: str, version: int, column: str, keys) -
     except Exception:  # noqa: BLE001 -- a type Arrow cannot cast or compare, a file delta-rs cannot read: Spark reads it
         return None
     ddl = ", ".join(f"`{name}` {kind}" for name, kind in storage.spark_columns(found).items())
-    return ctx.spark.createDataFrame(rows, schema=ddl)
+    return storage.local_rows(ctx.spark, rows, ddl)
 
 
 def _undone(rows: DataFrame, delta: DataFrame) -> DataFrame:
