@@ -86,6 +86,9 @@ SUITES: dict[str, tuple[str, str]] = {
                  "two results, recomputation and DuckDB."),
     "pipeline": ("pipeline", "`lakeivm bench pipeline`: the TPC-DI-style pipeline (`schemas/views-tpcdi`) "
                  "refreshed per batch against Spark and DuckDB recomputing every view, each view audited."),
+    "tpch": ("tpch", "`lakeivm bench tpch`: the 22 TPC-H queries under the refresh functions (RF1/RF2 of 0.1 % "
+             "of the orders, plus updates of every other table read), each kept as an incremental and an auto "
+             "view and timed per batch against Spark and DuckDB recomputing it on the same snapshots; audited."),
     "log": ("log", "`lakeivm bench log` (no Spark): one view's log rows read by a fresh process after "
             "many appends, compacted against not."),
     "other": ("Other measurements", "Results measured outside the suites."),
