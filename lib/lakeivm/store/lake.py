@@ -176,8 +176,7 @@ class Lake:
             if found is None:
                 return None
             table, rows = found
-            ddl = ", ".join(f"`{name}` {kind}" for name, kind in storage.spark_columns(table).items())
-            return storage.local_rows(self.spark, rows, ddl), rows
+            return storage.local_rows(self.spark, rows, storage.spark_ddl(table)), rows
 
         key = None if version is None else self._version_key(path, version, max_rows, write)
         if key is None:

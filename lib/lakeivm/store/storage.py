@@ -267,6 +267,11 @@ def spark_columns(table) -> dict[str, str]:
     return {f["name"]: _spark_type(f["type"]) for f in json.loads(table.schema().to_json())["fields"]}
 
 
+def spark_ddl(table) -> str:
+    """A loaded delta-rs ``DeltaTable``'s columns as a Spark DDL string (``local_rows``' schema)."""
+    return ", ".join(f"`{name}` {kind}" for name, kind in spark_columns(table).items())
+
+
 def row_count(table: str) -> int:
     """Rows in the table's current files, from the log's per-file statistics (delta-rs; no scan)."""
     from deltalake import DeltaTable

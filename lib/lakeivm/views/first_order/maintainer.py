@@ -275,8 +275,7 @@ def _rows_with_keys(ctx: Context, table: str, version: int, column: str, keys) -
         rows = found.to_pyarrow_dataset().to_table(filter=pc.field(column).isin(wanted))
     except Exception:  # noqa: BLE001 -- a type Arrow cannot cast or compare, a file delta-rs cannot read: Spark reads it
         return None
-    ddl = ", ".join(f"`{name}` {kind}" for name, kind in storage.spark_columns(found).items())
-    return storage.local_rows(ctx.spark, rows, ddl)
+    return storage.local_rows(ctx.spark, rows, storage.spark_ddl(found))
 
 
 def _undone(rows: DataFrame, delta: DataFrame) -> DataFrame:
