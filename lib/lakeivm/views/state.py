@@ -289,17 +289,11 @@ class AdditiveTable:
         return consolidate(stored, self.keys, self.payloads, self.alive).localCheckpoint(eager=True)
 
 
-def local_frame(spark, table) -> DataFrame:
-    """An Arrow table of this process as a Spark frame of local rows, typed by its Arrow schema
-    (Spark Connect infers no schema from an empty table)."""
-    return storage.local_rows(spark, table)
-
-
 def as_frames(spark, deltas: Sequence) -> list[DataFrame]:
     """Buffered deltas as Spark frames: an Arrow one (computed in this process) as local rows."""
     import pyarrow as pa
 
-    return [local_frame(spark, d) if isinstance(d, pa.Table) else d for d in deltas]
+    return [storage.local_rows(spark, d) if isinstance(d, pa.Table) else d for d in deltas]
 
 
 def key_filter(change, keys: Sequence[str], types):

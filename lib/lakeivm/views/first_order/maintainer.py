@@ -34,12 +34,13 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from lakeivm.store import storage
 from lakeivm.store.lake import CDF
 from lakeivm.columns import MULTIPLICITY
 from lakeivm.sql import COUNT, Aggregate, OuterJoin, Query, multiset_of_sql, multiset_sql, rolled_up_sql, state_sql
 from lakeivm.views.base import Context
 from lakeivm.views.state import (AdditiveTable, as_frames, as_read, as_read_changes, duckdb_query, in_stored_types, keys_in,
-                                 local_frame, overwrite, quoted, read_if_small, read_result, union_all)
+                                 overwrite, quoted, read_if_small, read_result, union_all)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -250,15 +251,23 @@ def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str)
     sides = ((preserved.table, ctx.watermarks[preserved.table], join.preserved_column), (table, ctx.pins[table], join.column))
     if not all(isinstance(source(ctx.lake, name), TableSource) for name, _, _ in sides):
         return None
-    keys = ctx.spark.table(delta_view).where(f"`{join.column}` IS NOT NULL").select(f"`{join.column}`").distinct().toArrow().column(0)
-    read = [_rows_with_keys(ctx, name, version, column, keys) for name, version, column in sides]
-    return None if None in read else (read[0], read[1])
+    delta = ctx.spark.table(delta_view)
+    keys = delta.where(f"`{join.column}` IS NOT NULL").select(f"`{join.column}`").distinct().toArrow().column(0)
+    needed = (None, [c for c in delta.columns if c != MULTIPLICITY])  # the padded table: only the columns its change has
+    read = []
+    for (name, version, column), columns in zip(sides, needed):
+        rows = _rows_with_keys(ctx, name, version, column, keys, columns)
+        if rows is None:
+            return None
+        read.append(rows)
+    return read[0], read[1]
 
 
-def _rows_with_keys(ctx: Context, table: str, version: int, column: str, keys) -> DataFrame | None:
+def _rows_with_keys(ctx: Context, table: str, version: int, column: str, keys, columns: list[str] | None) -> DataFrame | None:
     """The rows of ``table`` at ``version`` whose ``column`` is one of ``keys`` (an Arrow array without
-    NULLs: SQL's IN matches none), read by delta-rs as ``Lake.read_small`` reads (the table's own
-    Spark types), or None where the gate, its size or its key type leave it to Spark."""
+    NULLs: SQL's IN matches none), ``columns`` of them (None: all), read by delta-rs as
+    ``Lake.read_small`` reads (the table's own Spark types), or None where the gate, its size or its
+    key type leave it to Spark."""
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
@@ -272,10 +281,11 @@ def _rows_with_keys(ctx: Context, table: str, version: int, column: str, keys) -
         if pa.types.is_floating(kind) or pa.types.is_floating(keys.type):
             return None
         wanted = pc.unique(keys).cast(kind)
-        rows = found.to_pyarrow_dataset().to_table(filter=pc.field(column).isin(wanted))
+        rows = found.to_pyarrow_dataset().to_table(columns=columns, filter=pc.field(column).isin(wanted))
     except Exception:  # noqa: BLE001 -- a type Arrow cannot cast or compare, a file delta-rs cannot read: Spark reads it
         return None
-    return storage.local_rows(ctx.spark, rows, storage.spark_ddl(found))
+    types = storage.spark_columns(found)
+    return storage.local_rows(ctx.spark, rows, ", ".join(f"`{name}` {types[name]}" for name in rows.column_names))
 
 
 def _undone(rows: DataFrame, delta: DataFrame) -> DataFrame:
@@ -367,7 +377,7 @@ def _stored_matching(ctx: Context, path: str, change: DataFrame, keys: list[str]
         return ctx.lake.read(path)
     changed = change.select(*[f"`{k}`" for k in keys]).toArrow()
     rows = table.to_pyarrow_dataset().to_table(filter=state.key_filter(changed, keys, schema))
-    return local_frame(ctx.spark, rows.cast(pa.schema([plain_field(f) for f in rows.schema])))
+    return storage.local_rows(ctx.spark, rows.cast(pa.schema([plain_field(f) for f in rows.schema])))
 
 
 def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, object],
@@ -407,7 +417,7 @@ def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, obje
                     f" WHERE _lakeivm_cnt > 0{group}) AS e{agg.index} ON {on(f'e{agg.index}')}")
     touched = duckdb_query("\n".join(text), **tables)
     touched = touched.cast(pa.schema([rows.schema.field(n) for n in touched.column_names]))
-    updated = finalize(query, local_frame(ctx.spark, touched))
+    updated = finalize(query, storage.local_rows(ctx.spark, touched))
     _rewrite(ctx, path, rows, in_stored_types(updated, frame).toArrow(), keys)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from lakeivm.store import storage
 from lakeivm.columns import MULTIPLICITY
 from lakeivm.views.base import Context
 from lakeivm.views import state
@@ -179,7 +180,7 @@ def _spark_where(ctx: Context, stored: DataFrame, **values) -> pa.Table:
 
     picked, rest = [], stored
     for column, among in values.items():
-        keys = F.broadcast(state.local_frame(ctx.spark, pa.table({"v": among})))
+        keys = F.broadcast(storage.local_rows(ctx.spark, pa.table({"v": among})))
         picked.append(rest.join(keys, rest[column].eqNullSafe(keys["v"]), "left_semi"))
         rest = rest.join(keys, rest[column].eqNullSafe(keys["v"]), "left_anti")
     union = picked[0]
