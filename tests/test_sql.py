@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.sql import Aggregate, OuterJoin, parse_query, recompute_sql, state_sql
+from lakeivm.sql import Aggregate, OuterJoin, join_order, parse_query, recompute_sql, reduced_sql, state_sql
 
 SCHEMAS = {
     "r": {"a": "int", "x": "int"},
@@ -425,3 +425,31 @@ def test_a_split_having_gives_the_rows_of_its_sql(t, u, compared, aggregate, com
     rewritten, views = derived_views(sql, lambda alias: f"v_{alias}")
     assert set(views) == {"v_groups", "v_sq1"}
     assert _split_rows(t, u, views, rewritten) == _split_rows(t, u, {}, sql)
+
+
+Q5_SCHEMAS = {"customer": {"c_custkey": "int", "c_nationkey": "int"}, "orders": {"o_orderkey": "int", "o_custkey": "int", "o_orderdate": "date"},
+              "lineitem": {"l_orderkey": "int", "l_suppkey": "int", "l_price": "double"}, "supplier": {"s_suppkey": "int", "s_nationkey": "int"}}
+Q5 = ("SELECT s_nationkey, SUM(l_price) AS revenue FROM customer, orders, lineitem, supplier WHERE c_custkey = o_custkey "
+      "AND l_orderkey = o_orderkey AND l_suppkey = s_suppkey AND c_nationkey = s_nationkey AND o_orderdate >= DATE '1994-01-01' "
+      "GROUP BY s_nationkey")
+
+
+def test_join_order_follows_the_fewest_rows_per_key():
+    """From a supplier's change, its lineitems by their supplier key (600 rows per key at SF 1), not every
+    customer of its nation (6000 per key); with no sizes, FROM order among the linked relations."""
+    q = parse_query(Q5, Q5_SCHEMAS)
+    sizes = {"customer": (150_000, {"c_custkey": 150_000, "c_nationkey": 25}), "orders": (1_500_000, {"o_orderkey": 1_500_000, "o_custkey": 150_000}),
+             "lineitem": (6_000_000, {"l_orderkey": 6_000_000, "l_suppkey": 10_000}), "supplier": (10_000, {"s_suppkey": 10_000, "s_nationkey": 25})}
+    assert join_order(q, "supplier", sizes) == ["supplier", "lineitem", "orders", "customer"]
+    assert join_order(q, "supplier") == ["supplier", "customer", "orders", "lineitem"]
+    assert join_order(q, "orders", {**sizes, "customer": (float("inf"), {})}) == ["orders", "customer", "lineitem", "supplier"]
+
+
+def test_reduced_sql_semi_joins_each_linked_relation_before_it_and_keeps_its_filters():
+    q = parse_query(Q5, Q5_SCHEMAS)
+    assert reduced_sql(q, "orders", "orders_v3", {"supplier": "s_delta"}) is None  # no equality links them
+    sql = reduced_sql(q, "orders", "orders_v3", {"customer": "c_reduced", "lineitem": "l_reduced"})
+    assert sql == ("SELECT /*+ BROADCAST(_lakeivm_k0, _lakeivm_k1) */ `orders`.`o_orderdate`, `orders`.`o_custkey`, `orders`.`o_orderkey` "
+                   "FROM orders_v3 AS `orders` LEFT SEMI JOIN (SELECT DISTINCT `c_custkey` FROM c_reduced) AS _lakeivm_k0 "
+                   "ON `orders`.`o_custkey` = _lakeivm_k0.`c_custkey` LEFT SEMI JOIN (SELECT DISTINCT `l_orderkey` FROM l_reduced) AS _lakeivm_k1 "
+                   "ON `orders`.`o_orderkey` = _lakeivm_k1.`l_orderkey` WHERE (orders.o_orderdate >= CAST('1994-01-01' AS DATE))"), sql

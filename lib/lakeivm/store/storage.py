@@ -279,12 +279,38 @@ def row_count(table: str) -> int:
     return rows_in(DeltaTable(table))
 
 
+def distinct_bounds(table: str) -> tuple[int, dict[str, int]]:
+    """The table's rows and, per integer column, at most how many distinct values it holds: the
+    span of its files' min/max statistics (``max - min + 1``), at most its rows (delta-rs; no scan).
+    A column some file has no statistics for is left out. A join's fan-out is estimated from them
+    (``lakeivm.sql.join_order``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    actions = pa.table(DeltaTable(table).get_add_actions(flatten=True))  # (delta-rs returns arro3 tables)
+    rows = rows_in_actions(actions)
+    bounds = {}
+    for name in actions.column_names:
+        if not name.startswith("min.") or f"max.{name[4:]}" not in actions.column_names:
+            continue
+        low, high = actions.column(name), actions.column(f"max.{name[4:]}")
+        if not pa.types.is_integer(low.type) or low.null_count or high.null_count or not actions.num_rows:
+            continue
+        bounds[name[4:]] = min(rows, int(pc.max(high).as_py()) - int(pc.min(low).as_py()) + 1)
+    return rows, bounds
+
+
+def rows_in_actions(actions, unknown: int = 0) -> int:
+    """Rows of the files in delta-rs ``get_add_actions`` rows, by their statistics (see ``rows_in``)."""
+    counts = actions.column("num_records").to_pylist() if actions.num_rows else []
+    return int(sum(unknown if n is None else n for n in counts))
+
+
 def rows_in(table, unknown: int = 0) -> int:
     """Rows in a loaded delta-rs ``DeltaTable``'s files, from their statistics; a file written
     without them counts as ``unknown`` rows."""
-    actions = table.get_add_actions(flatten=True)
-    counts = actions.column("num_records").to_pylist() if actions.num_rows else []
-    return int(sum(unknown if n is None else n for n in counts))
+    return rows_in_actions(table.get_add_actions(flatten=True), unknown)
 
 
 _PRIMITIVES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
