@@ -114,3 +114,39 @@ def test_top_k_and_having_views_keep_every_group_and_read_the_sqls_rows(lake, sp
             report = audit(lake, view)
             assert report.ok and report.rows <= (3 if view.name == "top_rows" else 2), f"{view.name}: {report}"
     assert lake.read(lake.view_path("top_fivm")).count() >= 2  # the stored table holds every group
+
+
+@pytest.mark.heavy(60)
+def test_delta_terms_over_reduced_relations_match_sql(lake, spark, monkeypatch):
+    """A change joined over the rows of each other relation that can join it (``_reduced``: a
+    semi-join reduction along the join order, the rows brought here): TPC-H Q5's shape, with the
+    link of two dimensions (c.cn = s.sn) beside the key joins, a filter, and a self-join. The runs take
+    turns (``alternate_paths``): every table counting as large, so every relation is reduced, or
+    everything on Spark, so none is."""
+    import lakeivm.views.first_order.maintainer as maintainer
+
+    rng = random.Random(7)
+    for table, columns, rows in (("c", "ck int, cn int", [(1, 0), (2, 1), (3, 0)]), ("o", "ok int, ck int", [(1, 1), (2, 2), (3, 3), (4, None)]),
+                                 ("l", "ok int, sk int", [(1, 1), (1, 2), (2, 1), (3, 3), (4, 1)]), ("s", "sk int, sn int", [(1, 0), (2, 1), (3, 0)])):
+        lake.create_table(table, spark.createDataFrame(rows, columns))
+    views = {"local_volume": "SELECT s.sn AS sn, COUNT(*) AS n, SUM(c.ck) AS sc FROM c, o, l, s WHERE c.ck = o.ck AND l.ok = o.ok "
+                             "AND l.sk = s.sk AND c.cn = s.sn AND o.ck > 0 GROUP BY s.sn",
+             "line_pairs": "SELECT l1.sk AS sk, COUNT(*) AS n FROM l AS l1 JOIN l AS l2 ON l1.ok = l2.ok JOIN s ON s.sk = l2.sk GROUP BY l1.sk"}
+    specs = [spec_from_dict({"name": name, "kind": "first_order", "deadline": 60, "sql": sql}) for name, sql in views.items()]
+    monkeypatch.setattr(lake, "limits", Limits(snapshot_rows=0))
+    turn = alternate_paths(lake, monkeypatch, Limits.everything_on_spark())
+    reduced = []
+    real = maintainer.reduced_sql
+    monkeypatch.setattr(maintainer, "reduced_sql", lambda *a: reduced.append(a[1]) or real(*a))
+    for spec in specs:
+        run_view(lake, spec)
+    for i, tables in enumerate((("o", "l"), None, ("c", "s"), None)):
+        path = turn(i)
+        reduced.clear()
+        for table, key, value in (("c", "ck", "cn"), ("o", "ok", "ck"), ("l", "ok", "sk"), ("s", "sk", "sn")):
+            random_batch(lake, rng, table, key, value)
+        for spec in specs:
+            run_view(lake, spec, tables=tables)
+            report = audit(lake, spec)
+            assert report.ok, f"{spec.name} on {path} applying {tables or 'all'}: {report}"
+        assert bool(reduced) == (path == "local"), (path, reduced)
