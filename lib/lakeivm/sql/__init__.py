@@ -20,5 +20,5 @@ from lakeivm.sql.ir import COUNT, DIALECT, HAVING, MULTISET_FUNCS, Aggregate, Eq
 from lakeivm.sql.tree import backquoted, conjuncts, has_window, named_outputs, referenced_tables  # noqa: F401
 from lakeivm.sql.parse import grouped, parse_full, parse_query  # noqa: F401
 from lakeivm.sql.split import COMPARED, as_written, compares_with_subquery, decorrelated_views, derived_views  # noqa: F401
-from lakeivm.sql.emit import (join_order, multiset_of_sql, multiset_sql, recompute_sql, reduced_sql, rolled_up_sql, state_sql,  # noqa: F401
+from lakeivm.sql.emit import (join_links, join_order, multiset_of_sql, multiset_sql, recompute_sql, reduced_sql, rolled_up_sql, state_sql,  # noqa: F401
                               typed_empty_sql)

@@ -177,12 +177,7 @@ def reduced_sql(query: Query, alias: str, source: str, reducers: Mapping[str, st
     every row that takes part in one of the term's joined rows joins a row of each relation it is
     linked to before it, itself taking part, so the term over the reduced relations is the term.
     Each reducer is a BROADCAST semi join: the big relation is scanned once, never shuffled."""
-    links: dict[str, list[tuple[str, str]]] = {}
-    for j in query.joins:
-        for mine, column, other, other_column in ((j.left_alias, j.left_column, j.right_alias, j.right_column),
-                                                  (j.right_alias, j.right_column, j.left_alias, j.left_column)):
-            if mine == alias and other in reducers and other != alias:
-                links.setdefault(other, []).append((column, other_column))
+    links = join_links(query, alias, reducers)
     if not links:
         return None
     relation = next(r for r in query.relations if r.alias == alias)
@@ -196,6 +191,18 @@ def reduced_sql(query: Query, alias: str, source: str, reducers: Mapping[str, st
     where = " AND ".join(f"({f})" for f in query.filters.get(alias, ()))
     return (f"SELECT /*+ BROADCAST({', '.join(names.values())}) */ {columns} FROM {source} AS `{alias}` "
             + " ".join(joins) + (f" WHERE {where}" if where else ""))
+
+
+def join_links(query: Query, alias: str, others) -> dict[str, list[tuple[str, str]]]:
+    """{other alias: [(column of ``alias``, column of other), ...]} for each of ``others`` that an
+    equality of the query's joins links relation ``alias`` to."""
+    links: dict[str, list[tuple[str, str]]] = {}
+    for j in query.joins:
+        for mine, column, other, other_column in ((j.left_alias, j.left_column, j.right_alias, j.right_column),
+                                                  (j.right_alias, j.right_column, j.left_alias, j.left_column)):
+            if mine == alias and other in others and other != alias:
+                links.setdefault(other, []).append((column, other_column))
+    return links
 
 
 def _delta_first(query: Query, delta_alias: str, sizes: Sizes | None = None) -> exp.Select:

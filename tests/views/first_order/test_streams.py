@@ -121,8 +121,9 @@ def test_delta_terms_over_reduced_relations_match_sql(lake, spark, monkeypatch):
     """A change joined over the rows of each other relation that can join it (``_reduced``: a
     semi-join reduction along the join order, the rows brought here): TPC-H Q5's shape, with the
     link of two dimensions (c.cn = s.sn) beside the key joins, a filter, and a self-join. The runs take
-    turns (``alternate_paths``): every table counting as large, so every relation is reduced, or
-    everything on Spark, so none is."""
+    turns: every table counting as large, so every relation is reduced, by delta-rs with a key
+    filter, or by a Spark semi join (``scan_rows`` 0: no delta-rs scan); or everything on Spark, so
+    none is."""
     import lakeivm.views.first_order.maintainer as maintainer
 
     rng = random.Random(7)
@@ -133,20 +134,27 @@ def test_delta_terms_over_reduced_relations_match_sql(lake, spark, monkeypatch):
                              "AND l.sk = s.sk AND c.cn = s.sn AND o.ck > 0 GROUP BY s.sn",
              "line_pairs": "SELECT l1.sk AS sk, COUNT(*) AS n FROM l AS l1 JOIN l AS l2 ON l1.ok = l2.ok JOIN s ON s.sk = l2.sk GROUP BY l1.sk"}
     specs = [spec_from_dict({"name": name, "kind": "first_order", "deadline": 60, "sql": sql}) for name, sql in views.items()]
-    monkeypatch.setattr(lake, "limits", Limits(snapshot_rows=0))
-    turn = alternate_paths(lake, monkeypatch, Limits.everything_on_spark())
-    reduced = []
-    real = maintainer.reduced_sql
-    monkeypatch.setattr(maintainer, "reduced_sql", lambda *a: reduced.append(a[1]) or real(*a))
+    paths = {"delta-rs": Limits(snapshot_rows=0), "spark semi join": Limits(snapshot_rows=0, scan_rows=0),
+             "unreduced": Limits.everything_on_spark()}
+    calls = {"delta-rs": [], "spark semi join": []}
+    for name, function in (("delta-rs", "_rows_with_keys"), ("spark semi join", "reduced_sql")):
+        def spy(*a, real=getattr(maintainer, function), name=name):
+            made = real(*a)
+            if made is not None:  # (the delta-rs read declines under scan_rows 0)
+                calls[name].append(a)
+            return made
+        monkeypatch.setattr(maintainer, function, spy)
     for spec in specs:
         run_view(lake, spec)
     for i, tables in enumerate((("o", "l"), None, ("c", "s"), None)):
-        path = turn(i)
-        reduced.clear()
+        path = list(paths)[i % 3]
+        monkeypatch.setattr(lake, "limits", paths[path])
+        for made in calls.values():
+            made.clear()
         for table, key, value in (("c", "ck", "cn"), ("o", "ok", "ck"), ("l", "ok", "sk"), ("s", "sk", "sn")):
             random_batch(lake, rng, table, key, value)
         for spec in specs:
             run_view(lake, spec, tables=tables)
             report = audit(lake, spec)
             assert report.ok, f"{spec.name} on {path} applying {tables or 'all'}: {report}"
-        assert bool(reduced) == (path == "local"), (path, reduced)
+        assert {name for name, made in calls.items() if made} == ({path} if path in calls else set()), (path, calls)

@@ -29,15 +29,16 @@ states add, so a table's change reaches only the branches that read it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakeivm.store import storage
 from lakeivm.store.lake import CDF
 from lakeivm.columns import MULTIPLICITY
-from lakeivm.sql import (COUNT, Aggregate, OuterJoin, Query, join_order, multiset_of_sql, multiset_sql, reduced_sql, rolled_up_sql,
+from lakeivm.sql import (COUNT, Aggregate, OuterJoin, Query, join_links, join_order, multiset_of_sql, multiset_sql, reduced_sql, rolled_up_sql,
                          state_sql)
 from lakeivm.views.base import Context
 from lakeivm.views.state import (AdditiveTable, as_frames, as_read, as_read_changes, duckdb_query, in_stored_types, keys_in,
@@ -86,8 +87,7 @@ class FirstOrderMaintainer:
                 self._apply_padded(ctx, table, padded, name)
                 continue
             sizes = {r.alias: self._sizes(ctx, r.table) for r in ctx.query.relations if r.table not in ctx.lake.upstreams}
-            sources = _reduced(ctx, table, alias, self._sources(ctx, table, alias, name), sizes)
-            grouped = ctx.spark.sql(state_sql(ctx.query, sources, alias, sizes))
+            grouped = ctx.spark.sql(state_sql(ctx.query, self._term_sources(ctx, table, alias, name, sizes), alias, sizes))
             if ctx.delta_rows.get(table, math.inf) <= ctx.lake.limits.small_delta_rows and self._small_state(ctx):
                 self._split_locally(ctx, grouped.toArrow())
             else:
@@ -231,47 +231,74 @@ class FirstOrderMaintainer:
             }
         return self._multisets
 
+    def _term_sources(self, ctx: Context, table: str, delta_alias: str, delta_view: str, sizes: Mapping[str, tuple]) -> dict[str, str]:
+        """The relations of ``delta_alias``' delta term (alias -> view): its change, each large table
+        reduced to the rows that can join it (``_reduced``), every other one as of its version."""
+        tables, versions = {r.alias: r.table for r in ctx.query.relations}, self._versions(ctx, table, delta_alias)
+
+        def source(alias: str) -> str:
+            return delta_view if alias == delta_alias else ctx.snapshot(tables[alias], versions[alias])
+        reduced = _reduced(ctx, table, delta_alias, source, versions, sizes)
+        return {alias: reduced.get(alias) or source(alias) for alias in tables}
+
     @staticmethod
-    def _sources(ctx: Context, table: str, delta_alias: str, delta_view: str) -> dict[str, str]:
+    def _versions(ctx: Context, table: str, delta_alias: str) -> dict[str, int]:
+        """The version each other relation of ``delta_alias``'s delta term reads (module docstring):
+        an earlier alias of the changed table at its pin, every other one at its watermark."""
         aliases = ctx.query.aliases_of(table)
         position = aliases.index(delta_alias)
-        sources = {}
-        for relation in ctx.query.relations:
-            if relation.alias == delta_alias:
-                sources[relation.alias] = delta_view
-            elif relation.table == table and aliases.index(relation.alias) < position:
-                sources[relation.alias] = ctx.snapshot(table, ctx.pins[table])
-            else:
-                sources[relation.alias] = ctx.snapshot(relation.table, ctx.watermarks[relation.table])
-        return sources
+        return {r.alias: ctx.pins[table] if r.table == table and aliases.index(r.alias) < position else ctx.watermarks[r.table]
+                for r in ctx.query.relations if r.alias != delta_alias}
+
+    @classmethod
+    def _sources(cls, ctx: Context, table: str, delta_alias: str, delta_view: str) -> dict[str, str]:
+        tables = {r.alias: r.table for r in ctx.query.relations}
+        versions = cls._versions(ctx, table, delta_alias)
+        return {alias: delta_view if alias == delta_alias else ctx.snapshot(tables[alias], versions[alias]) for alias in tables}
 
 
-def _reduced(ctx: Context, table: str, delta_alias: str, sources: dict[str, str], sizes: Mapping[str, tuple]) -> dict[str, str]:
-    """``sources`` of a change's delta term with each large base table (more rows than the lake's
-    ``limits.snapshot_rows``, below which it is read whole in this process) replaced by its rows that
-    can join the change (``reduced_sql``, a Spark job that scans it once with the few keys broadcast),
-    brought here as local rows: at most ``limits.reduced_rows`` of them, else it is read whole. The
-    term is then joined over small relations. Without this, Spark plans the join of a base table with
-    the delta's partial join (its size unknown, estimated as a product) as a sort-merge join: TPC-H
-    Q5's orders term at SF 1 shuffled all of lineitem, 9 of its 13 s. Not for a change larger than
-    ``reduced_rows``, a query with a LEFT JOIN or a UNION (``_apply_padded``, branches) or a view
-    read as a source."""
+def _reduced(ctx: Context, table: str, delta_alias: str, source: Callable[[str], str], versions: Mapping[str, int],
+             sizes: Mapping[str, tuple]) -> dict[str, str]:
+    """{alias: a view of its rows} for each large base table of a change's delta term (more rows than
+    the lake's ``limits.snapshot_rows``, below which it is read whole in this process; ``source``
+    names an alias' whole relation), its rows reduced to those that can join the change (a semi-join
+    reduction, ``reduced_sql``), as local rows: at most
+    ``limits.reduced_rows`` of them, else it is read whole. The term is then joined over small
+    relations. Each is read by delta-rs with the linking keys as a filter (``_rows_with_keys``: a
+    superset, every key of each link), else by one Spark scan with the keys broadcast. Without
+    this, Spark plans the join of a base table with the delta's partial join (its size unknown,
+    estimated as a product) as a sort-merge join: TPC-H Q5's orders term at SF 1 shuffled all of
+    lineitem, 9 of its 13 s. Not for a change larger than ``reduced_rows``, a query with a LEFT JOIN
+    or a UNION (``_apply_padded``, branches) or a view read as a source."""
     query, most = ctx.query, ctx.lake.limits.reduced_rows
     if ctx.delta_rows.get(table, math.inf) > most or query.outer or query.branches:
-        return sources
-    out, reducers = dict(sources), {delta_alias: sources[delta_alias]}
+        return {}
+    out, reducers = {}, {delta_alias: source(delta_alias)}
+    held: dict[str, pa.Table] = {}  # each reducer's rows, once brought here
     for alias in join_order(query, delta_alias, sizes)[1:]:
         if alias not in sizes or sizes[alias][0] <= ctx.lake.limits.snapshot_rows:
             continue
-        sql = reduced_sql(query, alias, sources[alias], reducers)
-        if sql is None:
+        links = join_links(query, alias, reducers)
+        if not links:
             continue
-        frame = ctx.spark.sql(sql)
-        rows = frame.limit(most + 1).toArrow()
+        relation = next(r for r in query.relations if r.alias == alias)
+        columns = None if query.has_subquery else list(relation.columns)
+        keys: dict[str, list] = {}
+        for other, pairs in links.items():
+            if other not in held:
+                held[other] = ctx.spark.table(reducers[other]).toArrow()  # the change: small
+            for mine, theirs in pairs:
+                keys.setdefault(mine, []).append(pc.drop_null(held[other].column(theirs)))
+        read = _rows_with_keys(ctx, relation.table, versions[alias], keys, columns)
+        if read is None:
+            frame = ctx.spark.sql(reduced_sql(query, alias, source(alias), reducers))
+            read = frame.limit(most + 1).toArrow(), frame.schema
+        rows, schema = read
         if rows.num_rows > most:
             continue
         out[alias] = reducers[alias] = f"lakeivm_{ctx.view}_{alias}_reduced"
-        storage.local_rows(ctx.spark, rows, frame.schema).createOrReplaceTempView(out[alias])
+        held[alias] = rows
+        storage.local_rows(ctx.spark, rows, schema).createOrReplaceTempView(out[alias])
     return out
 
 
@@ -299,36 +326,41 @@ def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str)
     needed = (None, [c for c in delta.columns if c != MULTIPLICITY])  # the padded table: only the columns its change has
     read = []
     for (name, version, column), columns in zip(sides, needed):
-        rows = _rows_with_keys(ctx, name, version, column, keys, columns)
-        if rows is None:
+        found = _rows_with_keys(ctx, name, version, {column: [keys]}, columns)
+        if found is None:
             return None
-        read.append(rows)
+        read.append(storage.local_rows(ctx.spark, *found))
     return read[0], read[1]
 
 
-def _rows_with_keys(ctx: Context, table: str, version: int, column: str, keys, columns: list[str] | None) -> DataFrame | None:
-    """The rows of ``table`` at ``version`` whose ``column`` is one of ``keys`` (an Arrow array without
-    NULLs: SQL's IN matches none), ``columns`` of them (None: all), read by delta-rs as
-    ``Lake.read_small`` reads (the table's own Spark types), or None where the gate, its size or its
-    key type leave it to Spark."""
-    import pyarrow.compute as pc
+def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, Sequence[pa.Array]],
+                    columns: list[str] | None) -> tuple[pa.Table, str] | None:
+    """The rows of ``table`` at ``version`` whose every column of ``keys`` is in each of its Arrow
+    arrays (without NULLs: SQL's IN matches none), ``columns`` of them (None: all), read by delta-rs
+    as ``Lake.read_small`` reads, with their Spark DDL (the table's own types); or None where the
+    gate, its size or a key's type leave it to Spark."""
     from deltalake import DeltaTable
 
-    from lakeivm.store import fastpath, storage
+    from lakeivm.store import fastpath
 
     try:
         found = DeltaTable(ctx.lake.table_path(table), version=version)
         if not fastpath.admits(found) or storage.rows_in(found, unknown=ctx.lake.limits.scan_rows + 1) > ctx.lake.limits.scan_rows:
             return None
-        kind = pa.schema(found.schema().to_arrow()).field(column).type
-        if pa.types.is_floating(kind) or pa.types.is_floating(keys.type):
-            return None
-        wanted = pc.unique(keys).cast(kind)
-        rows = found.to_pyarrow_dataset().to_table(columns=columns, filter=pc.field(column).isin(wanted))
+        schema = pa.schema(found.schema().to_arrow())
+        condition = None
+        for column, arrays in keys.items():
+            kind = schema.field(column).type
+            for array in arrays:
+                if pa.types.is_floating(kind) or pa.types.is_floating(array.type):
+                    return None
+                one = pc.field(column).isin(pc.unique(array).cast(kind))
+                condition = one if condition is None else condition & one
+        rows = found.to_pyarrow_dataset().to_table(columns=columns, filter=condition)
     except Exception:  # noqa: BLE001 -- a type Arrow cannot cast or compare, a file delta-rs cannot read: Spark reads it
         return None
     types = storage.spark_columns(found)
-    return storage.local_rows(ctx.spark, rows, ", ".join(f"`{name}` {types[name]}" for name in rows.column_names))
+    return rows, ", ".join(f"`{name}` {types[name]}" for name in rows.column_names)
 
 
 def _undone(rows: DataFrame, delta: DataFrame) -> DataFrame:
@@ -469,7 +501,6 @@ def _rewrite(ctx: Context, path: str, stored, updated, keys: list[str]) -> None:
     touched groups replaced by ``updated`` (Arrow; a group whose count reached zero dropped),
     written back as one overwrite by delta-rs: Spark takes no snapshot of the table, writes no
     commit, and runs no job beyond computing ``updated``."""
-    import pyarrow.compute as pc
 
     updated = updated.cast(stored.schema)  # in_stored_types already gave it the stored column order
     if keys:
