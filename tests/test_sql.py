@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakeivm.errors import UnsupportedQuery
-from lakeivm.sql import Aggregate, OuterJoin, join_order, parse_query, recompute_sql, reduced_sql, state_sql
+from lakeivm.sql import Aggregate, OuterJoin, join_links, join_order, parse_query, recompute_sql, reduced_sql, state_sql
 
 SCHEMAS = {
     "r": {"a": "int", "x": "int"},
@@ -453,3 +453,16 @@ def test_reduced_sql_semi_joins_each_linked_relation_before_it_and_keeps_its_fil
                    "FROM orders_v3 AS `orders` LEFT SEMI JOIN (SELECT DISTINCT `c_custkey` FROM c_reduced) AS _lakeivm_k0 "
                    "ON `orders`.`o_custkey` = _lakeivm_k0.`c_custkey` LEFT SEMI JOIN (SELECT DISTINCT `l_orderkey` FROM l_reduced) AS _lakeivm_k1 "
                    "ON `orders`.`o_orderkey` = _lakeivm_k1.`l_orderkey` WHERE (orders.o_orderdate >= CAST('1994-01-01' AS DATE))"), sql
+
+
+def test_join_links_never_reduce_a_kept_row_by_its_outer_semi_or_anti_side():
+    """A NOT EXISTS keeps exactly r's rows without a match in s: s's rows that matter are those of r's
+    keys, but r's are not those of s's; the same for a LEFT JOIN's preserved side, and a FULL JOIN
+    pads both."""
+    schemas = {"r": {"a": "int", "x": "int"}, "s": {"a": "int", "g": "int"}, "u": {"x": "int", "c": "int"}}
+    anti = parse_query("SELECT u.c, COUNT(*) AS n FROM r JOIN u ON r.x = u.x "
+                       "WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.a = r.a) GROUP BY u.c", schemas)
+    assert join_links(anti, "s", {"r"}) == {"r": [("a", "a")]}
+    assert join_links(anti, "r", {"s", "u"}) == {"u": [("x", "x")]}
+    full = parse_query("SELECT r.a, COUNT(*) AS n FROM r FULL JOIN s ON r.a = s.a GROUP BY r.a", schemas)
+    assert join_links(full, "r", {"s"}) == {} and join_links(full, "s", {"r"}) == {}

@@ -3,7 +3,7 @@ given sources (or a delta first), its multisets, its recompute, a typed empty re
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -143,13 +143,13 @@ def _with_sources(tree: exp.Select, sources: Mapping[str, str], inner: Mapping[s
 Sizes = Mapping[str, tuple[int, Mapping[str, int]]]  # alias -> (rows, {column: at most this many distinct values})
 
 
-def join_order(query: Query, delta_alias: str, sizes: Sizes | None = None) -> list[str]:
-    """The relations' aliases from ``delta_alias`` along the join graph: each next one joined by an
+def join_order(query: Query, delta_alias: str | Sequence[str], sizes: Sizes | None = None) -> list[str]:
+    """The relations' aliases from ``delta_alias`` (or several) along the join graph: each next one joined by an
     equality to one before it where any is, else the next in FROM order. Among the linked ones, the
     one whose rows per joined key are fewest by ``sizes`` (rows over the distinct values of its
     linking columns: 1 for a key, ~6000 for TPC-H's customers by nation), then FROM order: a
     supplier's change reaches its lineitems by their supplier key, not every customer of its nation."""
-    order = [delta_alias]
+    order = [delta_alias] if isinstance(delta_alias, str) else list(delta_alias)
     aliases = [r.alias for r in query.relations]
 
     def fanout(alias: str) -> float:
@@ -195,12 +195,15 @@ def reduced_sql(query: Query, alias: str, source: str, reducers: Mapping[str, st
 
 def join_links(query: Query, alias: str, others) -> dict[str, list[tuple[str, str]]]:
     """{other alias: [(column of ``alias``, column of other), ...]} for each of ``others`` that an
-    equality of the query's joins links relation ``alias`` to."""
+    equality of the query's joins links relation ``alias`` to, such that a row of ``alias`` without
+    a match in ``other`` takes no part in the query's rows: not the preserved side of an outer, semi
+    or anti join to its other side (a NOT EXISTS keeps exactly the rows without a match)."""
     links: dict[str, list[tuple[str, str]]] = {}
+    unlinked = {(j.preserved, j.padded) for j in query.outer} | {(j.padded, j.preserved) for j in query.outer if j.how == "full"}
     for j in query.joins:
         for mine, column, other, other_column in ((j.left_alias, j.left_column, j.right_alias, j.right_column),
                                                   (j.right_alias, j.right_column, j.left_alias, j.left_column)):
-            if mine == alias and other in others and other != alias:
+            if mine == alias and other in others and other != alias and (mine, other) not in unlinked:
                 links.setdefault(other, []).append((column, other_column))
     return links
 

@@ -10,7 +10,7 @@ import pytest
 
 from lakeivm.limits import Limits
 from lakeivm.views.first_order import maintainer
-from tests.helpers import alternate_paths, audited_rounds, bootstrap_incremental
+from tests.helpers import audited_rounds, bootstrap_incremental
 
 VIEWS = {  # IN and EXISTS are one semi-join once parsed (tests/test_sql.py); projections over outer joins: test_outer.py
     "exists_join": "SELECT u.c, COUNT(*) AS n, MIN(r.a) AS ma FROM r JOIN u ON r.x = u.x "
@@ -31,13 +31,22 @@ def test_semi_and_anti_joins_match_sql_under_random_streams_and_asymmetric_plans
     lake.create_table("s", spark.createDataFrame([(0, 3), (1, 4), (2, 5), (3, 7)], "a int, g int"))
     lake.create_table("u", spark.createDataFrame([(x, x % 2) for x in range(10)], "x int, c int"))
     specs = bootstrap_incremental(lake, VIEWS, "first_order")
-    turn = alternate_paths(lake, monkeypatch, Limits(scan_rows=0))  # touched keys read by delta-rs, or by Spark
-    local_reads = []
-    read_locally = maintainer._touched_locally
+    # every table counting as large, so each term's other tables are reduced to the rows that can join
+    # it (``_reduced``), by Spark (scan_rows 0: touched keys read by Spark too), then the lake's own
+    # limits (nothing reduced), then by delta-rs
+    paths = (Limits(snapshot_rows=0), Limits(snapshot_rows=0, scan_rows=0), lake.limits)
+
+    def turn(i: int) -> str:
+        monkeypatch.setattr(lake, "limits", paths[i % 3])
+        return ("reduced by delta-rs", "reduced by Spark", "unreduced")[i % 3]
+    local_reads, reduced = [], []
+    read_locally, reduce = maintainer._touched_locally, maintainer._reduced
     monkeypatch.setattr(maintainer, "_touched_locally", lambda *args: local_reads.append(read_locally(*args)) or local_reads[-1])
+    monkeypatch.setattr(maintainer, "_reduced", lambda *args, **kw: reduced.append(reduce(*args, **kw)) or reduced[-1])
     seen = {name: set() for name in VIEWS}
     for _ in audited_rounds(lake, rng, specs, NOT_IN_STEPS, turn):
         for name, results in seen.items():
             results.add(frozenset(map(tuple, lake.read(lake.view_path(name)).collect())))
     assert all(len(results) > 1 for results in seen.values()), f"the stream left a view unchanged: {seen}"
     assert any(read is not None for read in local_reads) and any(read is None for read in local_reads), local_reads
+    assert any(reduced), "no term was reduced"

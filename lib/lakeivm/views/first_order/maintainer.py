@@ -86,7 +86,7 @@ class FirstOrderMaintainer:
             if padded is not None:
                 self._apply_padded(ctx, table, padded, name)
                 continue
-            sizes = {r.alias: self._sizes(ctx, r.table) for r in ctx.query.relations if r.table not in ctx.lake.upstreams}
+            sizes = self._relation_sizes(ctx)
             grouped = ctx.spark.sql(state_sql(ctx.query, self._term_sources(ctx, table, alias, name, sizes), alias, sizes))
             if ctx.delta_rows.get(table, math.inf) <= ctx.lake.limits.small_delta_rows and self._small_state(ctx):
                 self._split_locally(ctx, grouped.toArrow())
@@ -127,6 +127,10 @@ class FirstOrderMaintainer:
             rows = duckdb_query(multiset_of_sql(ctx.query, "grouped", agg, quoted), grouped=grouped)
             self._extrema(ctx)[agg.index].add(typed(rows, _lakeivm_v=f"_lakeivm_v{agg.index}", _lakeivm_cnt=COUNT))
 
+    def _relation_sizes(self, ctx: Context) -> dict[str, tuple[int, dict[str, int]]]:
+        """{alias: ``_sizes`` of its table} for each relation over a base table."""
+        return {r.alias: self._sizes(ctx, r.table) for r in ctx.query.relations if r.table not in ctx.lake.upstreams}
+
     def _sizes(self, ctx: Context, table: str) -> tuple[int, dict[str, int]]:
         """Base table ``table``'s rows and distinct-value bounds (``storage.distinct_bounds``), read
         once per run; unknown (a table delta-rs cannot read) as too many rows to reduce."""
@@ -160,7 +164,8 @@ class FirstOrderMaintainer:
         if join.how == "not_in":
             touched = f"{touched} OR `{join.preserved_column}` IS NULL OR {null_changed}"
         restricted = f"lakeivm_{ctx.view}_{join.padded}_touched_{join.preserved}"
-        local = _touched_locally(ctx, table, join, delta_view)
+        versions = self._versions(ctx, table, join.padded)
+        local = _touched_locally(ctx, table, join, delta_view, versions[join.preserved])
         if local is not None:
             local[0].createOrReplaceTempView(restricted)
         else:
@@ -169,6 +174,8 @@ class FirstOrderMaintainer:
         after = {**sources, join.preserved: restricted}
         if local is None:
             after[join.padded] = ctx.snapshot(table, ctx.pins[table])
+        after.update(_reduced(ctx, {join.preserved: restricted}, sources.__getitem__, versions, self._relation_sizes(ctx),
+                              keep=(join.padded,)))
         if join.how == "not_in":
             before = {**after, join.padded: ctx.snapshot(table, ctx.watermarks[table])}
         else:
@@ -238,7 +245,8 @@ class FirstOrderMaintainer:
 
         def source(alias: str) -> str:
             return delta_view if alias == delta_alias else ctx.snapshot(tables[alias], versions[alias])
-        reduced = _reduced(ctx, table, delta_alias, source, versions, sizes)
+        small = ctx.delta_rows.get(table, math.inf) <= ctx.lake.limits.reduced_rows
+        reduced = _reduced(ctx, {delta_alias: delta_view}, source, versions, sizes) if small else {}
         return {alias: reduced.get(alias) or source(alias) for alias in tables}
 
     @staticmethod
@@ -257,26 +265,28 @@ class FirstOrderMaintainer:
         return {alias: delta_view if alias == delta_alias else ctx.snapshot(tables[alias], versions[alias]) for alias in tables}
 
 
-def _reduced(ctx: Context, table: str, delta_alias: str, source: Callable[[str], str], versions: Mapping[str, int],
-             sizes: Mapping[str, tuple]) -> dict[str, str]:
-    """{alias: a view of its rows} for each large base table of a change's delta term (more rows than
-    the lake's ``limits.snapshot_rows``, below which it is read whole in this process; ``source``
-    names an alias' whole relation), its rows reduced to those that can join the change (a semi-join
-    reduction, ``reduced_sql``), as local rows: at most
-    ``limits.reduced_rows`` of them, else it is read whole. The term is then joined over small
-    relations. Each is read by delta-rs with the linking keys as a filter (``_rows_with_keys``: a
-    superset, every key of each link), else by one Spark scan with the keys broadcast. Without
-    this, Spark plans the join of a base table with the delta's partial join (its size unknown,
-    estimated as a product) as a sort-merge join: TPC-H Q5's orders term at SF 1 shuffled all of
-    lineitem, 9 of its 13 s. Not for a change larger than ``reduced_rows``, a query with a LEFT JOIN
-    or a UNION (``_apply_padded``, branches) or a view read as a source."""
+def _reduced(ctx: Context, seeds: Mapping[str, str], source: Callable[[str], str], versions: Mapping[str, int],
+             sizes: Mapping[str, tuple], keep: Sequence[str] = ()) -> dict[str, str]:
+    """{alias: a view of its rows} for each large base table (more rows than the lake's
+    ``limits.snapshot_rows``, below which it is read whole in this process) of a term whose
+    ``seeds`` ({alias: view}: a change, a LEFT/semi/anti join's preserved rows of the touched keys)
+    are small, its rows reduced to those that can join them (a semi-join reduction along
+    ``join_order``, by ``join_links``), as local rows: at most ``limits.reduced_rows``, else it is
+    read whole. The term is then joined over small relations. ``source`` names an alias' whole
+    relation, ``versions`` its version; ``keep`` are left as they are. Each is read by delta-rs with
+    the linking keys as a filter (``_rows_with_keys``: a superset, every key of each link), else by
+    one Spark scan with the keys broadcast. Without this, Spark plans the join of a base table with
+    the change's partial join (its size unknown, estimated as a product) as a sort-merge join:
+    TPC-H Q5's orders term at SF 1 shuffled all of lineitem, 9 of its 13 s. Not in a query with a
+    UNION (its branches) or a LEFT, FULL or NOT IN join (a padded or NULL-matched row depends on
+    more than its keys; EXISTS, NOT EXISTS and IN are reduced), nor for a view read as a source."""
     query, most = ctx.query, ctx.lake.limits.reduced_rows
-    if ctx.delta_rows.get(table, math.inf) > most or query.outer or query.branches:
+    if any(j.how not in ("semi", "anti") for j in query.outer) or query.branches:
         return {}
-    out, reducers = {}, {delta_alias: source(delta_alias)}
+    out, reducers = {}, dict(seeds)
     held: dict[str, pa.Table] = {}  # each reducer's rows, once brought here
-    for alias in join_order(query, delta_alias, sizes)[1:]:
-        if alias not in sizes or sizes[alias][0] <= ctx.lake.limits.snapshot_rows:
+    for alias in join_order(query, list(seeds), sizes)[len(seeds):]:
+        if alias in keep or alias not in sizes or sizes[alias][0] <= ctx.lake.limits.snapshot_rows:
             continue
         links = join_links(query, alias, reducers)
         if not links:
@@ -286,7 +296,7 @@ def _reduced(ctx: Context, table: str, delta_alias: str, source: Callable[[str],
         keys: dict[str, list] = {}
         for other, pairs in links.items():
             if other not in held:
-                held[other] = ctx.spark.table(reducers[other]).toArrow()  # the change: small
+                held[other] = ctx.spark.table(reducers[other]).toArrow()  # a seed: small
             for mine, theirs in pairs:
                 keys.setdefault(mine, []).append(pc.drop_null(held[other].column(theirs)))
         read = _rows_with_keys(ctx, relation.table, versions[alias], keys, columns)
@@ -302,28 +312,28 @@ def _reduced(ctx: Context, table: str, delta_alias: str, source: Callable[[str],
     return out
 
 
-def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str) -> tuple[DataFrame, DataFrame] | None:
+def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
+                     preserved_version: int) -> tuple[DataFrame, DataFrame] | None:
     """For a LEFT / RIGHT / SEMI / ANTI join's change (not FULL, not NOT IN: their NULL rules read
-    more than the touched keys): (the preserved relation's rows with a touched key, as of its
-    watermark; the padded table's rows with a touched key, as of its pin), each read by delta-rs
+    more than the touched keys): (the preserved relation's rows with a touched key, as of
+    ``preserved_version``; the padded table's rows with a touched key, as of its pin), each read by delta-rs
     with a key filter in this process and handed to Spark as local rows -- where Spark would scan
     both tables whole for a change touching a few keys (TPC-H Q13's customers and orders, Q4's and
     Q21's lineitem). None, and Spark reads them, where either is not a base table the gate admits
-    (``fastpath``) of at most ``limits.scan_rows`` rows, the preserved relation is the changed
-    table itself, or a key is a float (NaN matches only under Spark's rules)."""
+    (``fastpath``) of at most ``limits.scan_rows`` rows, or a key is a float (NaN matches only
+    under Spark's rules)."""
     from lakeivm.sources.changes import TableSource, source
 
     if join.how in ("full", "not_in"):
         return None
     preserved = next(r for r in ctx.query.relations if r.alias == join.preserved)
-    if preserved.table == table:
-        return None
-    sides = ((preserved.table, ctx.watermarks[preserved.table], join.preserved_column), (table, ctx.pins[table], join.column))
+    sides = ((preserved.table, preserved_version, join.preserved_column), (table, ctx.pins[table], join.column))
     if not all(isinstance(source(ctx.lake, name), TableSource) for name, _, _ in sides):
         return None
     delta = ctx.spark.table(delta_view)
     keys = delta.where(f"`{join.column}` IS NOT NULL").select(f"`{join.column}`").distinct().toArrow().column(0)
-    needed = (None, [c for c in delta.columns if c != MULTIPLICITY])  # the padded table: only the columns its change has
+    needed = (None if ctx.query.has_subquery else list(preserved.columns),  # the preserved relation: the columns the query reads
+              [c for c in delta.columns if c != MULTIPLICITY])  # the padded table: only the columns its change has
     read = []
     for (name, version, column), columns in zip(sides, needed):
         found = _rows_with_keys(ctx, name, version, {column: [keys]}, columns)
