@@ -10,7 +10,9 @@ groups' extrema (or number of live values) are re-read from it, so deletes are e
 
 Cost per batch: one join of the delta with the other relations, grouped by the group keys and the
 MIN/MAX arguments (one query gives the state's delta and each multiset's); one MERGE per stored
-table. A small delta of a small view is summed and merged in this process instead: one Spark job
+table. A small delta is joined over each large table's rows that can join it, found first by a
+key-filtered read (``_reduced``: a semi-join reduction, Yannakakis' first pass), not over the
+tables whole. A small delta of a small view is summed and merged in this process instead: one Spark job
 collects the grouped join, DuckDB adds the few rows (no SQL of the view's), one more job renders
 the touched groups, and delta-rs rewrites the tables whole.
 
