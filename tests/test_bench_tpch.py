@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from lakeivm.bench.tpch import batch_sizes, summarize, tables, write_views
+from lakeivm.bench.tpch import batch_sizes, ran, summarize, tables, write_views
 
 
 def test_batch_sizes_are_the_fraction_of_each_table_and_at_least_one_row():
@@ -41,3 +41,10 @@ def test_each_query_is_written_twice_with_its_policy(tmp_path):
     assert {name: spec.refresh_policy for name, spec in specs.items() if not spec.derived_from} == {
         "tpch_q06_inc": "incremental", "tpch_q06_auto": "auto", "tpch_q13_inc": "incremental", "tpch_q13_auto": "auto"}
     assert "l_discount" in shipped[6] and "LEFT OUTER JOIN" in shipped[13].upper()
+
+
+def test_a_refresh_is_named_by_what_its_log_row_says_it_did():
+    from types import SimpleNamespace as Row
+
+    assert [ran(None), ran(Row(kind="full", mode="refresh")), ran(Row(kind="first_order", mode="rebuild")),
+            ran(Row(kind="first_order", mode="refresh"))] == ["nothing to do", "full", "rebuild", "incremental"]

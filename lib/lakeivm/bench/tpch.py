@@ -198,7 +198,7 @@ def _time_query(lake, views, query: int, entry: dict, batch: int, recomputed: st
         row = views[name].refresh()
         seconds[policy] = time.perf_counter() - t0
         entry[f"{policy}_s"].append(seconds[policy])
-        entry.setdefault(f"{policy}_ran", []).append("nothing to do" if row is None else "full" if row.kind == "full" else "incremental")
+        entry.setdefault(f"{policy}_ran", []).append(ran(row))
     watermarks = commit.last_committed(lake, inc).watermarks
     base = {table: version for one in (views.specs[inc], *derived_specs(views.specs[inc]))  # the split-off views' tables too
             for table, version in commit.last_committed(lake, one.name).watermarks.items() if table in TABLES}
@@ -215,6 +215,12 @@ def _time_query(lake, views, query: int, entry: dict, batch: int, recomputed: st
         entry["duckdb_s"].append(read_s + compute_s)
         said += f", DuckDB {read_s + compute_s:.2f}s (read {read_s:.2f}s)"
     return said
+
+
+def ran(row) -> str:
+    """What a refresh's log row says it did: a full recompute, a rebuild of the incremental state (auto
+    switching back), an incremental run or nothing."""
+    return "nothing to do" if row is None else "full" if row.kind == "full" else "rebuild" if row.mode == "rebuild" else "incremental"
 
 
 def summarize(per_query: dict[str, dict]) -> dict:
