@@ -271,7 +271,7 @@ def _reduced(ctx: Context, seeds: Mapping[str, str], source: Callable[[str], str
              sizes: Mapping[str, tuple], keep: Sequence[str] = ()) -> dict[str, str]:
     """{alias: a view of its rows} for each large base table (more rows than the lake's
     ``limits.snapshot_rows``, below which it is read whole in this process) of a term whose
-    ``seeds`` ({alias: view}: a change, a LEFT/semi/anti join's preserved rows of the touched keys)
+    ``seeds`` ({alias: view}: a change, or a semi/anti join's preserved rows of the touched keys)
     are small, its rows reduced to those that can join them (a semi-join reduction along
     ``join_order``, by ``join_links``), as local rows: at most ``limits.reduced_rows``, else it is
     read whole. The term is then joined over small relations. ``source`` names an alias' whole
