@@ -156,9 +156,7 @@ def join_order(query: Query, delta_alias: str | Sequence[str], sizes: Sizes | No
         rows, distinct = (sizes or {}).get(alias, (1, {}))
         if not math.isfinite(rows):
             return 1.0  # (not known)
-        columns = {c for j in query.joins for a, c, b in ((j.left_alias, j.left_column, j.right_alias),
-                                                           (j.right_alias, j.right_column, j.left_alias))
-                   if a == alias and b in order}
+        columns = {mine for pairs in join_links(query, alias, order).values() for mine, _ in pairs}
         keys = math.prod(distinct.get(c, rows) for c in columns)
         return rows / max(1, min(rows, keys))
 

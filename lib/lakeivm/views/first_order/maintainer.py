@@ -159,7 +159,7 @@ class FirstOrderMaintainer:
         on the preserved rows whose join key it touches (see the module docstring). Those rows are read
         once; so are S's rows of those keys (only they can match), as of the pin: S's before is that less
         the change, not a second scan. NOT IN reads both versions of S whole (a NULL matches any key)."""
-        query, sources = ctx.query, self._sources(ctx, table, join.padded, delta_view)
+        query, sources = ctx.query, self._term_sources(ctx, table, join.padded, delta_view)
         changed_keys = f"(SELECT `{join.column}` FROM {delta_view})"
         null_changed = f"EXISTS (SELECT 1 FROM {delta_view} WHERE `{join.column}` IS NULL)"
         touched = f"`{join.preserved_column}` IN {changed_keys}"
@@ -240,14 +240,16 @@ class FirstOrderMaintainer:
             }
         return self._multisets
 
-    def _term_sources(self, ctx: Context, table: str, delta_alias: str, delta_view: str, sizes: Mapping[str, tuple]) -> dict[str, str]:
-        """The relations of ``delta_alias``' delta term (alias -> view): its change, each large table
-        reduced to the rows that can join it (``_reduced``), every other one as of its version."""
+    def _term_sources(self, ctx: Context, table: str, delta_alias: str, delta_view: str,
+                      sizes: Mapping[str, tuple] | None = None) -> dict[str, str]:
+        """The relations of ``delta_alias``' delta term (alias -> view): its change, every other one as
+        of its version; with ``sizes``, each large table reduced to the rows that can join a small
+        change (``_reduced``)."""
         tables, versions = {r.alias: r.table for r in ctx.query.relations}, self._versions(ctx, table, delta_alias)
 
         def source(alias: str) -> str:
             return delta_view if alias == delta_alias else ctx.snapshot(tables[alias], versions[alias])
-        small = ctx.delta_rows.get(table, math.inf) <= ctx.lake.limits.reduced_rows
+        small = sizes is not None and ctx.delta_rows.get(table, math.inf) <= ctx.lake.limits.reduced_rows
         reduced = _reduced(ctx, {delta_alias: delta_view}, source, versions, sizes) if small else {}
         return {alias: reduced.get(alias) or source(alias) for alias in tables}
 
@@ -260,11 +262,6 @@ class FirstOrderMaintainer:
         return {r.alias: ctx.pins[table] if r.table == table and aliases.index(r.alias) < position else ctx.watermarks[r.table]
                 for r in ctx.query.relations if r.alias != delta_alias}
 
-    @classmethod
-    def _sources(cls, ctx: Context, table: str, delta_alias: str, delta_view: str) -> dict[str, str]:
-        tables = {r.alias: r.table for r in ctx.query.relations}
-        versions = cls._versions(ctx, table, delta_alias)
-        return {alias: delta_view if alias == delta_alias else ctx.snapshot(tables[alias], versions[alias]) for alias in tables}
 
 
 def _reduced(ctx: Context, seeds: Mapping[str, str], source: Callable[[str], str], versions: Mapping[str, int],
