@@ -32,15 +32,18 @@ def test_left_and_right_joins_match_sql_under_random_streams_and_asymmetric_plan
     lake.create_table("s", spark.createDataFrame([(0, 0), (1, 4), (2, 7), (2, 3)], "a int, g int"))
     lake.create_table("u", spark.createDataFrame([(x, x % 2) for x in range(10)], "x int, c int"))
     specs = bootstrap_incremental(lake, VIEWS, "first_order")
-    turn = alternate_paths(lake, monkeypatch, Limits(scan_rows=0))  # touched keys read by delta-rs, or by Spark
-    local_reads = []
-    read_locally = maintainer._touched_locally
+    # touched keys read by delta-rs and the change merged here, or both by Spark (a MERGE)
+    turn = alternate_paths(lake, monkeypatch, Limits(scan_rows=0, rewrite_rows=0))
+    local_reads, collected = [], []
+    read_locally, collect = maintainer._touched_locally, maintainer._collected
     monkeypatch.setattr(maintainer, "_touched_locally", lambda *args: local_reads.append(read_locally(*args)) or local_reads[-1])
+    monkeypatch.setattr(maintainer, "_collected", lambda *args: collected.append(collect(*args)) or collected[-1])
     padded_keys = [_padded_keys(lake)]
     for _ in audited_rounds(lake, rng, specs, NULL_KEY_STEPS, turn):
         padded_keys.append(_padded_keys(lake))
     assert len(set(padded_keys)) > 1 and any(padded_keys), f"the stream never changed which keys are NULL-padded: {padded_keys}"
     assert any(read is not None for read in local_reads) and any(read is None for read in local_reads), local_reads
+    assert any(rows is not None for rows in collected), "no padded change was merged in this process"
 
 
 def _padded_keys(lake) -> frozenset[int]:

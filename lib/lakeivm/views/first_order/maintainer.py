@@ -159,7 +159,7 @@ class FirstOrderMaintainer:
         on the preserved rows whose join key it touches (see the module docstring). Those rows are read
         once; so are S's rows of those keys (only they can match), as of the pin: S's before is that less
         the change, not a second scan. NOT IN reads both versions of S whole (a NULL matches any key)."""
-        query, sources = ctx.query, self._term_sources(ctx, table, join.padded, delta_view)
+        query = ctx.query
         changed_keys = f"(SELECT `{join.column}` FROM {delta_view})"
         null_changed = f"EXISTS (SELECT 1 FROM {delta_view} WHERE `{join.column}` IS NULL)"
         touched = f"`{join.preserved_column}` IN {changed_keys}"
@@ -168,6 +168,8 @@ class FirstOrderMaintainer:
         restricted = f"lakeivm_{ctx.view}_{join.padded}_touched_{join.preserved}"
         versions = self._versions(ctx, table, join.padded)
         local = _touched_locally(ctx, table, join, delta_view, versions[join.preserved])
+        # the preserved relation whole only where Spark reads its touched rows (a Delta snapshot: a job)
+        sources = self._term_sources(ctx, table, join.padded, delta_view, skip=(join.preserved,) if local is not None else ())
         if local is not None:
             local[0].createOrReplaceTempView(restricted)
         else:
@@ -196,10 +198,15 @@ class FirstOrderMaintainer:
                 version.createOrReplaceTempView(side[join.padded])
         keys = [k.name for k in query.group_keys]
         states = [ctx.spark.sql(state_sql(query, side)) for side in (after, before)]
-        self._changes.append(_minus(*states, keys, query.additive_columns).localCheckpoint(eager=True))
+        most = ctx.lake.limits.small_delta_rows if self._small_state(ctx) else -1
+        change = _minus(*states, keys, query.additive_columns)
+        here = _collected(change, most) if ctx.delta_rows.get(table, math.inf) <= most else None
+        self._changes.append(change.localCheckpoint(eager=True) if here is None else here)
         for agg in query.extrema:
-            values = [ctx.spark.sql(multiset_sql(query, side, agg)) for side in (after, before)]
-            self._extrema(ctx)[agg.index].add(_minus(*values, [*keys, "_lakeivm_v"], ["_lakeivm_cnt"]))
+            values = _minus(*[ctx.spark.sql(multiset_sql(query, side, agg)) for side in (after, before)],
+                            [*keys, "_lakeivm_v"], ["_lakeivm_cnt"])
+            local = None if here is None else _collected(values, most)
+            self._extrema(ctx)[agg.index].add(values if local is None else local)
 
     def flush(self, ctx: Context) -> None:
         if not self._changes:
@@ -241,17 +248,17 @@ class FirstOrderMaintainer:
         return self._multisets
 
     def _term_sources(self, ctx: Context, table: str, delta_alias: str, delta_view: str,
-                      sizes: Mapping[str, tuple] | None = None) -> dict[str, str]:
+                      sizes: Mapping[str, tuple] | None = None, skip: Sequence[str] = ()) -> dict[str, str]:
         """The relations of ``delta_alias``' delta term (alias -> view): its change, every other one as
-        of its version; with ``sizes``, each large table reduced to the rows that can join a small
-        change (``_reduced``)."""
+        of its version (but those in ``skip``); with ``sizes``, each large table reduced to the rows
+        that can join a small change (``_reduced``)."""
         tables, versions = {r.alias: r.table for r in ctx.query.relations}, self._versions(ctx, table, delta_alias)
 
         def source(alias: str) -> str:
             return delta_view if alias == delta_alias else ctx.snapshot(tables[alias], versions[alias])
         small = sizes is not None and ctx.delta_rows.get(table, math.inf) <= ctx.lake.limits.reduced_rows
         reduced = _reduced(ctx, {delta_alias: delta_view}, source, versions, sizes) if small else {}
-        return {alias: reduced.get(alias) or source(alias) for alias in tables}
+        return {alias: reduced.get(alias) or source(alias) for alias in tables if alias not in skip}
 
     @staticmethod
     def _versions(ctx: Context, table: str, delta_alias: str) -> dict[str, int]:
@@ -370,6 +377,15 @@ def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, S
         return None
     types = storage.spark_columns(found)
     return rows, ", ".join(f"`{name}` {types[name]}" for name in rows.column_names)
+
+
+def _collected(frame: DataFrame, most: int) -> pa.Table | None:
+    """``frame``'s rows brought to this process by one Spark job (Arrow, as pyspark reads it), if
+    at most ``most``: a small state's change is then merged here (``merge_locally``), not MERGEd."""
+    from lakeivm.sources.changes import plain_field
+
+    rows = frame.limit(most + 1).toArrow()
+    return rows.cast(pa.schema([plain_field(f) for f in rows.schema])) if rows.num_rows <= most else None
 
 
 def _undone(rows: DataFrame, delta: DataFrame) -> DataFrame:
