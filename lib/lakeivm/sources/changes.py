@@ -241,7 +241,7 @@ class TableSource:
             kind = changes["_change_type"].cast(pa.string())
             signs = pc.if_else(pc.is_in(kind, value_set=pa.array(["insert", "update_postimage"])), 1, -1).cast(pa.int64())
             rows = changes.select(columns)  # string views as plain strings: Arrow's filter has no kernel for them
-            rows = rows.cast(pa.schema([plain_field(f) for f in rows.schema])).append_column(MULTIPLICITY, signs)
+            rows = plain_rows(rows).append_column(MULTIPLICITY, signs)
             netted = rows.group_by(columns, use_threads=False).aggregate([(MULTIPLICITY, "sum")])
             netted = netted.filter(pc.not_equal(netted[f"{MULTIPLICITY}_sum"], 0)).select([*columns, f"{MULTIPLICITY}_sum"])
         except Exception:  # noqa: BLE001 -- the Spark read below raises the error a user can act on
@@ -283,6 +283,13 @@ def plain_field(field):
 
     plain = {pa.string_view(): pa.string(), pa.large_string(): pa.string(), pa.binary_view(): pa.binary(), pa.large_binary(): pa.binary()}
     return field.with_type(plain.get(field.type, field.type))
+
+
+def plain_rows(rows):
+    """An Arrow table in the types pyspark reads (``plain_field`` of each column)."""
+    import pyarrow as pa
+
+    return rows.cast(pa.schema([plain_field(f) for f in rows.schema]))
 
 
 def net(changes: Iterable[tuple[Mapping[str, object], str]]) -> dict[tuple, int]:

@@ -113,10 +113,9 @@ class AdditiveTable:
         if small is not None:
             stored = small.select(columns).filter(wanted)
         else:
-            from lakeivm.sources.changes import plain_field
+            from lakeivm.sources.changes import plain_rows
 
-            stored = self._dataset().to_table(columns=columns, filter=wanted)
-            stored = stored.cast(pa.schema([plain_field(f) for f in stored.schema]))
+            stored = plain_rows(self._dataset().to_table(columns=columns, filter=wanted))
         return pa.concat_tables([stored, *[d.cast(stored.schema).filter(wanted) for d in self._deltas]])
 
     def arrow_schema(self):

@@ -111,9 +111,9 @@ class FirstOrderMaintainer:
     def _split_locally(self, ctx: Context, grouped) -> None:
         """``_split`` of few rows (an Arrow table, collected by one Spark job) in this process, by DuckDB:
         sums of the state columns Spark computed, no SQL of the view's."""
-        from lakeivm.sources.changes import plain_field
+        from lakeivm.sources.changes import plain_rows
 
-        grouped = grouped.cast(pa.schema([plain_field(f) for f in grouped.schema]))
+        grouped = plain_rows(grouped)
         if not ctx.query.extrema:
             self._changes.append(grouped)
             return
@@ -382,10 +382,10 @@ def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, S
 def _collected(frame: DataFrame, most: int) -> pa.Table | None:
     """``frame``'s rows brought to this process by one Spark job (Arrow, as pyspark reads it), if
     at most ``most``: a small state's change is then merged here (``merge_locally``), not MERGEd."""
-    from lakeivm.sources.changes import plain_field
+    from lakeivm.sources.changes import plain_rows
 
     rows = frame.limit(most + 1).toArrow()
-    return rows.cast(pa.schema([plain_field(f) for f in rows.schema])) if rows.num_rows <= most else None
+    return plain_rows(rows) if rows.num_rows <= most else None
 
 
 def _undone(rows: DataFrame, delta: DataFrame) -> DataFrame:
@@ -467,7 +467,7 @@ def _stored_matching(ctx: Context, path: str, change: DataFrame, keys: list[str]
     from deltalake import DeltaTable
 
     from lakeivm.store import fastpath, storage
-    from lakeivm.sources.changes import plain_field
+    from lakeivm.sources.changes import plain_rows
     from lakeivm.views import state
 
     table = DeltaTable(path)
@@ -477,7 +477,7 @@ def _stored_matching(ctx: Context, path: str, change: DataFrame, keys: list[str]
         return ctx.lake.read(path)
     changed = change.select(*[f"`{k}`" for k in keys]).toArrow()
     rows = table.to_pyarrow_dataset().to_table(filter=state.key_filter(changed, keys, schema))
-    return storage.local_rows(ctx.spark, rows.cast(pa.schema([plain_field(f) for f in rows.schema])))
+    return storage.local_rows(ctx.spark, plain_rows(rows))
 
 
 def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, object],

@@ -99,15 +99,14 @@ class FivmMaintainer:
         path is read locally -- whole when small, else only its rows that join the step's change
         (``AdditiveTable.local_matching``): one Spark job (the lifted leaf delta), each step in
         DuckDB. False (nothing done) otherwise."""
-        from lakeivm.sources.changes import plain_field
+        from lakeivm.sources.changes import plain_rows
         from lakeivm.views.fivm import local
 
         steps = plan.tree.path_to_root(alias)
         shared = {(step.view.id, s.id): [k for k in s.keys if k in step.child.keys] for step in steps for s in step.siblings}
         if not all(tables[sibling].readable_locally(whole=not keys) for (_, sibling), keys in shared.items()):
             return False
-        change = leaf_delta.toArrow()
-        change = change.cast(pa.schema([plain_field(f) for f in change.schema]))
+        change = plain_rows(leaf_delta.toArrow())
         leaf = plan.tree.leaf(alias)
         if leaf.id in tables:
             tables[leaf.id].add(change)
