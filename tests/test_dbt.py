@@ -4,6 +4,7 @@ and the example project ``schemas/dbt-tpch`` compiled by dbt-core + dbt-spark fo
 views refreshed after a TPC-H batch and audited equal to their SQL."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -36,8 +37,30 @@ def test_a_manifests_models_become_views_over_views_and_lake_tables():
     (refused,) = synced.not_taken
     assert refused.startswith("models/over_plain.sql: model over_plain reads model plain, which lakeivm does not maintain")
     assert [line for line in views_from_manifest(manifest).not_taken if "no deadline" in line] == [
-        "models/top.sql: model top has no deadline: set meta: {lakeivm: {deadline: 5m}} in its config, or give "
-        "`lakeivm dbt sync --deadline`"]
+        "models/top.sql: model top has no deadline: set meta: {lakeivm: {deadline: 5m}} in its config (or `+meta` in "
+        "dbt_project.yml), or give `lakeivm dbt sync --deadline`"]
+
+
+def test_a_views_folder_that_is_a_dbt_project_follows_its_last_compile(tmp_path, monkeypatch):
+    from lakeivm.catalog.spec_cache import cached_specs
+
+    monkeypatch.setenv("LAKEIVM_SPEC_CACHE", str(tmp_path / "cache"))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "dbt_project.yml").write_text("name: p\n")
+    (problem,) = [entry.problem for entry in cached_specs(project).broken]
+    assert problem.endswith("run `dbt compile` in " + str(project) + " first")  # not compiled yet
+    (project / "target").mkdir()
+    sources = {"source.p.s.raw_t": {"name": "raw_t", "identifier": "raw_t", "schema": "default", "relation_name": "`default`.`raw_t`"}}
+    per_key = model("per_key", "SELECT k, COUNT(*) AS n FROM `default`.`raw_t` GROUP BY k", meta={"lakeivm": {"deadline": "1m"}})
+    manifest = {"metadata": {"project_name": "p"}, "nodes": dict([per_key]), "sources": sources}
+    (project / "target" / "manifest.json").write_text(json.dumps(manifest))
+    specs = cached_specs(project)
+    assert sorted(specs) == ["per_key"] and specs["per_key"].source == str(project / "models" / "per_key.sql")
+    manifest["nodes"].update([model("top", "SELECT MAX(n) AS m FROM `default`.`per_key`", meta={"lakeivm": {"deadline": "2m"}})])
+    (project / "target" / "manifest.json").write_text(json.dumps(manifest))  # the next `dbt compile`
+    specs = cached_specs(project)
+    assert sorted(specs) == ["per_key", "top"] and list(specs["top"].upstreams) == ["per_key"] and specs["top"].deadline_s == 120.0
 
 
 def test_the_example_project_compiled_by_dbt_syncs_and_its_views_follow_a_tpch_batch(spark, tmp_path):

@@ -10,33 +10,37 @@ not maintain is not taken, naming it: sync that one too, or declare its data a s
 fields come from the model's ``meta`` (``meta: {lakeivm: {deadline: 5m, tick: 1m}}``), the
 deadline else from ``sync``'s default.
 
-``sync`` writes the views as one ``.sql`` file of ``CREATE MATERIALIZED VIEW`` statements
-(``lakeivm.sql.ddl``) in a views folder, rewritten at each sync: a model added, changed or removed
-in the project is added, changed or removed there.
+Two ways to keep the views in step with the project: a views folder may *be* the project (it holds
+``dbt_project.yml``), and the views are read from its manifest at every load -- each ``dbt compile``
+is picked up by the next command and by Airflow's next parse of the DAG folder, with nothing to run
+in between (``read_project``); or ``sync`` writes them as one ``.sql`` file of ``CREATE MATERIALIZED
+VIEW`` statements (``lakeivm.sql.ddl``) in a views folder, rewritten at each sync: a model added,
+changed or removed in the project is added, changed or removed there.
 """
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-
 from lakeivm.errors import SpecError
 
 MATERIALIZED = "materialized_view"
 TAG = "lakeivm"
+PROJECT_FILE = "dbt_project.yml"
 
 
 @dataclass
 class Synced:
-    """What a manifest gives lakeivm: ``views`` ({model: its statement}) and what is ``not_taken`` (one line each)."""
+    """What a manifest gives lakeivm: ``views`` ({model: its statement}), each model's file in the
+    project (``files``) and what is ``not_taken`` (one line each)."""
 
     project: str
     views: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
     not_taken: list[str] = field(default_factory=list)
 
 
@@ -66,9 +70,10 @@ def views_from_manifest(manifest: Mapping[str, Any], deadline: str | None = None
         fields = {**({"deadline": deadline} if deadline else {}), **_meta(node)}
         if "deadline" not in fields:
             out.not_taken.append(f"{where}: model {node['name']} has no deadline: set meta: {{lakeivm: {{deadline: 5m}}}} "
-                                 "in its config, or give `lakeivm dbt sync --deadline`")
+                                 "in its config (or `+meta` in dbt_project.yml), or give `lakeivm dbt sync --deadline`")
             continue
         properties = ", ".join(f"'lakeivm.{key}' = {_quoted(value)}" for key, value in fields.items())
+        out.files[node["name"]] = where
         out.views[node["name"]] = (f"-- {where}\nCREATE MATERIALIZED VIEW {node['name']}\nTBLPROPERTIES ({properties})\n"
                                    f"AS {sql.strip().rstrip(';')};\n")
     return out
@@ -78,11 +83,7 @@ def sync(project: str | Path, views: str | Path, deadline: str | None = None, ta
     """Read ``<project>/<target>/manifest.json`` and write its views as ``<views>/dbt_<project name>.sql``
     (replacing the last sync's file; removed when no model is synced any more)."""
     manifest_path = Path(project) / target / "manifest.json"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError) as err:
-        raise SpecError(f"{manifest_path}: cannot read a dbt manifest ({err}); run `dbt compile` in {project} first") from err
-    synced = views_from_manifest(manifest, deadline)
+    synced = views_from_manifest(_manifest(manifest_path, project), deadline)
     path = Path(views) / f"dbt_{synced.project}.sql"
     if synced.views:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +94,28 @@ def sync(project: str | Path, views: str | Path, deadline: str | None = None, ta
     return synced
 
 
+def project_manifest(folder: str | Path) -> Path | None:
+    """The manifest a views folder that is a dbt project is read from -- ``<folder>/target/manifest.json``,
+    or under dbt's own ``DBT_TARGET_PATH`` -- else None (not a dbt project)."""
+    folder = Path(folder)
+    if not (folder / PROJECT_FILE).is_file():
+        return None
+    target = Path(os.environ.get("DBT_TARGET_PATH") or "target")
+    return (target if target.is_absolute() else folder / target) / "manifest.json"
+
+
+def read_project(folder: str | Path) -> Synced:
+    """The views of the dbt project ``folder`` as its last ``dbt compile`` left them (``project_manifest``)."""
+    return views_from_manifest(_manifest(project_manifest(folder), folder))
+
+
+def _manifest(path: Path, project: str | Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise SpecError(f"{path}: cannot read a dbt manifest ({err}); run `dbt compile` in {project} first") from err
+
+
 def _is_synced(node: Mapping[str, Any]) -> bool:
     config = node.get("config", {})
     return config.get("materialized") == MATERIALIZED or TAG in (node.get("tags") or []) or TAG in (config.get("tags") or [])
@@ -100,6 +123,9 @@ def _is_synced(node: Mapping[str, Any]) -> bool:
 
 def _relation(node: Mapping[str, Any]) -> tuple[str, str]:
     """A node's (schema, table) as its relation name reads, lower case, unquoted."""
+    import sqlglot
+    from sqlglot import exp
+
     name = node.get("relation_name") or f"{node.get('schema', '')}.{node.get('alias') or node.get('identifier') or node['name']}"
     table = sqlglot.parse_one(f"SELECT * FROM {name}", dialect="spark").find(exp.Table)
     return (table.db or "").lower(), table.name.lower()
@@ -107,6 +133,9 @@ def _relation(node: Mapping[str, Any]) -> tuple[str, str]:
 
 def _with_names(sql: str, names: Mapping[tuple[str, str], str], others: Mapping[tuple[str, str], str], model: str) -> str:
     """``sql`` with each relation of a synced model or a source written as its lakeivm name."""
+    import sqlglot  # here, not at the top: a spec cache's hit (``spec_cache``) imports no SQL parser
+    from sqlglot import exp
+
     tree = sqlglot.parse_one(sql, dialect="spark")
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for table in list(tree.find_all(exp.Table)):

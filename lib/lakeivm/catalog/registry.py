@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from lakeivm.catalog import pipeline
+from lakeivm.catalog import dbt, pipeline
 from lakeivm.sql import ddl
 from lakeivm.store import storage
 from lakeivm.errors import LakeIVMError, SpecError, UnsupportedQuery
@@ -221,9 +221,14 @@ def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
 def _declared(folder: str | Path, schemas: Callable[[], Mapping[str, Mapping[str, str]]] | None
               ) -> tuple[list[list[ViewSpec | BrokenSpec]], list[str]]:
     """What each spec file of ``folder`` declares, and what of it is not taken: a views folder's
-    ``*.yaml``/``*.yml``/``*.sql`` files, or a Spark Declarative Pipelines spec's SQL files where
-    ``folder`` is that spec or holds it (``lakeivm.catalog.pipeline``)."""
+    ``*.yaml``/``*.yml``/``*.sql`` files, a Spark Declarative Pipelines spec's SQL files where
+    ``folder`` is that spec or holds it (``lakeivm.catalog.pipeline``), or a dbt project's
+    materialized views where ``folder`` holds ``dbt_project.yml`` (``lakeivm.catalog.dbt``)."""
     try:
+        if dbt.project_manifest(folder) is not None:
+            project = dbt.read_project(folder)
+            return [load_sql_specs(Path(folder) / project.files[name], schemas, text=statement)
+                    for name, statement in project.views.items()], project.not_taken
         spec_path = pipeline.spec_file(folder)
         if spec_path is None:
             paths = sorted([*Path(folder).glob("*.yaml"), *Path(folder).glob("*.yml"), *Path(folder).glob("*.sql")])

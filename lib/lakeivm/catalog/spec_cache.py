@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from lakeivm.catalog import pipeline
+from lakeivm.catalog import dbt, pipeline
 from lakeivm.config import cache_home
 from lakeivm.errors import SpecError
 from lakeivm.spec import SCHEMA_PATH, Specs, ViewSpec
@@ -64,6 +64,8 @@ def _folder_key(folder: Path, lake: str | None) -> str:
     with contextlib.suppress(SpecError):  # two spec files: loading the folder says so
         if (spec := pipeline.spec_file(folder)) is not None:  # a pipeline: every file of its folder
             files = [path for path in spec.parent.rglob("*") if path.is_file() and "__pycache__" not in path.parts]
+    if (manifest := dbt.project_manifest(folder)) is not None:  # a dbt project: what its last compile left
+        files = [folder / dbt.PROJECT_FILE, manifest]
     for path in sorted(files):
         digest.update(path.name.encode() + b"\0")
         try:
