@@ -13,10 +13,12 @@ Every process of the stack is stopped by its pid at the end, also when the test 
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import psycopg2
@@ -61,6 +63,9 @@ def test_scheduled_and_on_demand_runs_of_a_view(tmp_path, monkeypatch):
         try:
             lake = open_lake(spark, stack.settings)
             step("stack up")
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(f"{stack.spark_ui}/json/", timeout=10) as answer:
+                apps = json.load(answer)["activeapps"]  # the real master's account of who holds its cores
+            assert [app["cores"] for app in apps if app["name"] == "lakeivm-connect"] == [1], apps  # half its worker's 2
             generate_tpch(lake, 0.01, tables=TABLES)
             step("TPC-H written")
             api = stack.api

@@ -208,7 +208,8 @@ def start_connect_server(stack: Stack, progress: Progress) -> None:
     """lakeivm's Spark Connect server in front of the standalone master (its cold start, paid once)."""
     t0 = time.perf_counter()
     remote = f"sc://{HOST}:{free_port()}"
-    settings = stack.settings.with_(spark_conf={"spark.driver.memory": "2g", **stack.settings.spark_conf})
+    ui_port = stack.spark_ui.rsplit(":", 1)[1]  # the master's UI answers its cluster's cores (server.cluster_share)
+    settings = stack.settings.with_(spark_conf={"spark.driver.memory": "2g", "spark.master.ui.port": ui_port, **stack.settings.spark_conf})
     with _lakeivm_home(stack.root):
         stack.connect = server.start(settings, master=stack.spark_master, remote=remote)
     stack.settings = stack.settings.with_(spark_remote=remote, spark_master=stack.spark_master)
