@@ -217,8 +217,9 @@ def test_auto_falls_back_to_full_and_back_for_every_kind_with_unnamed_columns(la
         change_and_audit(Mode(False, "auto: incremental (forced)"))
 
 
-def test_a_probe_stops_at_its_limit_and_reports_a_lower_bound(lake, spark):
-    """auto's probe of a recompute is interrupted once it costs more than the incremental prediction."""
+def test_a_probe_stops_at_its_limit_and_reports_a_lower_bound(lake, spark, capfd):
+    """auto's probe of a recompute is interrupted once it costs more than the incremental prediction,
+    and its killed tasks print nothing on the console (Spark logs their aborts at ERROR)."""
     from types import SimpleNamespace
 
     from lakeivm.run.engine import _probe, prepare
@@ -233,6 +234,8 @@ def test_a_probe_stops_at_its_limit_and_reports_a_lower_bound(lake, spark):
         seconds = _probe(ctx, limit, said.append)
         assert limit <= seconds < 60 and "stopped probing" in said[0], (limit, said)
         assert spark.range(3).count() == 3  # the session works on after the interrupt
+    printed = capfd.readouterr()
+    assert "ERROR" not in printed.err + printed.out, printed.err[-2000:]
 
 
 def test_a_probe_that_fails_on_its_own_raises_instead_of_reporting_a_lower_bound(lake, spark):
