@@ -83,3 +83,41 @@ def test_a_query_spark_cannot_analyse_is_named_with_its_view_and_file(lake, spar
         message = str(err.value)
         assert message.startswith(f"{folder}/bad.yaml: view bad: Spark cannot analyse its SQL: [UNRESOLVED_COLUMN"), message
         assert "\n" not in message and len(message) < 400, message
+
+
+@pytest.mark.heavy(90)
+def test_auto_recomputes_a_split_view_whole_and_comes_back_equal_to_its_sql(lake, spark, tmp_path, monkeypatch):
+    """auto weighs a split view and the views split off it as one (``planning.auto.choose_whole``, forced
+    here): a whole run recomputes the view as declared on the base tables and leaves the split view
+    alone; back, the view is rebuilt over its split view caught up. Every run of it, and of a view over
+    it, audits equal to its SQL."""
+    from lakeivm.planning.auto import Mode
+    from lakeivm.run.status import status
+    from lakeivm.store import commit
+
+    rng = random.Random(13)
+    lake.create_table("t", spark.createDataFrame([(0, 1), (1, 4), (2, 6), (2, None), (3, 7)], "k int, v int"))
+    write(tmp_path, "banded", BANDED)
+    write(tmp_path, "per_band", "SELECT band, COUNT(*) AS n, SUM(mv) AS total FROM banded GROUP BY band")
+    specs = load_specs(tmp_path)
+    banded, per_band = specs["banded"], specs["per_band"]
+    assert banded.whole.sql.strip() == BANDED and list(banded.whole.upstreams) == [] and per_band.whole is None
+    run_view(lake, per_band)  # builds banded__s2, banded, per_band
+    for step, whole in enumerate([False, True, True, False, False, True, False]):
+        monkeypatch.setattr("lakeivm.planning.auto.choose_whole", lambda *args, whole=whole: Mode(whole, f"auto: step {step} (forced)"))
+        random_batch(lake, rng, "t", "k", "v")
+        split_runs = len(commit.log_rows(lake, "banded__s2"))
+        run_view(lake, per_band)  # banded first, whole or split
+        last = commit.log_rows(lake, "banded")[-1]
+        assert f"step {step} (forced)" in last.plan, (step, last.plan)
+        if whole:
+            assert last.kind == "full" and last.mode == "refresh" and set(last.watermarks) == {"t"}, (step, last)
+            assert len(commit.log_rows(lake, "banded__s2")) == split_runs  # the split view is left behind
+            (shown,) = status(lake, {"banded": banded})
+            assert shown["last_mode"] == "whole" and set(shown["pending_rows"]) == {"t"} and "error" not in shown, shown
+        else:
+            assert set(last.watermarks) == {"banded__s2"}, (step, last)  # maintained, or recomputed over its split view
+        for spec in (banded, per_band):
+            report = audit(lake, spec)
+            assert report.ok, f"step {step}: {report}; missing {report.missing[:5]}, unexpected {report.unexpected[:5]}"
+    assert audit(lake, specs["banded__s2"]).ok

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lakeivm.config import SCHEMAS
@@ -37,6 +37,25 @@ class ViewSpec:
     refresh_policy: str = "auto"
     upstreams: Mapping[str, ViewSpec] = field(default_factory=dict, compare=False, repr=False)  # views its FROM names (link_upstreams)
     derived_from: str | None = None  # the view whose aggregating CTE, derived table or subquery this view is (with_derived_views)
+    whole_sql: str | None = field(default=None, compare=False, repr=False)  # its SQL as declared, where with_derived_views split it
+
+    @property
+    def whole(self) -> ViewSpec | None:
+        """The view as declared, recomputed in one query: what auto runs where that costs less than
+        maintaining it and the views split off it (``planning.auto.choose_whole``); None: not split."""
+        if self.whole_sql is None:
+            return None
+        kept = {name: up for name, up in self.upstreams.items() if up.derived_from != self.name}
+        return replace(self, sql=self.whole_sql, whole_sql=None, refresh_policy=FULL, upstreams=kept)
+
+    @property
+    def split_off(self) -> list[ViewSpec]:
+        """The views split off this view's SQL (``with_derived_views``), at any depth."""
+        out = []
+        for up in self.upstreams.values():
+            if up.derived_from == self.name:
+                out += [up, *up.split_off]
+        return out
 
     def __post_init__(self) -> None:
         # The name is spliced into SQL (log filters, state paths); a spec built in Python skips the schema.

@@ -60,3 +60,18 @@ def test_auto_leaves_incremental_only_for_a_recompute_predicted_clearly_cheaper(
     close = choose_mode(history, "fivm", 1.0 / (1 - SWITCH_GAIN) - 0.01, in_full=False)
     assert not close.full and "not worth a switch" in close.reason
     assert choose_mode(history, "fivm", 1.0 / (1 - SWITCH_GAIN) + 0.01, in_full=False).full
+
+
+def test_a_split_view_goes_whole_only_once_measured_cheaper_and_comes_back_when_that_repays_a_rebuild():
+    from lakeivm.planning.auto import choose_whole
+
+    chain = {"q13": [1.0, 0.9], "q13__c_orders": [2.4, 2.5]}  # TPC-H Q13 at SF 1: 3.35 s a run split
+    assert not choose_whole({"q13": [], "q13__c_orders": [2.4]}, [], 5.4, False).full  # not every view measured
+    tried = choose_whole(chain, [], 5.4, False)
+    assert tried.full and "tried once" in tried.reason  # its builds (a whole recompute and more) under 4x a run
+    assert not choose_whole(chain, [], 14.0, False).full  # builds over 4x a run: a whole query will not win
+    assert choose_whole(chain, [1.6, 1.5], 5.4, False).full  # 1.55 s < 0.9 x 3.35 s
+    assert not choose_whole(chain, [3.1], 5.4, False).full  # saves under 10%: not worth a switch
+    assert choose_whole(chain, [1.6, 1.5], 5.4, True).full  # 5.4 + 5 x 3.35 > 6 x 1.55: stays whole
+    back = choose_whole(chain, [4.0], 5.4, True)
+    assert not back.full and "back to the split views" in back.reason  # 5.4 + 5 x 3.35 < 6 x 4.0

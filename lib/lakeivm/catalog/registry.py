@@ -128,7 +128,7 @@ def with_derived_views(spec: ViewSpec, schemas: Callable[[], Mapping[str, Mappin
     derived = {name: with_derived_views(replace(spec, name=name, sql=body, nullable_keys=(), upstreams={}, derived_from=spec.name),
                                         schemas)
                for name, body in bodies.items()}
-    return replace(spec, sql=sql, upstreams={**spec.upstreams, **derived}) if derived else spec
+    return replace(spec, sql=sql, whole_sql=spec.sql, upstreams={**spec.upstreams, **derived}) if derived else spec
 
 
 def _decorrelated(spec: ViewSpec, sql: str, bodies: dict[str, str], name_of: Callable[[str], str | None],
@@ -166,11 +166,7 @@ def _incremental_kind(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) 
 
 def derived_specs(spec: ViewSpec) -> list[ViewSpec]:
     """The views split off ``spec``'s SQL (``with_derived_views``), at any depth."""
-    out = []
-    for up in spec.upstreams.values():
-        if up.derived_from == spec.name:
-            out += [up, *derived_specs(up)]
-    return out
+    return spec.split_off
 
 
 def load_specs(folder: str | Path, lake: str | None = None) -> Specs:

@@ -25,7 +25,7 @@ what a full run costs) and may cost a full run and that rebuild for nothing.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -104,3 +104,42 @@ def choose_mode(history: Sequence[LogRow], kind: str, incremental_seconds: float
                            f"({incremental_seconds:.2f} s each) < {HORIZON + 1} full recomputes ({seconds:.2f} s each, {source})")
     return Mode(True, f"auto: full, predicted {seconds:.2f} s ({source}); incremental {incremental_seconds:.2f} s "
                       f"would not repay a rebuild ({rebuild:.2f} s) within {HORIZON} runs")
+
+
+def choose_whole(chain: Mapping[str, Sequence[float]], whole: Sequence[float], builds: float | None, in_whole: bool) -> Mode:
+    """Recompute a split view as declared, in one query (``full``), or maintain it and the views split
+    off it (``with_derived_views``) incrementally -- decided before any of them runs, since the split
+    views run first. ``chain``: each view's seconds of its recent runs maintaining the split
+    definition (incremental or auto's per-view recompute); ``whole``: seconds of the whole query's
+    recent runs; ``builds``: the chain's last builds from snapshots together; ``in_whole``: the last
+    run was whole.
+
+    Per view, auto weighs recomputing that view (``choose_mode``); a split-off aggregate recomputed
+    alone still writes its result for the view above to read, which the whole query does not (TPC-H
+    Q13: 2.4 s + 1.0 s maintained, 3.2 s + 1.7 s recomputed per view, 1.5 s whole). So the chain is
+    weighed as one: the sum of its views' median runs against the whole query's median run; the
+    first whole run is tried once every view has an incremental run measured and the chain's builds
+    cost under ``PROBE_RATIO`` times its runs (a build is a whole recompute and more). Leaving and
+    coming back follow ``choose_mode``'s margins: ``SWITCH_GAIN``, and a return only if a rebuild
+    (the chain's builds: the split views catch up a backlog, the view is rebuilt over them) plus
+    ``HORIZON`` chain runs cost less than ``HORIZON + 1`` whole runs."""
+    medians = [statistics.median(seconds[-RECENT:]) for seconds in chain.values() if seconds]
+    if len(medians) < len(chain):
+        return Mode(in_whole, "auto: " + ("whole, no run of the split views measured to compare with" if in_whole
+                                           else "split, no run of every view split off measured yet"))
+    split = sum(medians)
+    if not whole:
+        if builds is not None and builds < PROBE_RATIO * split:
+            return Mode(True, f"auto: whole, tried once: the split views' runs cost {split:.2f} s, their builds "
+                              f"{builds:.2f} s (under {PROBE_RATIO:g}x that)")
+        return Mode(False, f"auto: split, {split:.2f} s a run; the whole query is not tried (its builds cost {builds or 0:.2f} s)")
+    one = statistics.median(whole[-RECENT:])
+    if not in_whole:
+        if one < (1 - SWITCH_GAIN) * split:
+            return Mode(True, f"auto: whole, {one:.2f} s (median of {len(whole[-RECENT:])} runs) < split views {split:.2f} s")
+        return Mode(False, f"auto: split views {split:.2f} s <= whole {one:.2f} s, or saves under {SWITCH_GAIN:.0%}")
+    rebuild = builds or one
+    if rebuild + HORIZON * split < (HORIZON + 1) * one:
+        return Mode(False, f"auto: back to the split views, a rebuild ({rebuild:.2f} s) + {HORIZON} runs ({split:.2f} s each) "
+                           f"< {HORIZON + 1} whole runs ({one:.2f} s each)")
+    return Mode(True, f"auto: whole, {one:.2f} s a run; the split views' {split:.2f} s would not repay a rebuild ({rebuild:.2f} s)")

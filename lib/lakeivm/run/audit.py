@@ -9,7 +9,7 @@ from lakeivm.store import commit
 from lakeivm.errors import analysed_as
 from lakeivm.store.lake import Lake
 from lakeivm.spec import ViewSpec
-from lakeivm.sources.upstream import prepare, reader
+from lakeivm.sources.upstream import prepare, reader, run_spec
 from lakeivm.views.base import bag
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class Audit:
 def audit(lake: Lake, spec: ViewSpec, latest: bool = True) -> Audit:
     """Diff the view (newest committed run by default) with its SQL at that run's watermarks."""
     row = commit.required_run(lake, spec.name, consistent=not latest, purpose="to audit")
+    spec = run_spec(spec, row)  # the view as declared, where auto recomputed it whole
     with analysed_as(spec):
         ctx, maintainer = reader(lake, spec, row)
         ctx = replace(ctx, spark_reads_result=True)

@@ -103,17 +103,48 @@ def _run_view(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | Non
               progress: Callable[[str], None]) -> commit.LogRow | None:
     # On demand: the views it reads first, each under its own claim. A tick follows their Assets and
     # reads what they last committed -- but runs one first that has no run of its definition to read yet.
+    # auto over a split view: the view as declared recomputed in one query, or it and its split views maintained.
     chain_started = time.perf_counter()
-    ran = [run_view(lake, up, "refresh", progress=progress) for up in spec.upstreams.values()
+    whole, in_whole = _whole_or_split(lake, spec) if mode != "rebuild" and tables is None else (None, False)
+    own = spec.whole if whole is not None and whole.full else spec
+    ran = [run_view(lake, up, "refresh", progress=progress) for up in own.upstreams.values()
            if mode != "tick" or not upstream.readable(lake, up)]
-    row = _own_run(lake, spec, mode, tables, fail_at, progress)
+    row = _own_run(lake, own, mode, tables, fail_at, progress, whole and Chosen(whole.reason, whole.full != in_whole))
     if ran:  # the chain's seconds, beside the run's own (logged: its cost models, auto and the deadline read those)
         progress(f"{spec.name}: with the {len(ran)} view(s) it reads refreshed first: {time.perf_counter() - chain_started:.2f} s in all")
     return row
 
 
+@dataclass(frozen=True)
+class Chosen:
+    """auto's choice to run a split view whole or split (``_whole_or_split``): why, and whether it switches."""
+
+    reason: str
+    switched: bool
+
+
+def _whole_or_split(lake: Lake, spec: ViewSpec):
+    """auto's choice for a view split by ``with_derived_views`` (``planning.auto.choose_whole``), from the
+    logs of the view and of the views split off it, and whether its last run was whole; None for any other view."""
+    from lakeivm.planning.auto import BUILDS, PROBE, choose_whole
+
+    if spec.whole is None or spec.refresh_policy != "auto":
+        return None, False
+    top, whole = commit.log_rows(lake, spec.name), fingerprint(spec.whole)
+    chain, builds = {}, 0.0
+    for one in (spec, *spec.split_off):
+        definition = fingerprint(one)
+        rows = [r for r in (top if one is spec else commit.log_rows(lake, one.name)) if r.fingerprint == definition]
+        chain[one.name] = [r.seconds - r.table_seconds.get(PROBE, 0.0)  # a run that probed a recompute: the run alone
+                           for r in rows if r.mode not in BUILDS and (r.applied or r.kind == FULL)]
+        built = [r.seconds for r in rows if r.mode in BUILDS]
+        builds = builds + built[-1] if built and builds is not None else None
+    in_whole = bool(top) and top[-1].fingerprint == whole
+    return choose_whole(chain, [r.seconds for r in top if r.fingerprint == whole], builds, in_whole), in_whole
+
+
 def _own_run(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None, fail_at: str | None,
-             progress: Callable[[str], None]) -> commit.LogRow | None:
+             progress: Callable[[str], None], chosen: Chosen | None = None) -> commit.LogRow | None:
     """The view's own run, its upstreams refreshed: claim, then ``_run``; None when nothing is pending."""
     started = time.perf_counter()  # after the upstreams: a run logs its own seconds (its cost models, auto, the deadline)
     upstream.register(lake, spec)
@@ -130,7 +161,7 @@ def _own_run(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None
         ctx.fingerprint, ctx.lease, ctx.progress = definition, claim, progress
         lake.spark.conf.set(WRITER_TAG, recovery.writer_tag(claim))  # every Delta commit of this run names it
         try:
-            return _run(ctx, maintainer, claim, mode, tables, started, progress)
+            return _run(ctx, maintainer, claim, mode, tables, started, progress, chosen)
         except Exception as err:  # a late write can also break the run before its commit: say so, not what broke
             late = None
             if ctx.bases and known_failure(err):
@@ -145,8 +176,10 @@ def _own_run(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None
 
 
 def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, tables: Iterable[str] | None,
-         started: float, progress: Callable[[str], None]) -> commit.LogRow | None:
-    """run_view once the run holds the view's claim: recover, pin, plan, apply, commit."""
+         started: float, progress: Callable[[str], None], chosen: Chosen | None = None) -> commit.LogRow | None:
+    """run_view once the run holds the view's claim: recover, pin, plan, apply, commit. ``chosen``: auto's
+    choice to run a split view whole or split (``_whole_or_split``), logged with the run."""
+    switched, chosen = chosen is not None and chosen.switched, chosen.reason if chosen is not None else None
     lake, spec, definition, seq = ctx.lake, ctx.spec, ctx.fingerprint, claim.seq
     restored, last = recovery.recover(lake, commit.last_of(claim.history), maintainer.state_tables(ctx), claim)
     ctx.bases = recovery.state_heads(ctx, maintainer)
@@ -159,16 +192,18 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
     ctx.table_ids = changes.identities(lake, ctx.query.tables)
     if last is None or mode == "rebuild" or changed or rekinded or set(last.watermarks) != set(ctx.query.tables):
         reason = ("first run" if last is None else "rebuild requested" if mode == "rebuild" else
+                  chosen if changed and switched else
                   f"the view's definition changed (fingerprint {last.fingerprint} -> {definition})" if changed else
                   f"the view's kind changed ({last.kind} -> {maintainer.kind})" if rekinded else
                   "the view's tables changed")
-        return _bootstrap(ctx, maintainer, seq, "bootstrap" if last is None else "rebuild", reason, started, progress)
+        whole = changed and switched and maintainer.kind == FULL  # auto's first whole run: a recompute, not a rebuild
+        return _bootstrap(ctx, maintainer, seq, "bootstrap" if last is None else mode if whole else "rebuild", reason, started, progress)
     replaced = changes.replaced(lake, last.table_ids, ctx.table_ids)
     if replaced is not None:  # a table deleted and created anew: its versions are not the ones the watermarks count
         return _unreadable(ctx, maintainer, last, seq, replaced, started, progress)
     ctx.watermarks = dict(last.watermarks)
     if maintainer.kind == FULL:
-        return _recompute(ctx, maintainer, seq, mode, started, progress)
+        return _recompute(ctx, maintainer, seq, mode, started, progress, chosen)
     gone = recovery.missing_state(ctx, maintainer, last)
     if gone is not None:
         raise gone
@@ -181,14 +216,17 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
     if ctx.auto and tables is None and (plan.tables or in_full):
         same = [r for r in committed if r.fingerprint in (None, definition)]  # not costs of an earlier definition
         choice = _auto_mode(ctx, maintainer.kind, same, own, mode, pending, plan, in_full)
+        reason = "; ".join(filter(None, (choice.reason, chosen)))
         if choice.full:
             from lakeivm.views.kinds import maintainer_for
 
-            return _recompute(ctx, maintainer_for(FULL), seq, mode, started, progress, choice.reason)
+            return _recompute(ctx, maintainer_for(FULL), seq, mode, started, progress, reason)
         if in_full:
-            return _bootstrap(ctx, maintainer, seq, "rebuild", choice.reason, started, progress)
+            return _bootstrap(ctx, maintainer, seq, "rebuild", reason, started, progress)
         plan = replace(plan, reason=f"{plan.reason}; {choice.reason}")
         probe = choice.probe
+    if chosen:
+        plan = replace(plan, reason=f"{plan.reason}; {chosen}")
     if not plan.tables and mode == "tick":
         if not any(pending.values()):
             progress(f"{spec.name}: nothing to apply")

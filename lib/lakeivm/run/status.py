@@ -18,14 +18,17 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec], lease_seconds: float = com
     report = []
     for spec in specs.values():
         entry: dict[str, object] = {"view": spec.name, "deadline_s": spec.deadline_s, "tick_s": spec.tick_s}
-        try:
-            ctx, maintainer = prepare(lake, spec)
-        except LakeIVMError as err:
-            report.append({**entry, "error": str(err)})
-            continue
         rows = commit.log_rows(lake, spec.name, status=None)  # every row, oldest first: one read of the log
         history = [r for r in rows if r.status == "committed"]
         last = history[-1] if history else None
+        ran = upstream.run_spec(spec, last)  # auto may have recomputed a split view as declared, whole
+        if ran is not spec:
+            history = [r for r in history if r.fingerprint == last.fingerprint]
+        try:
+            ctx, maintainer = prepare(lake, ran)
+        except LakeIVMError as err:
+            report.append({**entry, "error": str(err)})
+            continue
         running = commit.holder(rows)
         if running is not None:
             entry.update(_claim_status(lake, running, lease_seconds))
@@ -56,14 +59,14 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec], lease_seconds: float = com
 
             pending = changes.pending(lake, last.watermarks, heads)
             if last.kind == FULL:  # a recomputation costs what the last ones did, whatever is pending
-                seconds, why = full_seconds(history, maintainer.kind)
+                seconds, why = full_seconds(history, maintainer.kind) or (last.seconds, "its last run")
             else:
                 own = [r for r in history if r.kind == last.kind]
                 decision = plan_refresh(own, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name),
                                         lake.limits.small_delta_rows)
                 seconds, why = decision.predicted_seconds, decision.reason
-            if ctx.auto:  # the last run's choice between incremental and full, and why
-                entry["last_mode"] = "full" if last.kind == FULL else "incremental"
+            if ctx.auto or ran is not spec:  # the last run's choice between incremental and full, and why
+                entry["last_mode"] = "whole" if ran is not spec else "full" if last.kind == FULL else "incremental"
             refreshes = [r for r in history if r.mode == "refresh" and r.deadline_met is not None]
             entry.update(
                 last_run=f"#{last.seq} {last.mode} at {last.finished_at:%Y-%m-%d %H:%M:%S} ({last.seconds:.1f}s)",

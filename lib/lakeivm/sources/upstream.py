@@ -58,12 +58,24 @@ def prepare(lake: Lake, spec: ViewSpec, fail_at: str | None = None) -> tuple[Con
     return ctx, maintainer_for(choice.kind)
 
 
+def run_spec(spec: ViewSpec, row: LogRow | None) -> ViewSpec:
+    """The spec ``row``'s run ran: ``spec``, or the view as declared (``ViewSpec.whole``) where auto
+    recomputed a split view in one query."""
+    from lakeivm.fingerprint import fingerprint
+
+    whole = spec.whole
+    return whole if whole is not None and row is not None and row.fingerprint == fingerprint(whole) else spec
+
+
 def reader(lake: Lake, spec: ViewSpec, row: LogRow | None) -> tuple[Context, Maintainer]:
     """The context and the maintainer of the result ``row`` committed: the view's kind, or the full
-    kind (its query: the SQL as written) where auto recomputed that run in full."""
+    kind (its query: the SQL as written) where auto recomputed that run in full (``run_spec``: the
+    view as declared, where auto recomputed it whole)."""
     from lakeivm.views.kinds import maintainer_for
     from lakeivm.sql import parse_full
 
+    if (ran := run_spec(spec, row)) is not spec:
+        return prepare(lake, ran)
     ctx, maintainer = prepare(lake, spec)
     if ctx.auto and row is not None and row.kind == FULL:
         full = parse_full(spec.sql, schemas_for(lake, spec), spec.source)
@@ -323,9 +335,10 @@ def _check_columns(spec: ViewSpec, watermark: int, head: int, old: DataFrame, ne
 
 
 def _of_current_definition(row: LogRow, spec: ViewSpec) -> bool:
+    """Whether ``row`` ran the view as it is defined now (split, or whole: ``run_spec``)."""
     from lakeivm.fingerprint import fingerprint
 
-    return row.fingerprint in (None, fingerprint(spec))
+    return row.fingerprint in (None, fingerprint(run_spec(spec, row)))
 
 
 def _runs(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> list[LogRow]:
