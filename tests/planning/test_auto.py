@@ -1,6 +1,8 @@
 """refresh_policy auto's per-run choice (lakeivm.planning.auto), on made-up log rows."""
 from __future__ import annotations
 
+import dataclasses
+
 from lakeivm.store.commit import LogRow
 from lakeivm.planning.auto import HORIZON, choose_mode, full_seconds
 
@@ -63,7 +65,7 @@ def test_auto_leaves_incremental_only_for_a_recompute_predicted_clearly_cheaper(
 
 
 def test_a_split_view_goes_whole_only_once_measured_cheaper_and_comes_back_when_that_repays_a_rebuild():
-    from lakeivm.planning.auto import choose_whole
+    from lakeivm.planning.auto import PROBE, choose_whole, maintaining_seconds
 
     chain = {"q13": [1.0, 0.9], "q13__c_orders": [2.4, 2.5]}  # TPC-H Q13 at SF 1: 3.35 s a run split
     assert not choose_whole({"q13": [], "q13__c_orders": [2.4]}, [], 5.4, False).full  # not every view measured
@@ -75,3 +77,9 @@ def test_a_split_view_goes_whole_only_once_measured_cheaper_and_comes_back_when_
     assert choose_whole(chain, [1.6, 1.5], 5.4, True).full  # 5.4 + 5 x 3.35 > 6 x 1.55: stays whole
     back = choose_whole(chain, [4.0], 5.4, True)
     assert not back.full and "back to the split views" in back.reason  # 5.4 + 5 x 3.35 < 6 x 4.0
+    probed = LogRow(view="v", seq=0, status="committed", mode="refresh", kind="fivm", pins={}, watermarks={}, state_versions={},
+                    consistent=True, seconds=5.7, table_seconds={"lineitem": 1.0, PROBE: 3.1}, applied=("lineitem",))
+    batched = row("fivm", "tick", 0.3, applied=False)  # a tick that applied nothing: no run of the chain's
+    recomputed = row("full", "refresh", 2.5)  # auto's per-view recompute: a run of the split definition too
+    maintained = dataclasses.replace(INCREMENTAL, applied=("t",))
+    assert maintaining_seconds([BUILD, maintained, probed, batched, recomputed]) == [2.0, 5.7 - 3.1, 2.5]

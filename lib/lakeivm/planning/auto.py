@@ -106,6 +106,12 @@ def choose_mode(history: Sequence[LogRow], kind: str, incremental_seconds: float
                       f"would not repay a rebuild ({rebuild:.2f} s) within {HORIZON} runs")
 
 
+def maintaining_seconds(rows: Sequence[LogRow]) -> list[float]:
+    """The seconds of a view's runs among ``rows`` that maintained it -- not its builds, not a tick
+    that applied nothing -- each less the recompute it probed, if any: what ``choose_whole`` weighs."""
+    return [r.seconds - r.table_seconds.get(PROBE, 0.0) for r in rows if r.mode not in BUILDS and (r.applied or r.kind == FULL)]
+
+
 def choose_whole(chain: Mapping[str, Sequence[float]], whole: Sequence[float], builds: float | None, in_whole: bool) -> Mode:
     """Recompute a split view as declared, in one query (``full``), or maintain it and the views split
     off it (``with_derived_views``) incrementally -- decided before any of them runs, since the split

@@ -125,8 +125,9 @@ class Chosen:
 
 def _whole_or_split(lake: Lake, spec: ViewSpec):
     """auto's choice for a view split by ``with_derived_views`` (``planning.auto.choose_whole``), from the
-    logs of the view and of the views split off it, and whether its last run was whole; None for any other view."""
-    from lakeivm.planning.auto import BUILDS, PROBE, choose_whole
+    logs of the view and of the views split off it, and whether its last run was whole; (None, False)
+    for any other view."""
+    from lakeivm.planning.auto import BUILDS, choose_whole, maintaining_seconds
 
     if spec.whole is None or spec.refresh_policy != "auto":
         return None, False
@@ -135,8 +136,7 @@ def _whole_or_split(lake: Lake, spec: ViewSpec):
     for one in (spec, *spec.split_off):
         definition = fingerprint(one)
         rows = [r for r in (top if one is spec else commit.log_rows(lake, one.name)) if r.fingerprint == definition]
-        chain[one.name] = [r.seconds - r.table_seconds.get(PROBE, 0.0)  # a run that probed a recompute: the run alone
-                           for r in rows if r.mode not in BUILDS and (r.applied or r.kind == FULL)]
+        chain[one.name] = maintaining_seconds(rows)
         built = [r.seconds for r in rows if r.mode in BUILDS]
         builds = builds + built[-1] if built and builds is not None else None
     in_whole = bool(top) and top[-1].fingerprint == whole

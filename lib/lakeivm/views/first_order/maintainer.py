@@ -205,8 +205,8 @@ class FirstOrderMaintainer:
         for agg in query.extrema:
             values = _minus(*[ctx.spark.sql(multiset_sql(query, side, agg)) for side in (after, before)],
                             [*keys, "_lakeivm_v"], ["_lakeivm_cnt"])
-            local = None if here is None else _collected(values, most)
-            self._extrema(ctx)[agg.index].add(values if local is None else local)
+            collected = None if here is None else _collected(values, most)
+            self._extrema(ctx)[agg.index].add(values if collected is None else collected)
 
     def flush(self, ctx: Context) -> None:
         if not self._changes:
