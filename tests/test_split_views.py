@@ -12,7 +12,7 @@ from lakeivm.run.audit import audit
 from lakeivm.run.engine import run_view
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.run.explain import explain
-from lakeivm.catalog.registry import derived_specs, load_specs
+from lakeivm.catalog.registry import load_specs
 from lakeivm.sql import derived_views
 from tests.helpers import random_batch
 
@@ -50,7 +50,7 @@ def test_chained_ctes_and_the_views_over_them_follow_random_batches(lake, spark,
     write(tmp_path, "per_band", "SELECT band, COUNT(*) AS n, SUM(mv) AS total FROM banded GROUP BY band")
     specs = load_specs(tmp_path)
     assert not specs.broken, [b.summary for b in specs.broken]
-    assert {s.name for s in derived_specs(specs["banded"])} == {"banded__s2"}
+    assert {s.name for s in specs["banded"].split_off} == {"banded__s2"}
     assert {name: spec.derived_from for name, spec in specs.items() if spec.derived_from} == {
         "banded__s2": "banded", "ranked__c": "ranked", "ranked__d": "ranked"}
     every = list(specs.values())
@@ -86,24 +86,32 @@ def test_a_query_spark_cannot_analyse_is_named_with_its_view_and_file(lake, spar
 
 
 @pytest.mark.heavy(90)
-def test_auto_recomputes_a_split_view_whole_and_comes_back_equal_to_its_sql(lake, spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("source", ["t", "t_view"])
+def test_auto_recomputes_a_split_view_whole_and_comes_back_equal_to_its_sql(lake, spark, tmp_path, monkeypatch, source):
     """auto weighs a split view and the views split off it as one (``planning.auto.choose_whole``, forced
     here): a whole run recomputes the view as declared on the base tables and leaves the split view
     alone; back, the view is rebuilt over its split view caught up. Every run of it, and of a view over
-    it, audits equal to its SQL."""
+    it, audits equal to its SQL. Over a view (``t_view``), read only by the CTE split off, a whole run
+    reads that view."""
     from lakeivm.planning.auto import Mode
+    from lakeivm.run import chains
     from lakeivm.run.status import status
     from lakeivm.store import commit
 
     rng = random.Random(13)
     lake.create_table("t", spark.createDataFrame([(0, 1), (1, 4), (2, 6), (2, None), (3, 7)], "k int, v int"))
-    write(tmp_path, "banded", BANDED)
+    declared = BANDED.replace("FROM t ", f"FROM {source} ")
+    write(tmp_path, "banded", declared)
     write(tmp_path, "per_band", "SELECT band, COUNT(*) AS n, SUM(mv) AS total FROM banded GROUP BY band")
+    if source == "t_view":
+        write(tmp_path, "t_view", "SELECT k, v FROM t WHERE k >= 0")
     specs = load_specs(tmp_path)
     banded, per_band = specs["banded"], specs["per_band"]
-    assert banded.whole.sql.strip() == BANDED and list(banded.whole.upstreams) == [] and per_band.whole is None
+    assert banded.whole.sql.strip() == declared and per_band.whole is None
+    assert list(banded.whole.upstreams) == ([] if source == "t" else ["t_view"])
     run_view(lake, per_band)  # builds banded__s2, banded, per_band
-    for step, whole in enumerate([False, True, True, False, False, True, False]):
+    steps = [False, True, True, False, False, True, False] if source == "t" else [True, False, True]
+    for step, whole in enumerate(steps):
         monkeypatch.setattr("lakeivm.planning.auto.choose_whole", lambda *args, whole=whole: Mode(whole, f"auto: step {step} (forced)"))
         random_batch(lake, rng, "t", "k", "v")
         split_runs = len(commit.log_rows(lake, "banded__s2"))
@@ -111,10 +119,13 @@ def test_auto_recomputes_a_split_view_whole_and_comes_back_equal_to_its_sql(lake
         last = commit.log_rows(lake, "banded")[-1]
         assert f"step {step} (forced)" in last.plan, (step, last.plan)
         if whole:
-            assert last.kind == "full" and last.mode == "refresh" and set(last.watermarks) == {"t"}, (step, last)
+            assert last.kind == "full" and last.mode == "refresh" and set(last.watermarks) == {source}, (step, last)
             assert len(commit.log_rows(lake, "banded__s2")) == split_runs  # the split view is left behind
             (shown,) = status(lake, {"banded": banded})
-            assert shown["last_mode"] == "whole" and set(shown["pending_rows"]) == {"t"} and "error" not in shown, shown
+            assert shown["last_mode"] == "whole" and set(shown["pending_rows"]) == {source} and "error" not in shown, shown
+            views = chains.planned(lake, per_band).specs  # a tick of per_band plans banded as its whole run
+            assert [v.name for v in views] == [n for n in ("t_view", "banded", "per_band") if n != "t_view" or source == "t_view"]
+            assert views[-2].refresh_policy == "full" and views[-2].sql == banded.whole.sql
         else:
             assert set(last.watermarks) == {"banded__s2"}, (step, last)  # maintained, or recomputed over its split view
         for spec in (banded, per_band):

@@ -45,8 +45,10 @@ class ViewSpec:
         maintaining it and the views split off it (``planning.auto.choose_whole``); None: not split."""
         if self.whole_sql is None:
             return None
-        kept = {name: up for name, up in self.upstreams.items() if up.derived_from != self.name}
-        return replace(self, sql=self.whole_sql, whole_sql=None, refresh_policy=FULL, upstreams=kept)
+        split = self.split_off
+        names = {one.name for one in split}  # the views it reads are theirs too: a split-off CTE may read a view
+        read = {name: up for one in (self, *split) for name, up in one.upstreams.items() if name not in names}
+        return replace(self, sql=self.whole_sql, whole_sql=None, refresh_policy=FULL, upstreams=read)
 
     @property
     def split_off(self) -> list[ViewSpec]:
