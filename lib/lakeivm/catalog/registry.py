@@ -164,11 +164,6 @@ def _incremental_kind(spec: ViewSpec, schemas: Mapping[str, Mapping[str, str]]) 
     return GENERAL_NESTED if kind == "nested" and nested_shape(query).name == "general" else kind
 
 
-def derived_specs(spec: ViewSpec) -> list[ViewSpec]:
-    """The views split off ``spec``'s SQL (``with_derived_views``), at any depth."""
-    return spec.split_off
-
-
 def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
     """All specs in a folder (``*.yaml``/``*.yml``, and ``*.sql``: ``load_sql_specs``) by name, each loaded on its own; with the
     ``lake``'s root, its tables' columns (read once, if a spec needs them) let a correlated
@@ -192,7 +187,7 @@ def load_specs(folder: str | Path, lake: str | None = None) -> Specs:
             if isinstance(spec, BrokenSpec):
                 broken.append(spec)
                 continue
-            for one in (spec, *derived_specs(spec)):
+            for one in (spec, *spec.split_off):
                 loaded.setdefault(one.name, []).append(one)
     clashing: set[str] = set()  # files declaring a name another file declares too, directly or by a split view
     for name, same in loaded.items():

@@ -10,7 +10,7 @@ import pytest
 
 from lakeivm.run.audit import audit
 from lakeivm.run.engine import run_view
-from lakeivm.catalog.registry import derived_specs, load_specs, spec_from_dict
+from lakeivm.catalog.registry import load_specs, spec_from_dict
 from tests.helpers import sql
 
 ROWS = [(0, 1, 5), (0, 2, None), (0, 2, 7), (1, 1, 3), (1, 1, 3), (None, 1, 2), (None, 3, None), (2, 4, 1)]
@@ -94,7 +94,7 @@ def test_a_window_over_a_view_and_the_latest_row_split_off_follow_random_batches
         (tmp_path / f"{name}.yaml").write_text(f"name: {name}\ndeadline: 60s\nrefresh_policy: incremental\nsql: |\n  {text}\n")
     specs = load_specs(tmp_path)
     assert not specs.broken, [b.summary for b in specs.broken]
-    assert [s.name for s in derived_specs(specs["latest"])] == ["latest__d"]
+    assert [s.name for s in specs["latest"].split_off] == ["latest__d"]
     kinds = {name: run_view(lake, specs[name]).kind for name in ("bronze", "latest__d", "silver", "latest")}
     assert kinds == {"silver": "window", "latest": "first_order", "bronze": "first_order", "latest__d": "window"}, kinds
     for round_ in range(3):
