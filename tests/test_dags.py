@@ -266,6 +266,8 @@ def test_a_dbt_project_and_a_declarative_pipeline_are_refreshed_through_airflow_
         run = dag.test(run_conf={"refresh": True})
         states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
         assert str(run.state) == "success" and states == {"apply": "success", "validate": "success"}, (folder, states)
+        chained = commit.log_rows(views.lake, leaf)[-1]  # the leaf's row: its chain's seconds against its deadline
+        assert chained.chain_seconds >= chained.seconds and chained.chain_deadline_met is not None, chained
         for name in (upstream, leaf):
             last = commit.log_rows(views.lake, name)[-1]
             assert last.mode == "refresh" and last.kind != "full", (name, last)

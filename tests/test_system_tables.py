@@ -50,6 +50,8 @@ def test_log_rows_round_trip(tmp_path):
     assert first.pins == {"t": 1} and first.applied == ("t",) and first.table_seconds == {"t": 0.5}
     assert first.fingerprint == "ab" and first.deployment == "connect" and first.consistent
     assert first.started_at.timestamp() == rows[0].started_at.timestamp()
+    newer = to_row({**rows[0].__dict__, "written_by_a_newer_lakeivm": 1})  # a shared lake, workers upgraded one by one
+    assert newer.seq == 1 and not hasattr(newer, "written_by_a_newer_lakeivm")
 
 
 def test_appends_are_compacted_now_and_then_and_read_the_same(tmp_path):

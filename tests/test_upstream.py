@@ -10,10 +10,11 @@ import pytest
 from lakeivm.store import commit
 from lakeivm.run.audit import audit
 from lakeivm.run.engine import run_view
+from lakeivm.run.status import status
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.limits import Limits
 from lakeivm.catalog.registry import choose, link_upstreams, load_specs, spec_from_dict
-from tests.helpers import random_batch, sql
+from tests.helpers import claim_from_elsewhere, random_batch, sql
 
 
 def spec(name: str, sql: str, **more) -> object:
@@ -212,3 +213,59 @@ def test_the_dag_of_a_view_over_views_runs_on_its_tick_and_on_the_upstreams_asse
     assert type(schedule).__name__ == "AssetOrTimeSchedule" and schedule.timetable.delta.total_seconds() == 300
     assert [asset.uri for asset in schedule.asset_condition.objects] == [f"file://{tmp_path}/views/a/result"]
     assert build_dag(linked["a"], settings, deadline_alert=False).timetable.delta.total_seconds() == 120
+
+
+def _chain(planner: str) -> list:
+    """totals (over r) <- by_label (totals JOIN s), by_label's deadline of 35 s the chain's; declared
+    costs (no fitting) make the plan independent of this machine's speed: r costs totals 1 s a row,
+    totals' rows cost by_label 0.1 s each."""
+    totals = spec("totals", "SELECT g, SUM(x) AS sx, COUNT(*) AS n FROM r GROUP BY g", refresh_policy="incremental",
+                  cost_prior={"r": {"per_row": 1.0}}, fit_costs=False)
+    by_label = spec("by_label", "SELECT s.label, SUM(t.sx) AS total FROM totals t JOIN s ON t.g = s.g GROUP BY s.label",
+                    refresh_policy="incremental", deadline=35, chain_planner=planner,
+                    cost_prior={"totals": {"per_row": 0.1}, "s": {"per_row": 0.1}}, fit_costs=False)
+    specs, broken = link_upstreams({"totals": totals, "by_label": by_label})
+    assert not broken
+    return [specs["totals"], specs["by_label"]]
+
+
+@pytest.mark.heavy(30)
+@pytest.mark.parametrize("planner", ["joint", "alone"])
+def test_a_tick_of_a_view_over_a_view_plans_its_chain_under_its_deadline(lake, spark, planner):
+    """20 new rows of r (and 20 expected before the next tick): refreshing the chain would take ~46 s
+    by the declared costs, over by_label's 35 s deadline. Planned jointly, by_label's tick makes totals
+    apply r (after it, a refresh takes ~26 s) and leaves totals' result pending for itself; planned
+    alone, totals (deadline 60 s) is not touched. Either way the views equal their SQL, and an
+    on-demand refresh logs the chain's seconds and prediction on by_label's row."""
+    lake.create_table("r", spark.createDataFrame([(g, g) for g in range(4)], "g int, x int"))
+    lake.create_table("s", spark.createDataFrame([(g, g % 2) for g in range(4)], "g int, label int"))
+    totals, by_label = _chain(planner)
+    run_view(lake, by_label)
+    sql(lake, "INSERT INTO {t} SELECT id % 4, id FROM range(20)", "r")
+    seqs = len(commit.log_rows(lake, "totals"))
+    tick = run_view(lake, by_label, mode="tick")
+    ran = commit.log_rows(lake, "totals")[seqs:]
+    if planner == "joint":
+        assert [(r.mode, r.applied) for r in ran] == [("tick", ("r",))], ran
+        assert "the chain of by_label" in ran[0].plan and ran[0].predicted_seconds >= 20.0
+        assert tick.applied == () and "chain applies totals: r" in tick.plan and "minimal set {r->totals}" in tick.plan, tick.plan
+        assert tick.chain_predicted_seconds == pytest.approx(ran[0].predicted_seconds) and tick.chain_seconds >= tick.seconds
+        assert tick.pending_rows["totals"] > 0  # totals' new result: by_label's to apply later
+    else:
+        assert ran == [] and tick is None  # by_label's own inputs have nothing pending; totals plans alone
+    for view in (totals, by_label):
+        assert audit(lake, view).ok
+    refreshed = run_view(lake, by_label)
+    assert refreshed.applied == ("totals",) and refreshed.consistent
+    assert refreshed.chain_seconds >= refreshed.seconds and refreshed.chain_deadline_met is True
+    assert refreshed.chain_predicted_seconds > 0 if planner == "joint" else refreshed.chain_predicted_seconds > 20
+    assert audit(lake, by_label).ok
+    (shown,) = status(lake, {"by_label": by_label})  # the chain's record against by_label's deadline
+    assert shown["chain_deadline_record"]["refreshes"] == shown["chain_deadline_record"]["met"] == 1
+    assert shown["chain_predicted_refresh_s"] == 0.0  # nothing pending anywhere in the chain
+    if planner == "joint":  # totals held by another run (its own DAG's tick): the chain's tick leaves it to that run
+        sql(lake, "INSERT INTO {t} SELECT id % 4, id FROM range(40)", "r")
+        claim_from_elsewhere(lake, "totals")
+        seqs = len(commit.log_rows(lake, "totals"))
+        assert run_view(lake, by_label, mode="tick") is None and len(commit.log_rows(lake, "totals")) == seqs
+        commit.unlock(lake, "totals", force=True)

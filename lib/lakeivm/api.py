@@ -53,6 +53,8 @@ class ViewStatus:
     refresh_prediction: str | None = None
     last_plan: str | None = None
     deadline_record: Mapping[str, Any] = field(default_factory=dict)
+    chain_predicted_refresh_s: float | None = None  # a view over views: a refresh of it and of the views it reads, now
+    chain_deadline_record: Mapping[str, Any] = field(default_factory=dict)  # those chains' refreshes against its deadline
     running: str | None = None  # the run holding the view, as a line
     holder: str | None = None  # its host:pid
     run_id: str | None = None

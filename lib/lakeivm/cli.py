@@ -282,6 +282,11 @@ def _status(args, settings: Settings) -> int:
             print(f"  last plan: {entry.last_plan}")
             print(f"  deadline record: {record['met']}/{record['refreshes']} on-demand refreshes met it; "
                   f"recent (run, seconds, met): {record['recent']}")
+        if entry.upstreams and entry.chain_deadline_record:
+            chain = entry.chain_deadline_record
+            now = f"predicted {entry.chain_predicted_refresh_s:.1f}s; " if entry.chain_predicted_refresh_s is not None else ""
+            print(f"  its chain (it and the views it reads): refresh now {now}{chain['met']}/{chain['refreshes']} refreshes "
+                  f"met the deadline; recent (run, seconds, predicted, met): {chain['recent']}")
     return 0
 
 
@@ -419,7 +424,7 @@ def _dbt(args, settings: Settings) -> int:
 # Each suite is a module of lakeivm.bench with ``main(argv, settings) -> int`` parsing its own options.
 BENCH_SUITES = {"first-order": "first_order", "planner": "planner", "triangle": "triangle", "fivm": "fivm", "nested": "nested",
                 "join-sample": "join_sample", "warm": "warm", "latency": "latency", "auto": "auto", "log": "log",
-                "upstream": "upstream", "pipeline": "pipeline", "tpch": "tpch"}
+                "upstream": "upstream", "pipeline": "pipeline", "chain": "chain", "tpch": "tpch"}
 # Not suites: they keep results as records in docs/benchmarks/ and write docs/benchmarks.md from them.
 BENCH_TOOLS = {"record": "record", "render": "render"}
 

@@ -14,7 +14,7 @@ import json
 from lakeivm.spec import ViewSpec
 
 # Spec options that do not change what the state holds.
-SCHEDULING_OPTIONS = frozenset({"planner", "cost_prior", "fit_costs", "headroom", "description", "retries", "retry_delay"})
+SCHEDULING_OPTIONS = frozenset({"planner", "chain_planner", "cost_prior", "fit_costs", "headroom", "description", "retries", "retry_delay"})
 
 
 def fingerprint(spec: ViewSpec) -> str:

@@ -32,9 +32,14 @@ def apply(view: str, mode: str, session: str | None = None) -> dict[str, Any]:
     row = views[view].refresh(mode, progress=print)
     if row is None:
         return {}
+    if row.chain_deadline_met is False:  # the views it reads refreshed first, and all of it took longer than its deadline
+        print(f"lakeivm: the refresh of {view} and the views it reads took {row.chain_seconds:.1f} s, over its deadline "
+              f"{row.deadline_s:g} s (predicted {row.chain_predicted_seconds or 0:.1f} s); `lakeivm status` shows the chain's record")
     return {"view": view, "seq": row.seq, "mode": row.mode, "plan": row.plan, "applied": list(row.applied),
             "delta_rows": dict(row.delta_rows), "pending_rows": dict(row.pending_rows), "seconds": round(row.seconds, 3),
-            "predicted_seconds": row.predicted_seconds, "deadline_met": row.deadline_met, "consistent": row.consistent}
+            "predicted_seconds": row.predicted_seconds, "deadline_met": row.deadline_met, "consistent": row.consistent,
+            **({"chain_seconds": round(row.chain_seconds, 3), "chain_predicted_seconds": row.chain_predicted_seconds,
+                "chain_deadline_met": row.chain_deadline_met} if row.chain_seconds is not None else {})}
 
 
 def validate(view: str, summary: dict[str, Any], session: str | None = None) -> dict[str, Any]:

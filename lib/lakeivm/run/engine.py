@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from lakeivm.sources import changes, upstream
 from lakeivm.store import commit
-from lakeivm.run import recovery
+from lakeivm.run import chains, recovery
 from lakeivm.config import load_settings
-from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError, analysed_as, known_failure
+from lakeivm.errors import ChangeRangeError, LakeIVMError, LeaseHeld, StateError, analysed_as, known_failure
 from lakeivm.fingerprint import fingerprint
 from lakeivm.store.lake import WRITER_TAG, Lake, open_lake  # noqa: F401 -- open_lake: where a run starts
 from lakeivm.spec import FULL, ViewSpec
@@ -45,10 +45,11 @@ class Plan:
 
 
 def plan_run(ctx: Context, mode: str, pending: Mapping[str, int], history: Sequence[commit.LogRow] = (),
-             tables: Iterable[str] | None = None) -> Plan:
+             tables: Iterable[str] | None = None, planned: Plan | None = None) -> Plan:
     """The tables to apply now: everything for an on-demand refresh, the planner's choice on a tick.
 
-    ``tables`` forces an explicit (possibly asymmetric) choice, used by tests and benchmarks.
+    ``tables`` forces an explicit (possibly asymmetric) choice, used by tests and benchmarks;
+    ``planned`` is a tick's choice made for the view's chain (``run.chains``).
     """
     from lakeivm.planning.tick import plan_refresh, plan_tick
 
@@ -56,6 +57,8 @@ def plan_run(ctx: Context, mode: str, pending: Mapping[str, int], history: Seque
     if tables is not None:
         chosen = tuple(t for t in ctx.query.tables if t in set(tables) and t in behind)
         return Plan(chosen, "tables chosen by the caller")
+    if planned is not None:  # a table with commits but no change rows is caught up for free, as below
+        return replace(planned, tables=tuple(t for t in behind if t in planned.tables or pending[t] == 0))
     backlog = {t: pending[t] for t in ctx.query.tables}
     calibrated = commit.calibrated_costs(ctx.lake, ctx.view)
     if mode == "refresh":
@@ -72,11 +75,7 @@ def plan_run(ctx: Context, mode: str, pending: Mapping[str, int], history: Seque
 
 def _too_old(ctx: Context) -> frozenset[str]:
     """Tables whose oldest pending commit is older than the spec's ``max_pending_age``."""
-    limit = ctx.spec.max_pending_age_s
-    if limit is None:
-        return frozenset()
-    return frozenset(t for t in ctx.query.tables
-                     if changes.source(ctx.lake, t).pending_age_seconds(ctx.watermarks[t], ctx.pins[t]) > limit)
+    return chains.too_old(ctx.lake, ctx.spec, ctx.watermarks, {t: ctx.pins[t] for t in ctx.query.tables})
 
 
 def run_view(
@@ -100,19 +99,55 @@ def run_view(
 
 
 def _run_view(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None, fail_at: str | None,
-              progress: Callable[[str], None]) -> commit.LogRow | None:
+              progress: Callable[[str], None], asked: bool = True) -> commit.LogRow | None:
     # On demand: the views it reads first, each under its own claim. A tick follows their Assets and
     # reads what they last committed -- but runs one first that has no run of its definition to read yet.
     # auto over a split view: the view as declared recomputed in one query, or it and its split views maintained.
+    # A tick of a view over views plans its chain jointly under its deadline (``run.chains``) where every view has runs to learn from.
     chain_started = time.perf_counter()
     whole, in_whole = _whole_or_split(lake, spec) if mode != "rebuild" and tables is None else (None, False)
     own = spec.whole if whole is not None and whole.full else spec
-    ran = [run_view(lake, up, "refresh", progress=progress) for up in own.upstreams.values()
-           if mode != "tick" or not upstream.readable(lake, up)]
-    row = _own_run(lake, own, mode, tables, fail_at, progress, whole and Chosen(whole.reason, whole.full != in_whole))
+    chosen = whole and Chosen(whole.reason, whole.full != in_whole)
+    if mode == "tick" and tables is None and own.upstreams and chains.policy(own) == "joint":
+        planned = chains.decide(lake, own)
+        if planned is not None:
+            return _chain_tick(lake, own, *planned, fail_at, progress, chosen, chain_started)
+    # The chain's prediction and seconds are the view asked for's (its deadline is the chain's), not each upstream's on the way.
+    predicted = chains.predicted_refresh(lake, own) if asked and mode == "refresh" and tables is None and own.upstreams else None
+    ran = [_refresh_first(lake, up, progress) for up in own.upstreams.values() if mode != "tick" or not upstream.readable(lake, up)]
+    chain = chains.ChainRun(chain_started, predicted and predicted[1]) if ran and asked else None
+    row = _own_run(lake, own, mode, tables, fail_at, progress, chosen, chain=chain)
     if ran:  # the chain's seconds, beside the run's own (logged: its cost models, auto and the deadline read those)
-        progress(f"{spec.name}: with the {len(ran)} view(s) it reads refreshed first: {time.perf_counter() - chain_started:.2f} s in all")
+        guess = f" (predicted {predicted[1]:.2f} s)" if predicted else ""
+        progress(f"{spec.name}: with the {len(ran)} view(s) it reads refreshed first: {time.perf_counter() - chain_started:.2f} s in all{guess}")
     return row
+
+
+def _refresh_first(lake: Lake, spec: ViewSpec, progress: Callable[[str], None]) -> commit.LogRow | None:
+    """An on-demand refresh of a view another view reads, on the way to that view's."""
+    with analysed_as(spec):
+        return _run_view(lake, spec, "refresh", None, None, progress, asked=False)
+
+
+def _chain_tick(lake: Lake, spec: ViewSpec, decision, views: list[ViewSpec], fail_at: str | None,
+                progress: Callable[[str], None], chosen: Chosen | None, started: float) -> commit.LogRow | None:
+    """A tick of ``spec``'s chain as ``planning.chain.decide_chain`` chose: each view that applies
+    something ticks with its inputs chosen, upstreams first; the view itself always runs, its log row
+    carrying the chain's decision, seconds and prediction. ``views``: the chain's, as each runs
+    (``chains.planned``: a split view auto last ran whole ticks whole)."""
+    progress(f"{spec.name}: {decision}")
+    for up in views[:-1]:
+        if decision.apply[up.name]:
+            planned = Plan(tuple(decision.apply[up.name]), f"the chain of {spec.name}: {decision.reason}",
+                           decision.predicted_view_seconds.get(up.name, 0.0))
+            try:
+                with analysed_as(up):
+                    _own_run(lake, up, "tick", None, None, progress, planned=planned)
+            except LeaseHeld as held:  # its own DAG's run: this tick goes on with what that one commits
+                progress(f"{up.name}: left to the run that holds it ({str(held).split(';')[0]})")
+    own = Plan(tuple(decision.apply[spec.name]), str(decision), decision.predicted_view_seconds.get(spec.name, 0.0))
+    return _own_run(lake, spec, "tick", None, fail_at, progress, chosen, planned=own,
+                    chain=chains.ChainRun(started, decision.predicted_seconds))
 
 
 @dataclass(frozen=True)
@@ -144,8 +179,10 @@ def _whole_or_split(lake: Lake, spec: ViewSpec):
 
 
 def _own_run(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None, fail_at: str | None,
-             progress: Callable[[str], None], chosen: Chosen | None = None) -> commit.LogRow | None:
-    """The view's own run, its upstreams refreshed: claim, then ``_run``; None when nothing is pending."""
+             progress: Callable[[str], None], chosen: Chosen | None = None, planned: Plan | None = None,
+             chain: chains.ChainRun | None = None) -> commit.LogRow | None:
+    """The view's own run, its upstreams refreshed: claim, then ``_run``; None when nothing is pending.
+    ``planned``: a tick's tables chosen for its chain; ``chain``: what its log row records of the chain."""
     started = time.perf_counter()  # after the upstreams: a run logs its own seconds (its cost models, auto, the deadline)
     upstream.register(lake, spec)
     definition = fingerprint(spec)
@@ -158,10 +195,10 @@ def _own_run(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None
             progress(f"{spec.name}: nothing to apply")
             return None
         ctx, maintainer = prepare(lake, spec, fail_at)
-        ctx.fingerprint, ctx.lease, ctx.progress = definition, claim, progress
+        ctx.fingerprint, ctx.lease, ctx.progress, ctx.chain = definition, claim, progress, chain
         lake.spark.conf.set(WRITER_TAG, recovery.writer_tag(claim))  # every Delta commit of this run names it
         try:
-            return _run(ctx, maintainer, claim, mode, tables, started, progress, chosen)
+            return _run(ctx, maintainer, claim, mode, tables, started, progress, chosen, planned)
         except Exception as err:  # a late write can also break the run before its commit: say so, not what broke
             late = None
             if ctx.bases and known_failure(err):
@@ -176,7 +213,7 @@ def _own_run(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None
 
 
 def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, tables: Iterable[str] | None,
-         started: float, progress: Callable[[str], None], chosen: Chosen | None = None) -> commit.LogRow | None:
+         started: float, progress: Callable[[str], None], chosen: Chosen | None = None, planned: Plan | None = None) -> commit.LogRow | None:
     """run_view once the run holds the view's claim: recover, pin, plan, apply, commit. ``chosen``: auto's
     choice to run a split view whole or split (``_whole_or_split``), logged with the run."""
     switched, chosen = chosen is not None and chosen.switched, chosen.reason if chosen is not None else None
@@ -212,7 +249,7 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
     committed = [r for r in claim.history if r.status == "committed" and r.deployment in (None, here)]
     own = [r for r in committed if r.kind == maintainer.kind]  # the incremental cost models learn from these
     probe = False
-    plan = plan_run(ctx, mode, pending, history=own, tables=tables)
+    plan = plan_run(ctx, mode, pending, history=own, tables=tables, planned=planned)
     if ctx.auto and tables is None and (plan.tables or in_full):
         same = [r for r in committed if r.fingerprint in (None, definition)]  # not costs of an earlier definition
         choice = _auto_mode(ctx, maintainer.kind, same, own, mode, pending, plan, in_full)
@@ -360,6 +397,7 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
     if late is not None:
         raise late
     seconds = time.perf_counter() - started
+    chain_seconds = None if ctx.chain is None else time.perf_counter() - ctx.chain.started
     pending = changes.pending(lake, ctx.watermarks, ctx.pins)
     row = commit.LogRow(
         view=ctx.view, seq=seq, status="committed", mode=mode, kind=maintainer.kind,
@@ -371,6 +409,8 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
         pending_rows=pending, seconds=seconds,
         predicted_seconds=None if plan.predicted_seconds is None else float(plan.predicted_seconds), deadline_s=ctx.spec.deadline_s,
         deadline_met=(seconds <= ctx.spec.deadline_s) if mode == "refresh" else None, plan=str(plan),
+        chain_seconds=chain_seconds, chain_predicted_seconds=None if ctx.chain is None else ctx.chain.predicted_seconds,
+        chain_deadline_met=(chain_seconds <= ctx.spec.deadline_s) if mode == "refresh" and chain_seconds is not None else None,
         fingerprint=ctx.fingerprint, deployment=deployment(lake.spark), run_id=ctx.lease.run_id, table_ids=dict(ctx.table_ids),
     )
     ctx.checkpoint("before_log")

@@ -79,8 +79,26 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec], lease_seconds: float = com
                 deadline_record={"refreshes": len(refreshes), "met": sum(bool(r.deadline_met) for r in refreshes),
                                  "recent": [(r.seq, round(r.seconds, 1), r.deadline_met) for r in refreshes[-5:]]},
             )
+            if spec.upstreams:  # the refresh its deadline bounds is its chain's
+                entry.update(_chain_status(lake, ran, history))
         report.append(entry)
     return report
+
+
+def _chain_status(lake: Lake, spec: ViewSpec, history: list[commit.LogRow]) -> dict[str, object]:
+    """``status``'s entries of a view over views: its chain's predicted refresh and the record of the
+    chain's on-demand refreshes against the view's deadline (``run.chains``)."""
+    from lakeivm.run import chains
+
+    predicted = chains.predicted_refresh(lake, spec)
+    refreshes = [r for r in history if r.chain_deadline_met is not None]
+    entry: dict[str, object] = {"chain_deadline_record": {
+        "refreshes": len(refreshes), "met": sum(bool(r.chain_deadline_met) for r in refreshes),
+        "recent": [(r.seq, round(r.chain_seconds, 1), None if r.chain_predicted_seconds is None else round(r.chain_predicted_seconds, 1),
+                    r.chain_deadline_met) for r in refreshes[-5:]]}}
+    if predicted is not None:
+        entry["chain_predicted_refresh_s"] = round(predicted[1], 3)
+    return entry
 
 
 def _claim_status(lake: Lake, running: commit.LogRow, lease_seconds: float) -> dict[str, object]:

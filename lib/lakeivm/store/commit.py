@@ -57,6 +57,9 @@ class LogRow:
     predicted_seconds: float | None = None
     deadline_s: float | None = None
     deadline_met: bool | None = None
+    chain_seconds: float | None = None  # a run after the views it reads ran first: the chain's seconds, its own included
+    chain_predicted_seconds: float | None = None  # the chain planner's prediction of them (``run.chains``)
+    chain_deadline_met: bool | None = None  # an on-demand refresh: whether the chain finished within the view's deadline
     plan: str = ""
     message: str = ""
     fingerprint: str | None = None  # the view definition's (lakeivm.fingerprint); None in rows of older lakes
@@ -149,12 +152,11 @@ def calibrated_costs(lake: Lake, view: str) -> dict[str, Any]:
     a line per read path: ``planning.costs.Calibration.cost``)."""
     from lakeivm.planning.costs import Calibration
 
-    key = ("costs", view, lake.head_version(lake.costs_path))
-    if key not in lake.cache:
-        rows = sorted(system_tables.read(lake.costs_path, [("view", "=", view)]), key=lambda r: r["updated_at"])
-        lake.cache[key] = {r["table"]: Calibration(**{f: r[f] for f in Calibration._fields if r.get(f) is not None}).cost()
-                           for r in rows}
-    return lake.cache[key]
+    key = ("costs", lake.head_version(lake.costs_path))
+    if key not in lake.cache:  # one read for every view (a chain plans several): the table holds a few rows per view
+        lake.cache[key] = sorted(system_tables.read(lake.costs_path), key=lambda r: r["updated_at"])
+    return {r["table"]: Calibration(**{f: r[f] for f in Calibration._fields if r.get(f) is not None}).cost()
+            for r in lake.cache[key] if r["view"] == view}
 
 
 def last_committed(lake: Lake, view: str, consistent: bool = False) -> LogRow | None:
@@ -429,7 +431,8 @@ def _append_fenced(lake: Lake, view: str, decide: Callable[[list[LogRow]], LogRo
 
 
 def to_row(d: dict[str, Any]) -> LogRow:
-    d = dict(d)
+    """A log row from its columns; a column this version does not know (a newer lakeivm wrote it) is left out."""
+    d = {k: v for k, v in d.items() if k in LogRow.__dataclass_fields__}
     d["applied"] = tuple(d.get("applied") or ())
     for key in ("pins", "watermarks", "state_versions", "delta_rows", "table_seconds", "pending_rows", "table_ids"):
         d[key] = dict(d.get(key) or {})

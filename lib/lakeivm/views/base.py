@@ -43,6 +43,7 @@ class Context:
     auto: bool = False  # refresh_policy auto: a run may recompute in full instead of maintaining (planning.auto)
     delta_rows: dict[str, int] = field(default_factory=dict)  # netted change rows of each table this run applies
     table_ids: dict[str, str] = field(default_factory=dict)  # the base tables' Delta ids at the pins (changes.identities)
+    chain: Any = None  # a run after its chain's views: when the chain started and its prediction (``run.chains.ChainRun``)
     spark_reads_result: bool = False  # the audit: the stored result read by Spark's Delta reader, as a Spark user reads it
     _snapshots: set[str] = field(default_factory=set, repr=False)  # the temp views ``snapshot`` registered in this run
 
