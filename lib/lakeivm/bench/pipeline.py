@@ -44,16 +44,9 @@ def main(argv: list[str], settings: Settings) -> int:
 
 def topological(specs) -> list[str]:
     """The views of ``specs``, each after every view it reads."""
-    order: list[str] = []
+    from lakeivm.run.chains import chain_of
 
-    def visit(spec) -> None:
-        for upstream in spec.upstreams.values():
-            visit(upstream)
-        if spec.name not in order:
-            order.append(spec.name)
-
-    for spec in specs.values():
-        visit(spec)
+    order = dict.fromkeys(one.name for spec in specs.values() for one in chain_of(spec))
     return [name for name in order if name in specs]
 
 
