@@ -53,6 +53,11 @@ def test_refresh_status_read_audit(lake, spark, views, capsys):
     assert "42" in capsys.readouterr().out
     assert main([*common, "audit", "by_g"]) == 0
     assert "no difference" in capsys.readouterr().out
+    sql(lake, "INSERT INTO {t} VALUES (0, 5)", "r")
+    assert main([*common, "refresh", "--all"]) == 0  # every view that loads
+    out = capsys.readouterr().out
+    assert out.count("by_g: run #") == 1 and " refresh, applied ['r']" in out, out
+    assert main([*common, "refresh"]) == 2 and "name one view, or --all" in capsys.readouterr().err
 
 
 def test_unknown_view_is_a_clear_error(lake, views, capsys):

@@ -269,3 +269,42 @@ def test_a_tick_of_a_view_over_a_view_plans_its_chain_under_its_deadline(lake, s
         seqs = len(commit.log_rows(lake, "totals"))
         assert run_view(lake, by_label, mode="tick") is None and len(commit.log_rows(lake, "totals")) == seqs
         commit.unlock(lake, "totals", force=True)
+
+
+@pytest.mark.heavy(45)
+def test_views_run_together_read_each_change_once(lake, spark, monkeypatch):
+    """Views run together (``run_views``, ``lakeivm refresh --all``) and a refresh of a view over views
+    read a table's change range once for all the views that read it, on the Spark path too
+    (``changes.sharing``); each view equals its SQL. Run one by one, each view reads it again."""
+    from lakeivm.run.engine import run_views
+    from lakeivm.sources import changes
+
+    monkeypatch.setattr(lake, "limits", Limits.everything_on_spark())
+    reads, read = [], changes.TableSource._read_feed  # every Spark read of a change range of r
+    monkeypatch.setattr(changes.TableSource, "_read_feed",
+                        lambda self, *args: (reads.append(args[:2]) if self.path == lake.table_path("r") else None) or read(self, *args))
+    rng = random.Random(11)
+    lake.create_table("r", spark.createDataFrame([(g % 3, g) for g in range(9)], "g int, x int"))
+    specs, _ = link_upstreams({
+        "sums": spec("sums", "SELECT g, SUM(x) AS sx FROM r GROUP BY g", refresh_policy="incremental"),
+        "counts": spec("counts", "SELECT g, COUNT(*) AS n FROM r GROUP BY g", refresh_policy="incremental"),
+        "both": spec("both", "SELECT s.g, s.sx, c.n FROM sums s JOIN counts c ON s.g = c.g")})
+    built = run_views(lake, [specs["both"]])  # the views it reads first, each once
+    assert list(built) == ["sums", "counts", "both"] and all(row.mode == "bootstrap" for row in built.values()), built
+    for round_ in range(2):
+        sql(lake, f"INSERT INTO {{t}} VALUES ({round_}, {round_ * 10})", "r")
+        random_batch(lake, rng, "r", "g", "x", keys=3)
+        reads.clear()
+        if round_ % 2:
+            run_view(lake, specs["both"])  # an on-demand refresh of its chain
+        else:
+            run_views(lake, specs.values())
+        assert len(reads) == 1, (round_, reads)  # sums and counts read the same range: once
+        assert not lake.shared and "spark feeds" not in lake.cache  # kept only while they run
+        for one in specs.values():
+            assert audit(lake, one).ok, str(audit(lake, one))
+    sql(lake, "INSERT INTO {t} VALUES (1, 1)", "r")
+    reads.clear()
+    for name in ("sums", "counts"):
+        run_view(lake, specs[name])
+    assert len(reads) == 2  # one by one: each reads it

@@ -171,6 +171,19 @@ class Views(Mapping[str, View]):
         """The spec files that do not load (each with its path and problem)."""
         return tuple(getattr(self.specs, "broken", ()))
 
+    def refresh(self, names: list[str] | None = None, mode: str = "refresh",
+                progress: Callable[[str], None] = lambda line: None) -> dict[str, LogRow | None]:
+        """One run of each view (of ``names``, default all) and of the views they read, each once,
+        upstreams first, in this process: a change several of them read is read once. {view: its
+        committed log row, None when it had nothing to apply}; ``mode`` as ``View.refresh``'s."""
+        from lakeivm.run.engine import run_views
+        from lakeivm.spec import find_spec
+
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        chosen = [find_spec(self.specs, name) for name in (names if names is not None else list(self.specs))]
+        return run_views(self.lake, chosen, mode=mode, progress=progress)
+
     def status(self, names: list[str] | None = None) -> list[ViewStatus]:
         """Each view's freshness (of ``names``, default all), in the folder's order."""
         from lakeivm.run.status import status

@@ -98,8 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_status)
 
-    p = sub.add_parser("refresh", help="on-demand refresh of a view (the DAG's code path)")
-    p.add_argument("view")
+    p = sub.add_parser("refresh", help="on-demand refresh of a view (the DAG's code path), or of every view")
+    p.add_argument("view", nargs="?", help="the view (the views it reads are refreshed first)")
+    p.add_argument("--all", action="store_true", help="every view of the folder, in one process: each change is read once")
     p.add_argument("--rebuild", action="store_true", help="rebuild from snapshots instead of applying changes")
     p.add_argument("--tick", action="store_true", help="run as a scheduled tick instead of an on-demand refresh")
     p.set_defaults(func=_refresh)
@@ -322,13 +323,21 @@ def _calibrate(args, settings: Settings) -> int:
 
 
 def _refresh(args, settings: Settings) -> int:
-    view = _view(settings, args.view)
     mode = "rebuild" if args.rebuild else ("tick" if args.tick else "refresh")
-    row = view.refresh(mode, progress=print)
-    if row is not None:  # (nothing to apply was said by the run)
-        deadline = view.spec.deadline_s
-        met = "" if row.deadline_met is None else (" (deadline met)" if row.deadline_met else f" (DEADLINE MISSED: {deadline:g}s)")
-        print(f"{view.name}: run #{row.seq} {row.mode}, applied {list(row.applied) or 'snapshots'} in {row.seconds:.1f}s{met}")
+    if args.all == (args.view is not None):
+        print("lakeivm: error: refresh: name one view, or --all for every view", file=sys.stderr)
+        return 2
+    if args.all:
+        views = _views(settings)
+        specs, rows = views.specs, views.refresh(mode=mode, progress=print)
+    else:
+        view = _view(settings, args.view)
+        specs, rows = {view.name: view.spec}, {view.name: view.refresh(mode, progress=print)}
+    for name, row in rows.items():
+        if row is not None:  # (nothing to apply was said by the run)
+            deadline = specs[name].deadline_s
+            met = "" if row.deadline_met is None else (" (deadline met)" if row.deadline_met else f" (DEADLINE MISSED: {deadline:g}s)")
+            print(f"{name}: run #{row.seq} {row.mode}, applied {list(row.applied) or 'snapshots'} in {row.seconds:.1f}s{met}")
     return 0
 
 
@@ -424,7 +433,7 @@ def _dbt(args, settings: Settings) -> int:
 # Each suite is a module of lakeivm.bench with ``main(argv, settings) -> int`` parsing its own options.
 BENCH_SUITES = {"first-order": "first_order", "planner": "planner", "triangle": "triangle", "fivm": "fivm", "nested": "nested",
                 "join-sample": "join_sample", "warm": "warm", "latency": "latency", "auto": "auto", "log": "log",
-                "upstream": "upstream", "pipeline": "pipeline", "chain": "chain", "tpch": "tpch"}
+                "upstream": "upstream", "pipeline": "pipeline", "chain": "chain", "reads": "reads", "tpch": "tpch"}
 # Not suites: they keep results as records in docs/benchmarks/ and write docs/benchmarks.md from them.
 BENCH_TOOLS = {"record": "record", "render": "render"}
 

@@ -98,25 +98,49 @@ def run_view(
         return _run_view(lake, spec, mode, tables, fail_at, progress)
 
 
+def run_views(lake: Lake, specs: Iterable[ViewSpec], mode: str = "refresh",
+              progress: Callable[[str], None] = lambda message: None, share: bool = True) -> dict[str, commit.LogRow | None]:
+    """One run of each view of ``specs`` and of every view they read, each once and after the views
+    it reads, in this process: a change range several of them read is read once (``changes.sharing``).
+    Each run is the view's own (a tick plans it alone, under its own deadline); {view: its log row}.
+    The first run that fails stops the rest, its view named. ``share=False``: each view reads its
+    changes as if it ran alone (``lakeivm bench reads``' baseline)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    order = list({one.name: one for spec in specs for one in chains.chain_of(spec)}.values())
+    rows: dict[str, commit.LogRow | None] = {}
+    with changes.sharing(lake, order if share else ()):
+        for one in order:
+            if not share:
+                lake.forget_reads()
+            with analysed_as(one):
+                rows[one.name] = _run_view(lake, one, mode, None, None, progress, alone=True)
+    return rows
+
+
 def _run_view(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None, fail_at: str | None,
-              progress: Callable[[str], None], asked: bool = True) -> commit.LogRow | None:
+              progress: Callable[[str], None], asked: bool = True, alone: bool = False) -> commit.LogRow | None:
     # On demand: the views it reads first, each under its own claim. A tick follows their Assets and
     # reads what they last committed -- but runs one first that has no run of its definition to read yet.
     # auto over a split view: the view as declared recomputed in one query, or it and its split views maintained.
     # A tick of a view over views plans its chain jointly under its deadline (``run.chains``) where every view has runs to learn from.
+    # ``alone``: the caller has run the views it reads (``run_views``).
     chain_started = time.perf_counter()
     whole, in_whole = _whole_or_split(lake, spec) if mode != "rebuild" and tables is None else (None, False)
     own = spec.whole if whole is not None and whole.full else spec
     chosen = whole and Chosen(whole.reason, whole.full != in_whole)
-    if mode == "tick" and tables is None and own.upstreams and chains.policy(own) == "joint":
-        planned = chains.decide(lake, own)
-        if planned is not None:
-            return _chain_tick(lake, own, *planned, fail_at, progress, chosen, chain_started)
-    # The chain's prediction and seconds are the view asked for's (its deadline is the chain's), not each upstream's on the way.
-    predicted = chains.predicted_refresh(lake, own) if asked and mode == "refresh" and tables is None and own.upstreams else None
-    ran = [_refresh_first(lake, up, progress) for up in own.upstreams.values() if mode != "tick" or not upstream.readable(lake, up)]
-    chain = chains.ChainRun(chain_started, predicted and predicted[1]) if ran and asked else None
-    row = _own_run(lake, own, mode, tables, fail_at, progress, chosen, chain=chain)
+    chained = own.upstreams and tables is None and not alone
+    with changes.sharing(lake, chains.chain_of(own) if chained and asked else ()):  # its chain's views read each change once
+        if chained and mode == "tick" and chains.policy(own) == "joint":
+            planned = chains.decide(lake, own)
+            if planned is not None:
+                return _chain_tick(lake, own, *planned, fail_at, progress, chosen, chain_started)
+        # The chain's prediction and seconds are the view asked for's (its deadline is the chain's), not each upstream's on the way.
+        predicted = chains.predicted_refresh(lake, own) if chained and asked and mode == "refresh" else None
+        ran = [_refresh_first(lake, up, progress) for up in own.upstreams.values()
+               if not alone and (mode != "tick" or not upstream.readable(lake, up))]
+        chain = chains.ChainRun(chain_started, predicted and predicted[1]) if ran and asked else None
+        row = _own_run(lake, own, mode, tables, fail_at, progress, chosen, chain=chain)
     if ran:  # the chain's seconds, beside the run's own (logged: its cost models, auto and the deadline read those)
         guess = f" (predicted {predicted[1]:.2f} s)" if predicted else ""
         progress(f"{spec.name}: with the {len(ran)} view(s) it reads refreshed first: {time.perf_counter() - chain_started:.2f} s in all{guess}")

@@ -10,7 +10,8 @@ raise ChangeRangeError saying what happened and how to fix it; the engine then a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Protocol
@@ -22,6 +23,8 @@ from lakeivm.store.lake import CDF, Lake
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from lakeivm.spec import ViewSpec
 
 SIGN = {"insert": 1, "update_postimage": 1, "delete": -1, "update_preimage": -1}
 _CDF_ROWS_PER_METRIC = {"numOutputRows": 1, "numDeletedRows": 1, "numUpdatedRows": 2,
@@ -187,17 +190,9 @@ class TableSource:
         small = self._read_small(watermark, head, columns)
         if small is not None:
             return small
-        sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
         try:
-            changes = (
-                self.lake.spark.read.format("delta")
-                .option("readChangeFeed", "true")
-                .option("startingVersion", watermark + 1)
-                .option("endingVersion", head)
-                .load(self.path)
-            )
             delta = (
-                changes.select(*columns, sign.alias(MULTIPLICITY))
+                self._spark_feed(watermark, head, columns)
                 .groupBy(*columns)
                 .agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
                 .where(F.col(MULTIPLICITY) != 0)
@@ -249,6 +244,27 @@ class TableSource:
         ddl = ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint"
         return storage.local_rows(lake.spark, netted.rename_columns([*columns, MULTIPLICITY]), ddl), netted.num_rows
 
+    def _spark_feed(self, watermark: int, head: int, columns: list[str]) -> DataFrame:
+        """The change feed over ``(watermark, head]`` read by Spark: ``columns`` and each row's sign
+        (``_lakeivm_m``), not netted. A table that several views of a run set read (``sharing``) has
+        each range read once, every column, materialized and kept for the others."""
+        if self.path not in self.lake.shared:
+            return self._read_feed(watermark, head, columns)
+        key = (self.path, storage.table_id(self.path), watermark, head, id(self.lake.spark))
+        whole = self.lake.kept("spark feeds", key, lambda: self._read_feed(watermark, head).localCheckpoint(eager=True),
+                               KEPT_SPARK_FEEDS)
+        return whole.select(*columns, MULTIPLICITY)
+
+    def _read_feed(self, watermark: int, head: int, columns: list[str] | None = None) -> DataFrame:
+        """``_spark_feed``'s read: Spark's plan of the feed, ``columns`` (default every column) and signs."""
+        from pyspark.sql import functions as F
+
+        feed = (self.lake.spark.read.format("delta").option("readChangeFeed", "true")
+                .option("startingVersion", watermark + 1).option("endingVersion", head).load(self.path))
+        sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), 1).otherwise(-1)
+        kept = [c for c in feed.columns if c not in CDF_COLUMNS] if columns is None else columns
+        return feed.select(*kept, sign.alias(MULTIPLICITY))
+
     def _feed(self, watermark: int, head: int):
         """The change feed over ``(watermark, head]``, every column, read by delta-rs once per process
         (the views of a chain that read a table over the same range share it: ``lake.cache``); None
@@ -267,6 +283,35 @@ class TableSource:
 
 
 KEPT_FEEDS = 32  # change ranges ``_feed`` keeps per lake (each at most ``limits.small_delta_rows`` rows), least recent dropped first
+KEPT_SPARK_FEEDS = 16  # change ranges ``_spark_feed`` keeps while ``sharing`` (materialized by Spark), least recent dropped first
+CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")  # the columns Delta's change data feed adds
+
+
+@contextmanager
+def sharing(lake: Lake, specs: Iterable[ViewSpec]) -> Iterator[None]:
+    """Within it, a change range that two or more of ``specs`` read from one table -- a base table,
+    or a view's stored result read through its feed -- is read by Spark once for all of them
+    (``TableSource._spark_feed``; the local path shares every range already: ``_feed``). The tables a
+    view reads are its last run's (its log): a view never run reads snapshots, not changes. The kept
+    ranges are dropped at its end; inside an enclosing ``sharing`` it changes nothing."""
+    from collections import Counter
+
+    from lakeivm.store import commit
+
+    if lake.shared:
+        yield
+        return
+    readers: Counter[str] = Counter()
+    for spec in specs:
+        last = commit.last_committed(lake, spec.name)
+        for name in last.watermarks if last is not None else ():
+            readers[lake.view_path(name) if name in spec.upstreams else lake.table_path(name)] += 1
+    lake.shared = frozenset(path for path, n in readers.items() if n > 1)
+    try:
+        yield
+    finally:
+        lake.shared = frozenset()
+        lake.cache.pop("spark feeds", None)
 
 
 def read_delta(lake: Lake, table: str, watermark: int, head: int, columns: Iterable[str]) -> DataFrame:

@@ -43,6 +43,7 @@ class Lake:
     limits: Limits = Limits()
     cache: dict = field(default_factory=dict, repr=False)  # immutable facts, e.g. commit histories
     upstreams: dict = field(default_factory=dict, repr=False)  # views read as sources by other views: name -> upstream.ViewSource
+    shared: frozenset = field(default=frozenset(), repr=False)  # paths whose change ranges a run set reads once (changes.sharing)
 
     def __post_init__(self) -> None:
         if not urlparse(self.root).scheme:
@@ -212,7 +213,7 @@ class Lake:
     def forget_reads(self) -> None:
         """Drop the table versions and change ranges this process keeps (``kept``): the next run reads
         them as the process's first reader would (a benchmark timing each view on its own)."""
-        for store in ("small reads", "spark reads", "feeds"):
+        for store in ("small reads", "spark reads", "feeds", "spark feeds"):
             self.cache.pop(store, None)
 
     def _version_key(self, path: str, version: int, max_rows: int, write: bool) -> tuple | None:
