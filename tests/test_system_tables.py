@@ -100,3 +100,26 @@ def test_the_files_read_one_by_one_give_what_delta_rs_scans_give(tmp_path):
     first = next(r for r in system_tables.read(lake.log_path, [("view", "=", "a")]) if r["seq"] == 1)
     assert first["fingerprint"] is None and first["pins"] == {"t": 1}
     assert first["started_at"] == datetime.fromtimestamp(datetime(2026, 1, 1, 12, 30, 1, 250, tzinfo=timezone.utc).timestamp())
+
+
+def test_a_views_cached_log_outlives_other_views_appends_and_compactions(tmp_path, monkeypatch):
+    """``commit.view_log`` reads a view's rows once: other views' appends and the log's compactions
+    (files rewritten, rows unchanged: ``dataChange: false``) keep them, the view's own appends extend
+    them, and they equal a fresh read at every step."""
+    from lakeivm.store import commit
+
+    lake = Lake(None, str(tmp_path / "lake"))  # type: ignore[arg-type]
+    lake.ensure_system_tables()
+    reads, read = [], system_tables.read
+    monkeypatch.setattr(system_tables, "read", lambda *args, **kw: reads.append(args) or read(*args, **kw))
+    row = lambda view, seq: LogRow(view=view, seq=seq, status="committed", mode="refresh", kind="fivm", pins={},
+                                   watermarks={}, state_versions={}, consistent=True)  # noqa: E731
+    commit.append_log(lake, row("a", 1))
+    assert [r.seq for r in commit.view_log(lake, "a")] == [1] and len(reads) == 1
+    for i in range(2 * system_tables.COMPACT_EVERY):
+        commit.append_log(lake, row("b", i) if i % 3 else row("a", 2 + i))
+        assert [r.seq for r in commit.view_log(lake, "a")] == [r.seq for r in commit.view_log(Lake(None, lake.root), "a")]
+    compactions = [v for v in range(storage.head_version(lake.log_path) + 1)
+                   if any(a.get("commitInfo", {}).get("operation") == "OPTIMIZE" for a in storage.commit_actions(lake.log_path, v))]
+    assert len(compactions) >= 2, compactions
+    assert sum(1 for args in reads if args[1] == [("view", "=", "a")]) == 1 + 2 * system_tables.COMPACT_EVERY  # the fresh reads only

@@ -99,8 +99,9 @@ def view_log(lake: Lake, view: str, head: int | None = None) -> list[LogRow]:
     """All of ``view``'s log rows, oldest first: read once per Lake, then kept current.
 
     The cached rows stay valid at a newer log version when every commit in between only appended
-    rows of other views (read off the commit files' column statistics); a run's own append extends
-    them (``append_log``). Anything else -- a missing file, no statistics, an OPTIMIZE -- re-reads.
+    rows of other views (read off the commit files' column statistics) or compacted files (the same
+    rows); a run's own append extends them (``append_log``). Anything else -- a missing file, no
+    statistics, a delete -- re-reads.
     """
     key, head = ("log", view), lake.head_version(lake.log_path) if head is None else head
     cached = lake.cache.get(key)
@@ -118,19 +119,26 @@ def _run_order(row: LogRow) -> tuple:
 
 
 def _only_other_views(lake: Lake, view: str, after: int, upto: int) -> bool:
-    """Whether log commits ``after``+1..``upto`` are blind appends of files holding no row of ``view``."""
+    """Whether log commits ``after``+1..``upto`` are blind appends of files holding no row of ``view``,
+    or rewrite files without changing their rows (a compaction: every action ``dataChange: false``)."""
     for version in range(after + 1, upto + 1):
         actions = storage.commit_actions(lake.log_path, version)
         if actions is None:
             return False
         for action in actions:
-            if "commitInfo" in action:
+            if "commitInfo" in action or _rows_unchanged(action):
                 continue
             stats = json.loads(action["add"].get("stats") or "{}") if set(action) == {"add"} else {}
             low, high = stats.get("minValues", {}).get("view"), stats.get("maxValues", {}).get("view")
             if low is None or high is None or low <= view <= high:
                 return False
     return True
+
+
+def _rows_unchanged(action: Mapping[str, Any]) -> bool:
+    """A file added or removed with ``dataChange: false``: Delta's mark of a rewrite of the same rows."""
+    body = action.get("add") or action.get("remove")
+    return len(action) == 1 and isinstance(body, Mapping) and body.get("dataChange") is False
 
 
 def _as_read(row: LogRow) -> LogRow:
