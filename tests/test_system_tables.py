@@ -123,3 +123,23 @@ def test_a_views_cached_log_outlives_other_views_appends_and_compactions(tmp_pat
                    if any(a.get("commitInfo", {}).get("operation") == "OPTIMIZE" for a in storage.commit_actions(lake.log_path, v))]
     assert len(compactions) >= 2, compactions
     assert sum(1 for args in reads if args[1] == [("view", "=", "a")]) == 1 + 2 * system_tables.COMPACT_EVERY  # the fresh reads only
+
+
+def test_the_head_version_follows_new_commits_and_a_table_written_anew(tmp_path):
+    """``storage.head_version`` probes on from the head it last saw: it gives what a listing of the
+    log gives as commits land, and after the table is deleted and written anew with a shorter or a
+    longer history."""
+    import shutil
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = str(tmp_path / "t")
+    listed = lambda: max(v for v in map(storage.version_of, storage.list_names(f"{path}/_delta_log", False)) if v is not None)  # noqa: E731
+    rows = pa.table({"k": [1]})
+    for history in (5, 2, 7):  # written anew each time: a longer history, a shorter, a longer again
+        shutil.rmtree(path, ignore_errors=True)
+        for _ in range(history):
+            write_deltalake(path, rows, mode="append")
+            assert storage.head_version(path) == listed()
+        assert storage.head_version(path) == history - 1

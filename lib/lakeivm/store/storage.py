@@ -159,16 +159,33 @@ def is_delta(table: str) -> bool:
 
 def head_version(table: str) -> int:
     """The newest committed version: the highest ``_delta_log/<version>.json`` (each is written
-    atomically, so a listed one is committed). One listing; no Spark job, no snapshot."""
-    versions = [v for v in map(version_of, list_names(f"{table}/_delta_log", False)) if v is not None]
-    if not versions:
-        raise StateError(f"{table} is not a Delta table (no commit in {table}/_delta_log); create it first.")
-    return max(versions)
+    atomically, so one that exists is committed); no Spark job, no snapshot. From the head this process
+    last saw, the next versions' files are asked for one by one (a log's versions are contiguous and it
+    keeps its newest); without one, or where that head's file is gone (the table deleted and written
+    anew), one listing. A listing of a log of thousands of commits costs ~3 ms, a probe ~0.02 ms."""
+    known = _heads.get(table)
+    if known is not None and exists(_commit_file(table, known)):
+        while exists(_commit_file(table, known + 1)):
+            known += 1
+    else:
+        versions = [v for v in map(version_of, list_names(f"{table}/_delta_log", False)) if v is not None]
+        if not versions:
+            raise StateError(f"{table} is not a Delta table (no commit in {table}/_delta_log); create it first.")
+        known = max(versions)
+    _heads[table] = known
+    return known
+
+
+_heads: dict[str, int] = {}  # table -> the newest version head_version saw in this process
+
+
+def _commit_file(table: str, version: int) -> str:
+    return f"{table}/_delta_log/{version:020d}.json"
 
 
 def commit_actions(table: str, version: int) -> list[dict[str, Any]] | None:
     """The actions of commit ``version`` (one JSON object per line), or None if its file is gone."""
-    text = read_text(f"{table}/_delta_log/{version:020d}.json")
+    text = read_text(_commit_file(table, version))
     if text is None:
         return None
     try:
