@@ -89,6 +89,9 @@ SUITES: dict[str, tuple[str, str]] = {
     "chain": ("chain", "`lakeivm bench chain`: gold views of the TPC-DI-style pipeline refreshed on demand at seeded "
               "moments within their deadlines, under a bursty stream: their chains planned jointly, each view planning "
               "alone, every view refreshed every tick, and refreshes only on demand, each on a lake of its own."),
+    "reads": ("reads", "`lakeivm bench reads`: every view of the TPC-DI-style pipeline refreshed per batch in one process, "
+              "each change range read once for all the views that read it against once per view, on the local "
+              "and the Spark paths, each on a lake of its own; every view audited."),
     "tpch": ("tpch", "`lakeivm bench tpch`: the 22 TPC-H queries under the refresh functions (RF1/RF2 of 0.1 % "
              "of the orders, plus updates of every other table read), each kept as an incremental and an auto "
              "view and timed per batch against Spark and DuckDB recomputing it on the same snapshots; audited."),
