@@ -169,3 +169,20 @@ def test_a_chain_must_list_upstreams_first_with_a_cost_for_every_input() -> None
         Chain([ChainView("silver", {"orders": 1}, {})])
     with pytest.raises(InvalidInput, match="deadline"):
         decide_chain(Chain([silver, gold]), 0.0)
+
+
+def test_the_margin_is_how_far_recent_chain_refreshes_ran_over_their_predictions():
+    """``run.chains.prediction_margin``: the 90th percentile of the last refreshes' overruns (an
+    underrun counts 0; ticks and refreshes without a prediction do not count), 0 before three."""
+    from lakeivm.run.chains import prediction_margin
+    from lakeivm.store.commit import LogRow
+
+    def row(mode, seconds, predicted):
+        return LogRow(view="gold", seq=1, status="committed", mode=mode, kind="fivm", pins={}, watermarks={},
+                      state_versions={}, consistent=True, chain_seconds=seconds, chain_predicted_seconds=predicted)
+
+    assert prediction_margin([row("refresh", 3.0, 2.0), row("refresh", 2.0, 2.5)]) == 0.0  # too few to learn from
+    runs = [row("refresh", 2.0 + over, 2.0) for over in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)]
+    runs += [row("tick", 9.0, 1.0), row("refresh", 9.0, None), row("refresh", 1.0, 2.0)]  # not counted; an underrun: 0
+    assert abs(prediction_margin(runs) - 0.9) < 1e-9  # of 0, 0.1 .. 1.0 (11): the 90th percentile
+    assert abs(prediction_margin(runs, last=4) - 1.0) < 1e-9  # the last 4: 0.8, 0.9, 1.0, 0

@@ -9,7 +9,7 @@ each view alone, as before.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -61,14 +61,31 @@ def policy(spec: ViewSpec) -> str:
 @dataclass(frozen=True)
 class Planned:
     """A chain as the planner sees it now: its views (as each runs), the planner's ``Chain`` (None:
-    nothing is pending anywhere in it), and the leaf's declared headroom and ONLINE epoch (seconds
-    spent and ticks since its last refresh)."""
+    nothing is pending anywhere in it), the leaf's declared headroom, the margin its recent chain
+    refreshes ran over their predictions (``prediction_margin``) and its ONLINE epoch (seconds spent
+    and ticks since its last refresh)."""
 
     specs: list[ViewSpec]
     chain: Chain | None
     headroom: float = 0.0
     spent: float = 0.0
     ticks: int = 0
+    margin: float = 0.0
+
+
+MARGIN_REFRESHES = 20  # the leaf's last on-demand chain refreshes ``prediction_margin`` learns from
+
+
+def prediction_margin(rows: Sequence[commit.LogRow], last: int = MARGIN_REFRESHES) -> float:
+    """Seconds by which the chain's on-demand refreshes ran over their predictions: the 90th
+    percentile over the ``last`` logged refreshes of (actual - predicted), each at least 0; 0 before
+    three. A tick keeps it free beside the declared headroom: what the cost models do not see (commits
+    without change rows, a model behind a growing table) makes the chain miss by about this much."""
+    over = [max(0.0, r.chain_seconds - r.chain_predicted_seconds) for r in rows
+            if r.mode == "refresh" and r.chain_seconds is not None and r.chain_predicted_seconds is not None][-last:]
+    if len(over) < 3:
+        return 0.0
+    return sorted(over)[min(len(over) - 1, int(0.9 * len(over)))]
 
 
 def planned(lake: Lake, spec: ViewSpec) -> Planned | None:
@@ -111,7 +128,8 @@ def planned(lake: Lake, spec: ViewSpec) -> Planned | None:
             views.append(ChainView(one.name, pending, free, statistics.median(recomputes[-9:]), 0.0, expected, aged))
         else:
             views.append(ChainView(one.name, pending, inputs.costs, inputs.run_seconds, inputs.joint_excess_seconds, expected, aged))
-    return Planned(specs, Chain(views), float(spec.options.get("headroom", 0.0)), inputs.spent_seconds, inputs.ticks_since_refresh)
+    return Planned(specs, Chain(views), float(spec.options.get("headroom", 0.0)), inputs.spent_seconds, inputs.ticks_since_refresh,
+                   prediction_margin(logs[spec.name]))
 
 
 def decide(lake: Lake, spec: ViewSpec) -> tuple[ChainDecision, list[ViewSpec]] | None:
@@ -122,7 +140,8 @@ def decide(lake: Lake, spec: ViewSpec) -> tuple[ChainDecision, list[ViewSpec]] |
     now = planned(lake, spec)
     if now is None or now.chain is None:
         return None
-    return decide_chain(now.chain, spec.deadline_s, now.headroom, spent_seconds=now.spent, ticks_since_refresh=now.ticks), now.specs
+    headroom = now.headroom + min(now.margin, 0.5 * spec.deadline_s)  # a learned margin takes at most half the deadline
+    return decide_chain(now.chain, spec.deadline_s, headroom, spent_seconds=now.spent, ticks_since_refresh=now.ticks), now.specs
 
 
 def predicted_refresh(lake: Lake, spec: ViewSpec) -> tuple[dict[str, float], float] | None:
