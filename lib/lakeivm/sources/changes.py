@@ -293,7 +293,7 @@ def sharing(lake: Lake, specs: Iterable[ViewSpec]) -> Iterator[None]:
     or a view's stored result read through its feed -- is read by Spark once for all of them
     (``TableSource._spark_feed``; the local path shares every range already: ``_feed``). The tables a
     view reads are its last run's (its log): a view never run reads snapshots, not changes. The kept
-    ranges are dropped at its end; inside an enclosing ``sharing`` it changes nothing."""
+    ranges are dropped at its end; inside an enclosing ``sharing`` that shares a table it changes nothing."""
     from collections import Counter
 
     from lakeivm.store import commit
