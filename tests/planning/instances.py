@@ -95,3 +95,14 @@ def tight_instance(eps: Fraction, m: int) -> Instance:
     deadline = Fraction(1)
     per_tick = int(2 / eps) + 1
     return Instance((TightCost(eps, deadline),), tuple((per_tick,) for _ in range(2 * m)), deadline)
+
+
+def random_decide_case(rng: random.Random, families: tuple[str, ...]):
+    """One view's tick for ``decide``: (pending, costs, deadline, expected arrivals, headroom, forced)
+    over 1-4 tables, each table's cost of one of ``families``."""
+    names = ("customer", "lineitem", "orders", "part")[:rng.randint(1, 4)]
+    costs = {t: random_cost(rng, rng.choice(families)) for t in names}
+    pending = {t: rng.randint(0, 6) for t in names}
+    expected = {t: rng.choice([0, 0.5, 1, 2]) for t in names}
+    forced = frozenset(t for t in names if rng.random() < 0.15)
+    return pending, costs, rng.randint(5, 40), expected, rng.choice([0, 1, 3]), forced

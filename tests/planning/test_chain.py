@@ -12,7 +12,7 @@ from lakeivm.planning.chain import EXACT_PAIRS, Chain, ChainView, decide_chain
 from lakeivm.planning.costs import LinearCost
 from lakeivm.planning.decide import decide
 from lakeivm.planning.policies import time_to_full
-from tests.planning.instances import random_cost
+from tests.planning.instances import random_cost, random_decide_case
 
 EPS = 1e-9
 
@@ -55,20 +55,11 @@ def test_a_tight_deadline_passes_an_upstream_s_rows_through_to_its_reader_in_the
     assert "infeasible" not in decision.reason
 
 
-def _one_view_case(rng: random.Random, families: tuple[str, ...]):
-    names = ("customer", "lineitem", "orders", "part")[:rng.randint(1, 4)]
-    costs = {t: random_cost(rng, rng.choice(families)) for t in names}
-    pending = {t: rng.randint(0, 6) for t in names}
-    expected = {t: rng.choice([0, 0.5, 1, 2]) for t in names}
-    forced = frozenset(t for t in names if rng.random() < 0.15)
-    return pending, costs, rng.randint(5, 40), expected, rng.choice([0, 1, 3]), forced
-
-
 @pytest.mark.parametrize("families", [("linear",), ("concave", "step")])
 def test_a_chain_of_one_view_decides_as_decide(families: tuple[str, ...]) -> None:
     rng = random.Random(7 + len(families))
     for _ in range(300):
-        pending, costs, deadline, expected, headroom, forced = _one_view_case(rng, families)
+        pending, costs, deadline, expected, headroom, forced = random_decide_case(rng, families)
         spent, ticks = rng.choice([0, 10]), rng.randint(0, 5)
         single = decide(pending, costs, deadline, expected, headroom, forced, spent_seconds=spent, ticks_since_refresh=ticks)
         chain = Chain([ChainView("v", pending, costs, expected=expected, forced=forced)])

@@ -10,10 +10,9 @@ import pytest
 from lakeivm.errors import InvalidInput
 from lakeivm.planning.costs import LinearCost, fit_cost_model
 from lakeivm.planning.decide import decide, refresh_decision
-from tests.planning.instances import random_cost
+from tests.planning.instances import random_cost, random_decide_case
 
 EPS = 1e-9
-NAMES = ("customer", "lineitem", "orders", "part")
 
 
 def _refresh_after(pending, costs, expected, headroom, applied) -> float:
@@ -42,22 +41,12 @@ def _oracle(pending, costs, deadline, expected, headroom, forced, spent, ticks):
     return minimal, score, frozenset(free)
 
 
-def _random_case(rng: random.Random, families: tuple[str, ...]):
-    n = rng.randint(1, 4)
-    names = NAMES[:n]
-    costs = {t: random_cost(rng, rng.choice(families)) for t in names}
-    pending = {t: rng.randint(0, 6) for t in names}
-    expected = {t: rng.choice([0, 0.5, 1, 2]) for t in names}
-    forced = frozenset(t for t in names if rng.random() < 0.15)
-    return pending, costs, rng.randint(5, 40), expected, rng.choice([0, 1, 3]), forced
-
-
 @pytest.mark.parametrize("families", [("linear",), ("concave", "step")])
 def test_decision_is_lazy_valid_and_of_least_online_score(families: tuple[str, ...]) -> None:
     rng = random.Random(len(families))
     naive_wins = 0
     for _ in range(400):
-        pending, costs, deadline, expected, headroom, forced = _random_case(rng, families)
+        pending, costs, deadline, expected, headroom, forced = random_decide_case(rng, families)
         spent, ticks = rng.choice([0, 10]), rng.randint(0, 5)
         decision = decide(pending, costs, deadline, expected, headroom, forced, spent_seconds=spent, ticks_since_refresh=ticks)
         minimal, score, everything = _oracle(pending, costs, deadline, expected, headroom, forced, spent, ticks)
