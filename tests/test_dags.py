@@ -272,6 +272,10 @@ def test_a_dbt_project_is_refreshed_through_airflow_and_a_pipeline_gets_its_dags
         assert str(run.state) == "success" and states == {"apply": "success", "validate": "success"}, (folder, states)
         chained = commit.log_rows(views.lake, leaf)[-1]  # the leaf's row: its chain's seconds against its deadline
         assert chained.chain_seconds >= chained.seconds and chained.chain_deadline_met is not None, chained
+        summary = next(ti for ti in run.get_task_instances() if ti.task_id == "apply").xcom_pull(task_ids="apply")
+        assert [(one["view"], one["seq"]) for one in summary["chain"]] == \
+            [(name, commit.log_rows(views.lake, name)[-1].seq) for name in (upstream, leaf)], summary  # each view's run, upstream first
+        assert summary["chain_seconds"] >= sum(one["seconds"] for one in summary["chain"]), summary
         for name in (upstream, leaf):
             last = commit.log_rows(views.lake, name)[-1]
             assert last.mode == "refresh" and last.kind != "full", (name, last)

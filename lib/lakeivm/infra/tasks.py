@@ -23,23 +23,43 @@ def session_for(dag_id: str, key: str) -> str:
 
 def apply(view: str, mode: str, session: str | None = None) -> dict[str, Any]:
     """Run one maintenance run (``mode``: tick or refresh, ``View.refresh``); returns what its log row
-    says, or an empty dict -- falsy: the DAG's short-circuit skips validate -- when there was nothing to apply."""
+    says, or an empty dict -- falsy: the DAG's short-circuit skips validate -- when there was nothing to apply.
+    A view over views refreshes (or ticks) its chain in this one task, upstreams first (one session,
+    each change read once): ``chain`` lists each view's run of it, predicted beside actual seconds."""
     from lakeivm.api import Views
     from lakeivm.catalog.spec_cache import cached_specs
+    from lakeivm.run.chains import chain_of
+    from lakeivm.store import commit
 
     settings = resolve(load_settings())
     views = Views(_open(settings, session), cached_specs(settings.views, settings.lake), settings)
+    upstreams = [one.name for one in chain_of(views[view].spec)[:-1]]
+    before = {name: _last_seq(views.lake, name) for name in upstreams}
     row = views[view].refresh(mode, progress=print)
     if row is None:
         return {}
+    ran = [last for name in upstreams if (last := commit.last_committed(views.lake, name)) and last.seq != before[name]]
     if row.chain_deadline_met is False:  # the views it reads refreshed first, and all of it took longer than its deadline
         print(f"lakeivm: the refresh of {view} and the views it reads took {row.chain_seconds:.1f} s, over its deadline "
               f"{row.deadline_s:g} s (predicted {row.chain_predicted_seconds or 0:.1f} s); `lakeivm status` shows the chain's record")
-    return {"view": view, "seq": row.seq, "mode": row.mode, "plan": row.plan, "applied": list(row.applied),
-            "delta_rows": dict(row.delta_rows), "pending_rows": dict(row.pending_rows), "seconds": round(row.seconds, 3),
-            "predicted_seconds": row.predicted_seconds, "deadline_met": row.deadline_met, "consistent": row.consistent,
+    return {**_run_summary(row), "delta_rows": dict(row.delta_rows), "pending_rows": dict(row.pending_rows),
+            "deadline_met": row.deadline_met, "consistent": row.consistent,
             **({"chain_seconds": round(row.chain_seconds, 3), "chain_predicted_seconds": row.chain_predicted_seconds,
-                "chain_deadline_met": row.chain_deadline_met} if row.chain_seconds is not None else {})}
+                "chain_deadline_met": row.chain_deadline_met, "chain": [*map(_run_summary, ran), _run_summary(row)]}
+               if row.chain_seconds is not None else {})}
+
+
+def _run_summary(row) -> dict[str, Any]:
+    """One run's line of the task's XCom: what it applied, its seconds and what they were predicted to be."""
+    return {"view": row.view, "seq": row.seq, "mode": row.mode, "plan": row.plan, "applied": list(row.applied),
+            "seconds": round(row.seconds, 3), "predicted_seconds": row.predicted_seconds}
+
+
+def _last_seq(lake, view: str) -> int | None:
+    from lakeivm.store import commit
+
+    last = commit.last_committed(lake, view)
+    return last.seq if last else None
 
 
 def validate(view: str, summary: dict[str, Any], session: str | None = None) -> dict[str, Any]:
