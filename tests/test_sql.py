@@ -337,6 +337,21 @@ def test_correlated_scalar_subqueries_decorrelate_with_the_tables_columns():
     assert list(views) == ["v__in1"] and "FROM u AS u WHERE u.k = t.a)" in sql  # a subquery not split keeps its correlation
 
 
+def test_a_decorrelated_subquery_keeps_only_the_keys_its_query_looks_up():
+    """TPC-H Q2's shape: the outer table's own filters restrict the split view's keys (``_looked_up``);
+    a term that reads another table, or has a subquery, is not one of them."""
+    from lakeivm.sql import derived_views
+
+    schemas = {**CORRELATED, "w": {"b": "int", "z": "int"}}
+    sql = ("SELECT t.a FROM t, w WHERE t.a = w.b AND t.x = 15 AND t.x + 1 > w.z AND w.z > 0 "
+           "AND t.a IN (SELECT u.j FROM u) AND t.x > (SELECT MIN(u.y) FROM u WHERE u.k = t.a)")
+    _, views = derived_views(sql, lambda alias: f"v__{alias}", schemas)
+    assert views == {"v__sq1": "SELECT u.k AS k, MIN(u.y) AS value FROM u WHERE u.k IN (SELECT t.a FROM t WHERE t.x = 15) "
+                               "GROUP BY u.k"}, views
+    _, views = derived_views("SELECT t.a FROM t WHERE t.x > (SELECT MIN(u.y) FROM u WHERE u.k = t.a)", lambda alias: f"v__{alias}", schemas)
+    assert views == {"v__sq1": "SELECT u.k AS k, MIN(u.y) AS value FROM u GROUP BY u.k"}  # no filter of t: every key
+
+
 def _split_rows(t: list[tuple], u: list[tuple], views: dict[str, str], sql: str) -> list[tuple]:
     """The rows of ``sql`` in DuckDB over the tables t(a, x) and u(k, j, y) and the split ``views``."""
     import duckdb
@@ -365,7 +380,7 @@ def test_decorrelated_subqueries_give_the_rows_of_their_sql(t, u, aggregate, com
     sql = (f"SELECT a, x FROM t WHERE x {comparison} (SELECT {aggregate} FROM u WHERE k = a AND j > 0) AND x > -3 "
            "AND a IN (SELECT u.k FROM u, t AS w WHERE u.j = w.a)")
     rewritten, views = derived_views(sql, lambda alias: f"v_{alias}", CORRELATED)
-    assert set(views) == {"v_in1", "v_sq2"}
+    assert set(views) == {"v_in1", "v_sq2"} and "u.k IN (SELECT t.a FROM t AS t WHERE t.x > -3)" in views["v_sq2"]
     assert _split_rows(t, u, views, rewritten) == _split_rows(t, u, {}, sql)
 
 

@@ -238,6 +238,7 @@ def _split_subqueries(tree: exp.Select, views: dict[str, exp.Select], kept: Mapp
                 if correlation is None:
                     continue
                 keys, rest = correlation
+                rest += _looked_up(owner, keys, node)
                 where = exp.Where(this=exp.and_(*rest)) if rest else None
             elif not _own_columns(select, tables, known):
                 continue
@@ -296,6 +297,32 @@ def _correlation(select: exp.Select, owner: exp.Select) -> tuple[list[tuple[exp.
             return None
         pairs.append((inner_column, outer_column))
     return pairs, rest
+
+
+def _looked_up(owner: exp.Select, keys: list[tuple[exp.Column, exp.Column]], compared: exp.Expression) -> list[exp.Expression]:
+    """For each correlation key whose outer table ``owner``'s WHERE filters by terms of that table's
+    own columns alone (no subquery), ``inner IN (SELECT outer FROM table WHERE those terms)``: the
+    split view keeps only the keys the query can look up, a semi-join reduction ("magic sets"; TPC-H
+    Q2's minimum cost per part, of the parts of size 15 and type %BRASS only: ~0.4 % of them). Exact:
+    every row of the query that meets the split view passes those terms (``compared``: the comparison
+    being split, left out)."""
+    items = {item.alias_or_name: item for item in (owner.args["from_"].this, *(j.this for j in owner.args.get("joins") or []))}
+    terms = [t for t in conjuncts(owner.args["where"].this) if t is not compared]
+    looked_up = []
+    for inner, outer in keys:
+        table = items.get(outer.table)
+        filters = [t for t in terms if _of_table_alone(t, outer.table)]
+        if isinstance(table, exp.Table) and filters:
+            source = exp.select(outer.copy()).from_(table.copy()).where(exp.and_(*(f.copy() for f in filters)))
+            looked_up.append(exp.In(this=inner.copy(), query=exp.Subquery(this=source)))
+    return looked_up
+
+
+def _of_table_alone(term: exp.Expression, alias: str) -> bool:
+    """Whether ``term`` reads columns of table ``alias`` only, and no subquery or non-deterministic function."""
+    columns = list(term.find_all(exp.Column))
+    return (bool(columns) and all(c.table == alias for c in columns)
+            and term.find(exp.Subquery, exp.Select, exp.Rand, exp.Randn, exp.Uuid) is None)
 
 
 def _null_over_no_rows(item: exp.Expression) -> bool:
