@@ -303,7 +303,8 @@ def _looked_up(owner: exp.Select, keys: list[tuple[exp.Column, exp.Column]], com
     """For each correlation key whose outer table ``owner``'s WHERE filters by terms of that table's
     own columns alone (no subquery), ``inner IN (SELECT outer FROM table WHERE those terms)``: the
     split view keeps only the keys the query can look up, a semi-join reduction ("magic sets"; TPC-H
-    Q2's minimum cost per part, of the parts of size 15 and type %BRASS only: ~0.4 % of them). Exact:
+    Q2's minimum cost per part, of the parts of size 15 and type %BRASS only: ~0.4 % of them); and
+    for a term ``outer IN (uncorrelated subquery)``, ``inner IN`` the same (Q20's forest% parts). Exact:
     every row of the query that meets the split view passes those terms (``compared``: the comparison
     being split, left out)."""
     items = {item.alias_or_name: item for item in (owner.args["from_"].this, *(j.this for j in owner.args.get("joins") or []))}
@@ -315,6 +316,12 @@ def _looked_up(owner: exp.Select, keys: list[tuple[exp.Column, exp.Column]], com
         if isinstance(table, exp.Table) and filters:
             source = exp.select(outer.copy()).from_(table.copy()).where(exp.and_(*(f.copy() for f in filters)))
             looked_up.append(exp.In(this=inner.copy(), query=exp.Subquery(this=source)))
+        for term in terms:  # the outer key IN an uncorrelated subquery (TPC-H Q20's parts named forest%): the inner key too
+            query = term.args.get("query") if isinstance(term, exp.In) else None
+            if (query is not None and isinstance(query.this, exp.Select) and isinstance(term.this, exp.Column)
+                    and (term.this.table, term.this.name) == (outer.table, outer.name) and not _refers_outside(query.this)
+                    and not any(not c.table for c in query.this.find_all(exp.Column))):
+                looked_up.append(exp.In(this=inner.copy(), query=query.copy()))
     return looked_up
 
 
