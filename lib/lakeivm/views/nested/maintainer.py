@@ -641,8 +641,12 @@ def _lines_of(ctx: Context, shape: NestedShape, version: int, keys: set) -> str:
 
 
 def _string(value: str) -> str:
-    """A Spark SQL string literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A Spark SQL string literal (sqlglot's quoting)."""
+    from sqlglot import exp
+
+    from lakeivm.sql.ir import DIALECT
+
+    return exp.Literal.string(value).sql(dialect=DIALECT)
 
 
 def _delta_state_sql(shape: NestedShape, table: str, source: str) -> str:
