@@ -34,11 +34,11 @@ def apply(view: str, mode: str, session: str | None = None) -> dict[str, Any]:
     settings = resolve(load_settings())
     views = Views(_open(settings, session), cached_specs(settings.views, settings.lake), settings)
     upstreams = [one.name for one in chain_of(views[view].spec)[:-1]]
-    before = {name: _last_seq(views.lake, name) for name in upstreams}
+    before = {name: commit.last_committed(views.lake, name) for name in upstreams}
     row = views[view].refresh(mode, progress=print)
     if row is None:
         return {}
-    ran = [last for name in upstreams if (last := commit.last_committed(views.lake, name)) and last.seq != before[name]]
+    ran = [last for name in upstreams if (last := commit.last_committed(views.lake, name)) and last != before[name]]
     if row.chain_deadline_met is False:  # the views it reads refreshed first, and all of it took longer than its deadline
         print(f"lakeivm: the refresh of {view} and the views it reads took {row.chain_seconds:.1f} s, over its deadline "
               f"{row.deadline_s:g} s (predicted {row.chain_predicted_seconds or 0:.1f} s); `lakeivm status` shows the chain's record")
@@ -53,13 +53,6 @@ def _run_summary(row) -> dict[str, Any]:
     """One run's line of the task's XCom: what it applied, its seconds and what they were predicted to be."""
     return {"view": row.view, "seq": row.seq, "mode": row.mode, "plan": row.plan, "applied": list(row.applied),
             "seconds": round(row.seconds, 3), "predicted_seconds": row.predicted_seconds}
-
-
-def _last_seq(lake, view: str) -> int | None:
-    from lakeivm.store import commit
-
-    last = commit.last_committed(lake, view)
-    return last.seq if last else None
 
 
 def validate(view: str, summary: dict[str, Any], session: str | None = None) -> dict[str, Any]:

@@ -162,19 +162,11 @@ class NestedMaintainer:
             return
         shape = self._shape(ctx)
         role = shape.role_of(table)
-        columns = shape.columns[role]
-        index = self._tables(ctx)[table]
-        if shape.name == "q17":  # its indexes take the run's changes once the parts that count are known (_evaluate_q17)
-            self._read_to[table] = until
-            self._deferred.append((table, start, until, read_versions(ctx, table, start, until, row_values(shape, role),
-                                                                      local=self._local(ctx))))
-            return
-        if self._local(ctx):
-            frame = read_versions(ctx, table, start, until, row_values(shape, role), local=True)  # Arrow: no Spark job after
-            index.add(index_delta(shape, table, frame, index.stored_arrow().schema))
-        else:
-            frame = read_versions(ctx, table, start, until, row_values(shape, role))
-            index.add(ctx.spark.sql(_delta_state_sql(shape, table, _temp(frame, f"lakeivm_{ctx.view}_{table}_cdf"))))
+        index, local = self._tables(ctx)[table], self._local(ctx)
+        frame = read_versions(ctx, table, start, until, row_values(shape, role), local=local)  # local: Arrow, no Spark job after
+        if shape.name != "q17":  # Q17's indexes take the run's changes once the parts that count are known (_evaluate_q17)
+            index.add(index_delta(shape, table, frame, index.stored_arrow().schema) if local else
+                      ctx.spark.sql(_delta_state_sql(shape, table, _temp(frame, f"lakeivm_{ctx.view}_{table}_cdf"))))
         self._read_to[table] = until
         if shape.name in PARTITIONED:
             self._deferred.append((table, start, until, frame))
