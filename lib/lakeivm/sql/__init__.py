@@ -21,4 +21,4 @@ from lakeivm.sql.tree import backquoted, conjuncts, has_window, named_outputs, r
 from lakeivm.sql.parse import grouped, parse_full, parse_query  # noqa: F401
 from lakeivm.sql.split import COMPARED, as_written, compares_with_subquery, decorrelated_views, derived_views  # noqa: F401
 from lakeivm.sql.emit import (join_links, join_order, multiset_of_sql, multiset_sql, recompute_sql, reduced_sql, rolled_up_sql, state_sql,  # noqa: F401
-                              typed_empty_sql)
+                              thresholds, typed_empty_sql)

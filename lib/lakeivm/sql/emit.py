@@ -11,6 +11,7 @@ from sqlglot import exp
 from lakeivm.columns import MULTIPLICITY
 from lakeivm.sql.functions import group
 from lakeivm.sql.ir import COUNT, DIALECT, MULTISET_FUNCS, Aggregate, Query
+from lakeivm.sql.tree import conjuncts
 
 
 def state_sql(query: Query, sources: Mapping[str, str], delta_alias: str | None = None, sizes: Sizes | None = None) -> str:
@@ -189,6 +190,38 @@ def reduced_sql(query: Query, alias: str, source: str, reducers: Mapping[str, st
     where = " AND ".join(f"({f})" for f in query.filters.get(alias, ()))
     return (f"SELECT /*+ BROADCAST({', '.join(names.values())}) */ {columns} FROM {source} AS `{alias}` "
             + " ".join(joins) + (f" WHERE {where}" if where else ""))
+
+
+def thresholds(query: Query, alias: str) -> tuple[str, list[tuple[str, str]]] | None:
+    """(R, [(expression over R, column of ``alias``), ...]) if every column of relation ``alias`` the
+    query names is one side of an ordering comparison (<, <=, >, >=) AND-ed into its WHERE whose
+    other side reads one relation R, the same for each, R not the padded side of an outer join.
+
+    Then a change of ``alias`` moves only R's rows between its old and new thresholds: a row r of R
+    adds Σ_d m_d · [e(r) < d.t] · h(r) over the change's rows d; where e(r) lies outside [min t, max t]
+    (or is NULL) each comparison is the same for every d, and the sum is h(r) · const · Σ m_d = 0 if
+    the change's multiplicities add up to 0 (a one-row aggregate that moved: TPC-H Q11's share of the
+    total, Q22's average balance). An ordered range of R, where the delta rule joins all of it."""
+    if query.branches:
+        return None
+    where = query.tree.args.get("where")
+    found: dict[int, tuple[str, str, str]] = {}  # id of alias' column -> (R, expression over R, its column)
+    for term in conjuncts(where.this if where else None):
+        if not isinstance(term, (exp.GT, exp.GTE, exp.LT, exp.LTE)):
+            continue
+        for mine, other in ((term.this, term.expression), (term.expression, term.this)):
+            readers = {c.table for c in other.find_all(exp.Column)}
+            if isinstance(mine, exp.Column) and mine.table == alias and len(readers) == 1 and alias not in readers \
+                    and other.find(exp.Select) is None:
+                found[id(mine)] = (readers.pop(), other.sql(dialect=DIALECT), mine.name)
+    named = [c for c in query.tree.find_all(exp.Column) if c.table == alias]
+    relations = {r for r, _, _ in found.values()}
+    if not found or any(id(c) not in found for c in named) or len(relations) != 1:
+        return None
+    relation = relations.pop()
+    if any(j.padded == relation for j in query.outer):
+        return None
+    return relation, [(e, t) for _, e, t in found.values()]
 
 
 def join_links(query: Query, alias: str, others) -> dict[str, list[tuple[str, str]]]:

@@ -26,12 +26,15 @@ NOT IN over one table are semi- and anti-joins (``lakeivm.sql``), linear in R an
 this way; NOT IN's NULL rule also ties R's rows with a NULL key to every change of S, and all of R
 to a change of S with a NULL key.
 A query over UNION ALL is one query per branch (``lakeivm.sql``), each under the rules above; their
-states add, so a table's change reaches only the branches that read it.
+states add, so a table's change reaches only the branches that read it. A relation that is only
+thresholds of another (``lakeivm.sql.thresholds``: TPC-H Q11's share of the total, Q22's average)
+moves only the rows between its old and new value: its term reads those (``_crossed``).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -41,7 +44,7 @@ from lakeivm.store import storage
 from lakeivm.store.lake import CDF
 from lakeivm.columns import MULTIPLICITY
 from lakeivm.sql import (COUNT, Aggregate, OuterJoin, Query, join_links, join_order, multiset_of_sql, multiset_sql, reduced_sql, rolled_up_sql,
-                         state_sql)
+                         state_sql, thresholds)
 from lakeivm.views.base import Context
 from lakeivm.views.state import (AdditiveTable, as_frames, as_read, as_read_changes, duckdb_query, in_stored_types, keys_in,
                                  overwrite, quoted, read_if_small, read_result, union_all)
@@ -257,8 +260,11 @@ class FirstOrderMaintainer:
         def source(alias: str) -> str:
             return delta_view if alias == delta_alias else ctx.snapshot(tables[alias], versions[alias])
         small = sizes is not None and ctx.delta_rows.get(table, math.inf) <= ctx.lake.limits.reduced_rows
-        reduced = _reduced(ctx, {delta_alias: delta_view}, source, versions, sizes) if small else {}
-        return {alias: reduced.get(alias) or source(alias) for alias in tables if alias not in skip}
+        crossed = _crossed(ctx, delta_alias, delta_view, source, versions, sizes) if small else {}
+        seeds = {delta_alias: delta_view, **{alias: view for alias, (view, here) in crossed.items() if here}}
+        reduced = _reduced(ctx, seeds, source, versions, sizes) if small else {}
+        chosen = {**reduced, **{alias: view for alias, (view, _) in crossed.items()}}
+        return {alias: chosen.get(alias) or source(alias) for alias in tables if alias not in skip}
 
     @staticmethod
     def _versions(ctx: Context, table: str, delta_alias: str) -> dict[str, int]:
@@ -318,6 +324,99 @@ def _reduced(ctx: Context, seeds: Mapping[str, str], source: Callable[[str], str
     return out
 
 
+def _crossed(ctx: Context, delta_alias: str, delta_view: str, source: Callable[[str], str], versions: Mapping[str, int],
+             sizes: Mapping[str, tuple]) -> dict[str, tuple[str, bool]]:
+    """{R: (a view of R's rows a change of its thresholds can move, whether they are local rows)} where
+    the changed relation is only thresholds of R and its change moves them without adding rows
+    (``thresholds``): R's rows with a compared value between the change's least and greatest
+    threshold. A Spark filter of R where the term joins no other large table; else the rows are
+    brought here to seed ``_reduced`` (TPC-H Q22's customers, then their orders): by delta-rs where
+    each compared value is a column of a base table (a superset: the bounds widened to whole
+    numbers), else by Spark (R's own terms too, the threshold's type), when at most
+    ``limits.reduced_rows``. Numeric thresholds only, none NULL or NaN (Spark orders NaN last)."""
+    from pyspark.sql import functions as F
+
+    found = thresholds(ctx.query, delta_alias)
+    if found is None:
+        return {}
+    relation, compared = found
+    change = ctx.spark.table(delta_view)
+    types = {f.name: f.dataType for f in change.schema.fields}
+    if not all(types[t].typeName() in _NUMERIC for _, t in compared):
+        return {}
+    summary = [f(F.col(f"`{t}`")) for _, t in compared for f in (F.count, F.min, F.max)]
+    added, rows, *values = change.agg(F.sum(MULTIPLICITY), F.count(F.lit(1)), *summary).collect()[0]
+    spans = [values[i:i + 3] for i in range(0, len(values), 3)]  # per threshold: (non-NULL values, least, greatest)
+    if not rows or added != 0 or any(n != rows or math.isnan(hi) for n, _, hi in spans):  # Spark's MAX is NaN if any is
+        return {}
+    bounds = [(e, types[t], lo, hi) for (e, t), (_, lo, hi) in zip(compared, spans)]
+    view = f"lakeivm_{ctx.view}_{relation}_crossed"
+    joined = any(a not in (delta_alias, relation) and sizes[a][0] > ctx.lake.limits.snapshot_rows for a in sizes)
+    read = _widened_locally(ctx, relation, versions[relation], bounds) if joined and relation in sizes else None
+    if read is not None and read[0].num_rows <= ctx.lake.limits.reduced_rows:
+        storage.local_rows(ctx.spark, *read).createOrReplaceTempView(view)
+        return {relation: (view, True)}
+    frame = _between_on_spark(ctx, relation, source(relation), bounds)
+    taken = frame.limit(ctx.lake.limits.reduced_rows + 1).toArrow() if joined else None
+    here = taken is not None and taken.num_rows <= ctx.lake.limits.reduced_rows
+    (storage.local_rows(ctx.spark, taken, frame.schema) if here else frame).createOrReplaceTempView(view)
+    return {relation: (view, here)}
+
+
+_NUMERIC = {"byte", "short", "integer", "long", "float", "double", "decimal"}
+
+
+def _between_on_spark(ctx: Context, relation: str, source: str, bounds: Sequence[tuple]) -> DataFrame:
+    """``relation``'s rows (from ``source``) that pass its own terms with some compared value between
+    its bounds, each bound in its threshold's type: as the query compares them."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    between = [F.expr(e).between(F.lit(lo).cast(kind), F.lit(hi).cast(kind)) for e, kind, lo, hi in bounds]
+    own = " AND ".join(f"({f})" for f in ctx.query.filters.get(relation, ())) or "TRUE"
+    frame = ctx.spark.sql(f"SELECT * FROM {source} AS `{relation}` WHERE {own}").alias(relation)
+    columns = ["*"] if ctx.query.has_subquery else [f"`{relation}`.`{c}`" for c in _relation(ctx.query, relation).columns]
+    return frame.where(reduce(lambda a, b: a | b, between)).select(*columns)
+
+
+def _widened_locally(ctx: Context, relation: str, version: int, bounds: Sequence[tuple]) -> tuple[pa.Table, str] | None:
+    """The rows of base table ``relation`` at ``version`` with some compared column within its bounds
+    widened to whole numbers, by delta-rs (``_rows_with_keys``): a superset of the rows Spark would
+    find, so the same term; None where a compared value is not a plain column or Arrow cannot compare."""
+    import sqlglot
+    from deltalake import DeltaTable
+
+    from lakeivm.sql import DIALECT
+
+    table = _relation(ctx.query, relation).table
+    try:
+        schema = pa.schema(DeltaTable(ctx.lake.table_path(table), version=version).schema().to_arrow())
+        within = None
+        for e, _, lo, hi in bounds:
+            column = sqlglot.parse_one(e, dialect=DIALECT)
+            if not isinstance(column, sqlglot.exp.Column):
+                return None
+            kind = schema.field(column.name).type
+            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
+                return None
+            if max(abs(lo), abs(hi)) >= 2 ** 52:  # a double within 1 of the value it rounds: widening by 1 suffices
+                return None
+            low, high = (math.floor(lo) - 1, math.ceil(hi) + 1)
+            if pa.types.is_decimal(kind):
+                low, high = Decimal(low), Decimal(high)
+            one = (pc.field(column.name) >= pa.scalar(low, type=kind)) & (pc.field(column.name) <= pa.scalar(high, type=kind))
+            within = one if within is None else within | one
+    except Exception:  # noqa: BLE001 -- a bound the column's type cannot hold, a table delta-rs cannot open: Spark reads it
+        return None
+    columns = None if ctx.query.has_subquery else list(_relation(ctx.query, relation).columns)
+    return _rows_with_keys(ctx, table, version, {}, columns, within)
+
+
+def _relation(query: Query, alias: str):
+    return next(r for r in query.relations if r.alias == alias)
+
+
 def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
                      preserved_version: int) -> tuple[DataFrame, DataFrame] | None:
     """For a LEFT / RIGHT / SEMI / ANTI join's change (not FULL, not NOT IN: their NULL rules read
@@ -350,9 +449,10 @@ def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
 
 
 def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, Sequence[pa.Array]],
-                    columns: list[str] | None) -> tuple[pa.Table, str] | None:
+                    columns: list[str] | None, within: pc.Expression | None = None) -> tuple[pa.Table, str] | None:
     """The rows of ``table`` at ``version`` whose every column of ``keys`` is in each of its Arrow
-    arrays (without NULLs: SQL's IN matches none), ``columns`` of them (None: all), read by delta-rs
+    arrays (without NULLs: SQL's IN matches none) and that pass ``within`` (an Arrow filter),
+    ``columns`` of them (None: all), read by delta-rs
     as ``Lake.read_small`` reads, with their Spark DDL (the table's own types); or None where the
     gate, its size or a key's type leave it to Spark."""
     from deltalake import DeltaTable
@@ -364,7 +464,7 @@ def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, S
         if not fastpath.admits(found) or storage.rows_in(found, unknown=ctx.lake.limits.scan_rows + 1) > ctx.lake.limits.scan_rows:
             return None
         schema = pa.schema(found.schema().to_arrow())
-        condition = None
+        condition = within
         for column, arrays in keys.items():
             kind = schema.field(column).type
             for array in arrays:
