@@ -156,6 +156,23 @@ def test_a_view_logs_its_own_seconds_not_its_upstreams(lake, spark):
     assert said[-1].startswith("top: with the 1 view(s) it reads refreshed first") and chain >= up.seconds + down.seconds
 
 
+def test_a_view_two_views_read_is_refreshed_once_on_the_way(lake, spark):
+    """A diamond (``top`` over ``low`` and ``high``, both over ``totals``): an on-demand refresh of
+    ``top`` refreshes ``totals`` once, not once per view that reads it, and every view equals its SQL."""
+    lake.create_table("r", spark.createDataFrame([(0, 1), (1, 2), (2, 5)], "g int, x int"))
+    specs, _ = link_upstreams({"totals": spec("totals", "SELECT g, SUM(x) AS sx FROM r GROUP BY g"),
+                               "low": spec("low", "SELECT COUNT(*) AS n FROM totals WHERE sx < 3"),
+                               "high": spec("high", "SELECT COUNT(*) AS n FROM totals WHERE sx >= 3"),
+                               "top": spec("top", "SELECT SUM(low.n + high.n) AS n FROM low, high")})
+    for batch in ("INSERT INTO {t} VALUES (3, 4)", "UPDATE {t} SET x = x + 3 WHERE g = 0"):
+        sql(lake, batch, "r")
+        said = []
+        run_view(lake, specs["top"], progress=said.append)
+        assert sum(line.startswith("totals:") for line in said) == 1, said
+        for name in specs:
+            assert audit(lake, specs[name]).ok, name
+
+
 def test_status_on_a_fresh_lake_says_which_views_wait_for_the_views_they_read(lake, spark):
     """Issue 52 item 7: before any run, a view over a view is not an error but waits for it."""
     from lakeivm.api import ViewStatus

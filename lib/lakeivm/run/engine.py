@@ -119,12 +119,14 @@ def run_views(lake: Lake, specs: Iterable[ViewSpec], mode: str = "refresh",
 
 
 def _run_view(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None, fail_at: str | None,
-              progress: Callable[[str], None], asked: bool = True, alone: bool = False) -> commit.LogRow | None:
+              progress: Callable[[str], None], asked: bool = True, alone: bool = False,
+              refreshed: set[str] | None = None) -> commit.LogRow | None:
     # On demand: the views it reads first, each under its own claim. A tick follows their Assets and
     # reads what they last committed -- but runs one first that has no run of its definition to read yet.
     # auto over a split view: the view as declared recomputed in one query, or it and its split views maintained.
     # A tick of a view over views plans its chain jointly under its deadline (``run.chains``) where every view has runs to learn from.
-    # ``alone``: the caller has run the views it reads (``run_views``).
+    # ``alone``: the caller has run the views it reads (``run_views``); ``refreshed``: the views this
+    # on-demand refresh has refreshed on its way (a view two of its views read is refreshed once).
     chain_started = time.perf_counter()
     whole, in_whole = _whole_or_split(lake, spec) if mode != "rebuild" and tables is None else (None, False)
     own = spec.whole if whole is not None and whole.full else spec
@@ -137,8 +139,9 @@ def _run_view(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | Non
                 return _chain_tick(lake, own, *planned, fail_at, progress, chosen, chain_started)
         # The chain's prediction and seconds are the view asked for's (its deadline is the chain's), not each upstream's on the way.
         predicted = chains.predicted_refresh(lake, own) if chained and asked and mode == "refresh" else None
-        ran = [_refresh_first(lake, up, progress) for up in own.upstreams.values()
-               if not alone and (mode != "tick" or not upstream.readable(lake, up))]
+        refreshed = set() if refreshed is None else refreshed
+        ran = [_refresh_first(lake, up, progress, refreshed) for up in own.upstreams.values()
+               if not alone and up.name not in refreshed and (mode != "tick" or not upstream.readable(lake, up))]
         chain = chains.ChainRun(chain_started, predicted and predicted[1]) if ran and asked else None
         row = _own_run(lake, own, mode, tables, fail_at, progress, chosen, chain=chain)
     if ran:  # the chain's seconds, beside the run's own (logged: its cost models, auto and the deadline read those)
@@ -147,10 +150,11 @@ def _run_view(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | Non
     return row
 
 
-def _refresh_first(lake: Lake, spec: ViewSpec, progress: Callable[[str], None]) -> commit.LogRow | None:
+def _refresh_first(lake: Lake, spec: ViewSpec, progress: Callable[[str], None], refreshed: set[str]) -> commit.LogRow | None:
     """An on-demand refresh of a view another view reads, on the way to that view's."""
+    refreshed.add(spec.name)
     with analysed_as(spec):
-        return _run_view(lake, spec, "refresh", None, None, progress, asked=False)
+        return _run_view(lake, spec, "refresh", None, None, progress, asked=False, refreshed=refreshed)
 
 
 def _chain_tick(lake: Lake, spec: ViewSpec, decision, views: list[ViewSpec], fail_at: str | None,
