@@ -43,7 +43,7 @@ def test_thresholds_are_found_only_where_every_column_of_the_relation_is_one():
         assert thresholds(parse_query(sql, schemas), "t") is None, sql
 
 
-@pytest.mark.heavy(60)
+@pytest.mark.heavy(110)
 def test_views_over_moving_thresholds_match_sql_under_random_streams(lake, spark, tmp_path, monkeypatch):
     rng = random.Random(53)
     lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5), (3, 2), (1, 4), (0, 7)], "a int, x int"))

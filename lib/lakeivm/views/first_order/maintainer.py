@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 from lakeivm.store import storage
 from lakeivm.store.lake import CDF
 from lakeivm.columns import MULTIPLICITY
-from lakeivm.sql import (COUNT, Aggregate, OuterJoin, Query, join_links, join_order, multiset_of_sql, multiset_sql, reduced_sql, rolled_up_sql,
+from lakeivm.sql import (COUNT, Aggregate, OuterJoin, Query, Relation, join_links, join_order, multiset_of_sql, multiset_sql, reduced_sql, rolled_up_sql,
                          state_sql, thresholds)
 from lakeivm.views.base import Context
 from lakeivm.views.state import (AdditiveTable, as_frames, as_read, as_read_changes, duckdb_query, in_stored_types, keys_in,
@@ -303,7 +303,7 @@ def _reduced(ctx: Context, seeds: Mapping[str, str], source: Callable[[str], str
         links = join_links(query, alias, reducers)
         if not links:
             continue
-        relation = next(r for r in query.relations if r.alias == alias)
+        relation = _relation(query, alias)
         columns = None if query.has_subquery else list(relation.columns)
         keys: dict[str, list] = {}
         for other, pairs in links.items():
@@ -413,7 +413,8 @@ def _widened_locally(ctx: Context, relation: str, version: int, bounds: Sequence
     return _rows_with_keys(ctx, table, version, {}, columns, within)
 
 
-def _relation(query: Query, alias: str):
+def _relation(query: Query, alias: str) -> Relation:
+    """The query's relation named ``alias``."""
     return next(r for r in query.relations if r.alias == alias)
 
 
@@ -431,7 +432,7 @@ def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
 
     if join.how in ("full", "not_in"):
         return None
-    preserved = next(r for r in ctx.query.relations if r.alias == join.preserved)
+    preserved = _relation(ctx.query, join.preserved)
     sides = ((preserved.table, preserved_version, join.preserved_column), (table, ctx.pins[table], join.column))
     if not all(isinstance(source(ctx.lake, name), TableSource) for name, _, _ in sides):
         return None
