@@ -56,22 +56,21 @@ def test_views_over_moving_thresholds_match_sql_under_random_streams(lake, spark
     mains = [specs[name] for name in VIEWS]
     for spec in mains:
         assert run_view(lake, spec).kind == "first_order", spec.name
-    crossed, widened = [], []
-    cross, widen = maintainer._crossed, maintainer._widened_locally
-    monkeypatch.setattr(maintainer, "_crossed", lambda *args: crossed.append(cross(*args)) or crossed[-1])
-    monkeypatch.setattr(maintainer, "_widened_locally", lambda *args: widened.append(widen(*args)) or widened[-1])
+    crossed = []  # (path, {R: (view, brought here)})
+    cross = maintainer._crossed
+    monkeypatch.setattr(maintainer, "_crossed", lambda *args: crossed.append((path, cross(*args))) or crossed[-1][1])
     # every table large (the rows between thresholds brought here, by delta-rs), then read by Spark, then the lake's own
     paths = (Limits(snapshot_rows=0), Limits(snapshot_rows=0, scan_rows=0), lake.limits)
     for i in range(6):
+        path = i % 3
         for table, key, value in (("r", "a", "x"), ("s", "a", "g"), ("u", "x", "c")):
             random_batch(lake, rng, table, key, value)
-        monkeypatch.setattr(lake, "limits", paths[i % 3])
+        monkeypatch.setattr(lake, "limits", paths[path])
         for spec in mains:
             thresholds_only = tuple(spec.upstreams) if i == 1 else None  # r, u (and s under the groups) behind
             run_view(lake, spec, tables=thresholds_only)
         for spec in [*mains, *(u for m in mains for u in m.upstreams.values())]:
             report = audit(lake, spec)
             assert report.ok, f"round {i}, {spec.name}: {report}; missing {report.missing[:5]}, unexpected {report.unexpected[:5]}"
-    found = [next(iter(c.values())) for c in crossed if c]
-    assert any(here for _, here in found) and any(not here for _, here in found), crossed
-    assert any(w is not None for w in widened), "no rows between thresholds were read by delta-rs"
+    taken = {(path, here) for path, c in crossed for _, here in c.values()}
+    assert {(0, True), (1, True), (2, False)} <= taken, crossed  # by delta-rs, by Spark, a Spark filter in the term
