@@ -385,32 +385,26 @@ def _widened_locally(ctx: Context, relation: str, version: int, bounds: Sequence
     widened to whole numbers, by delta-rs (``_rows_with_keys``): a superset of the rows Spark would
     find, so the same term; None where a compared value is not a plain column or Arrow cannot compare."""
     import sqlglot
-    from deltalake import DeltaTable
 
     from lakeivm.sql import DIALECT
 
-    table = _relation(ctx.query, relation).table
-    try:
-        schema = pa.schema(DeltaTable(ctx.lake.table_path(table), version=version).schema().to_arrow())
-        within = None
+    def within(schema: pa.Schema) -> pc.Expression | None:
+        found = None
         for e, _, lo, hi in bounds:
             column = sqlglot.parse_one(e, dialect=DIALECT)
-            if not isinstance(column, sqlglot.exp.Column):
+            kind = schema.field(column.name).type if isinstance(column, sqlglot.exp.Column) else None
+            if not (kind is not None and (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind))) \
+                    or max(abs(lo), abs(hi)) >= 2 ** 52:  # a double within 1 of the value it rounds: widening by 1 suffices
                 return None
-            kind = schema.field(column.name).type
-            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
-                return None
-            if max(abs(lo), abs(hi)) >= 2 ** 52:  # a double within 1 of the value it rounds: widening by 1 suffices
-                return None
-            low, high = (math.floor(lo) - 1, math.ceil(hi) + 1)
+            low, high = math.floor(lo) - 1, math.ceil(hi) + 1
             if pa.types.is_decimal(kind):
                 low, high = Decimal(low), Decimal(high)
             one = (pc.field(column.name) >= pa.scalar(low, type=kind)) & (pc.field(column.name) <= pa.scalar(high, type=kind))
-            within = one if within is None else within | one
-    except Exception:  # noqa: BLE001 -- a bound the column's type cannot hold, a table delta-rs cannot open: Spark reads it
-        return None
-    columns = None if ctx.query.has_subquery else list(_relation(ctx.query, relation).columns)
-    return _rows_with_keys(ctx, table, version, {}, columns, within)
+            found = one if found is None else found | one
+        return found
+
+    table = _relation(ctx.query, relation)
+    return _rows_with_keys(ctx, table.table, version, {}, None if ctx.query.has_subquery else list(table.columns), within)
 
 
 def _relation(query: Query, alias: str) -> Relation:
@@ -449,11 +443,11 @@ def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
     return read[0], read[1]
 
 
-def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, Sequence[pa.Array]],
-                    columns: list[str] | None, within: pc.Expression | None = None) -> tuple[pa.Table, str] | None:
+def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, Sequence[pa.Array]], columns: list[str] | None,
+                    within: Callable[[pa.Schema], pc.Expression | None] | None = None) -> tuple[pa.Table, str] | None:
     """The rows of ``table`` at ``version`` whose every column of ``keys`` is in each of its Arrow
-    arrays (without NULLs: SQL's IN matches none) and that pass ``within`` (an Arrow filter),
-    ``columns`` of them (None: all), read by delta-rs
+    arrays (without NULLs: SQL's IN matches none) and that pass ``within`` (an Arrow filter made for
+    the table's schema; None from it: Spark reads them), ``columns`` of them (None: all), read by delta-rs
     as ``Lake.read_small`` reads, with their Spark DDL (the table's own types); or None where the
     gate, its size or a key's type leave it to Spark."""
     from deltalake import DeltaTable
@@ -465,7 +459,9 @@ def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, S
         if not fastpath.admits(found) or storage.rows_in(found, unknown=ctx.lake.limits.scan_rows + 1) > ctx.lake.limits.scan_rows:
             return None
         schema = pa.schema(found.schema().to_arrow())
-        condition = within
+        condition = None if within is None else within(schema)
+        if within is not None and condition is None:
+            return None
         for column, arrays in keys.items():
             kind = schema.field(column).type
             for array in arrays:
