@@ -304,7 +304,7 @@ def _reduced(ctx: Context, seeds: Mapping[str, str], source: Callable[[str], str
         if not links:
             continue
         relation = _relation(query, alias)
-        columns = None if query.has_subquery else list(relation.columns)
+        columns = _columns_read(query, alias)
         keys: dict[str, list] = {}
         for other, pairs in links.items():
             if other not in held:
@@ -376,7 +376,8 @@ def _between_on_spark(ctx: Context, relation: str, source: str, bounds: Sequence
     between = [F.expr(e).between(F.lit(lo).cast(kind), F.lit(hi).cast(kind)) for e, kind, lo, hi in bounds]
     own = " AND ".join(f"({f})" for f in ctx.query.filters.get(relation, ())) or "TRUE"
     frame = ctx.spark.sql(f"SELECT * FROM {source} AS `{relation}` WHERE {own}").alias(relation)
-    columns = ["*"] if ctx.query.has_subquery else [f"`{relation}`.`{c}`" for c in _relation(ctx.query, relation).columns]
+    read = _columns_read(ctx.query, relation)
+    columns = ["*"] if read is None else [f"`{relation}`.`{c}`" for c in read]
     return frame.where(reduce(lambda a, b: a | b, between)).select(*columns)
 
 
@@ -403,13 +404,17 @@ def _widened_locally(ctx: Context, relation: str, version: int, bounds: Sequence
             found = one if found is None else found | one
         return found
 
-    table = _relation(ctx.query, relation)
-    return _rows_with_keys(ctx, table.table, version, {}, None if ctx.query.has_subquery else list(table.columns), within)
+    return _rows_with_keys(ctx, _relation(ctx.query, relation).table, version, {}, _columns_read(ctx.query, relation), within)
 
 
 def _relation(query: Query, alias: str) -> Relation:
     """The query's relation named ``alias``."""
     return next(r for r in query.relations if r.alias == alias)
+
+
+def _columns_read(query: Query, alias: str) -> list[str] | None:
+    """The columns the query reads of relation ``alias``; None (all) where it has a subquery."""
+    return None if query.has_subquery else list(_relation(query, alias).columns)
 
 
 def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
@@ -432,7 +437,7 @@ def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
         return None
     delta = ctx.spark.table(delta_view)
     keys = delta.where(f"`{join.column}` IS NOT NULL").select(f"`{join.column}`").distinct().toArrow().column(0)
-    needed = (None if ctx.query.has_subquery else list(preserved.columns),  # the preserved relation: the columns the query reads
+    needed = (_columns_read(ctx.query, join.preserved),  # the preserved relation: the columns the query reads
               [c for c in delta.columns if c != MULTIPLICITY])  # the padded table: only the columns its change has
     read = []
     for (name, version, column), columns in zip(sides, needed):
