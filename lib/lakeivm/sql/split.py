@@ -10,7 +10,7 @@ from sqlglot.errors import ParseError
 
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.sql.ir import DIALECT
-from lakeivm.sql.tree import aggregates_alone, base_tables, conjuncts, named_outputs, qualified
+from lakeivm.sql.tree import aggregates_alone, base_tables, conjuncts, named_outputs, qualified, windowed_select
 
 
 def as_written(sql: str, sources: Mapping[str, str]) -> str:
@@ -85,7 +85,7 @@ def _derived_views(sql: str, name_of: Callable[[str], str | None], decorrelate: 
         tree = sqlglot.parse_one(sql, dialect=DIALECT)
     except ParseError:
         return sql, {}
-    if not isinstance(tree, exp.Select):
+    if not isinstance(tree, exp.Select) or windowed_select(tree) not in (None, tree):  # top rows per partition: kept whole
         return sql, {}
     views: dict[str, exp.Select] = {}  # each split view's SELECT, detached from the query
     with_ = tree.args.get("with_") or tree.args.get("with")

@@ -33,14 +33,75 @@ def backquoted(name: str) -> str:
 
 
 def has_window(sql: str) -> bool:
-    """Whether the top SELECT of ``sql`` computes a window function itself (not only in a subquery or
-    CTE): the SQL the window kind maintains, or none does. False for SQL that does not parse
-    (``parse_query`` says why)."""
+    """Whether ``sql`` is what the window kind maintains, or none does (``windowed_select``): its top
+    SELECT computes a window function itself (not only in a subquery or CTE), or only filters one that
+    does. False for SQL that does not parse (``parse_query`` says why)."""
     try:
         tree = sqlglot.parse_one(sql, dialect=DIALECT)
     except ParseError:
         return False
-    return isinstance(tree, exp.Select) and any(w.find_ancestor(exp.Select) is tree for w in tree.find_all(exp.Window))
+    return windowed_select(tree) is not None
+
+
+def windowed_select(tree: exp.Expression) -> exp.Select | None:
+    """The SELECT whose window functions the window kind maintains: ``tree`` where it computes windows
+    itself, or the one relation a "top rows per partition" query filters -- ``SELECT k, ts FROM
+    (SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) AS d WHERE rn =
+    1``, or that SELECT as the query's only CTE -- over one table, every window partitioned, a partition
+    column in the result. A row filter and projection of a partition's rows keep it a partition's
+    rows, so the query is kept whole (``split.derived_views`` does not split it off). None: no such
+    SELECT."""
+    if not isinstance(tree, exp.Select):
+        return None
+    if _computes_windows(tree):
+        return tree
+    inner = _filtered_relation(tree)
+    if (inner is None or not _computes_windows(inner) or inner.args.get("joins") or inner.args.get("with_")
+            or not isinstance(inner.args["from_"].this, exp.Table) or aggregates_alone(inner)
+            or not all(w.args.get("partition_by") for w in inner.find_all(exp.Window))):
+        return None
+    return inner if _passed_on(tree, _passed_on(inner, _partition_names(inner))) else None
+
+
+def _partition_names(select: exp.Select) -> set[str]:
+    """The plain columns every window of ``select`` is partitioned by (lower case)."""
+    names = [{e.name.lower() for e in w.args["partition_by"] if isinstance(e, exp.Column)} for w in select.find_all(exp.Window)]
+    return set.intersection(*names) if names else set()
+
+
+def _passed_on(select: exp.Select, names: set[str]) -> set[str]:
+    """The result columns of ``select`` that are columns ``names`` of its relation unchanged (lower case)."""
+    out = set()
+    for item in select.expressions:
+        inner = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+            out |= names
+        elif isinstance(inner, exp.Column) and inner.name.lower() in names:
+            out.add(item.alias_or_name.lower())
+    return out
+
+
+def _computes_windows(select: exp.Select) -> bool:
+    return any(w.find_ancestor(exp.Select) is select for w in select.find_all(exp.Window))
+
+
+def _filtered_relation(tree: exp.Select) -> exp.Select | None:
+    """The SELECT ``tree`` only filters and projects: its one FROM item, a derived table or the WITH's
+    only CTE; None where ``tree`` joins, aggregates, orders, limits or has another subquery."""
+    from_, with_ = tree.args.get("from_"), tree.args.get("with_")
+    if from_ is None or any(tree.args.get(a) for a in ("joins", "group", "having", "qualify", "order", "limit", "offset")):
+        return None
+    if isinstance(from_.this, exp.Subquery) and with_ is None:
+        inner = from_.this.this
+    elif (isinstance(from_.this, exp.Table) and not from_.this.db and with_ is not None and not with_.args.get("recursive")
+          and len(with_.expressions) == 1 and with_.expressions[0].alias_or_name == from_.this.name):
+        inner = with_.expressions[0].this
+    else:
+        return None
+    if not isinstance(inner, exp.Select) or aggregates_here(tree):
+        return None
+    others = [s for s in tree.find_all(exp.Select) if s is not tree and s is not inner and s.find_ancestor(exp.Select) is not inner]
+    return None if others else inner
 
 
 def aggregates_alone(select: exp.Expression) -> bool:

@@ -22,6 +22,10 @@ def spec(sql: str, **options) -> object:
     ("SELECT *, RANK() OVER (PARTITION BY j, k ORDER BY v) AS r, SUM(v) OVER (PARTITION BY K) AS s FROM t", (("k",), ("k",))),
     ("SELECT DISTINCT k, j, MAX(v) OVER (PARTITION BY k, j) AS mv FROM t", (("k", "j"), ("k", "j"))),
     ("SELECT k, ts, LAST_VALUE(v) IGNORE NULLS OVER (PARTITION BY k, upper(j) ORDER BY ts) AS lv FROM t", (("k",), ("k",))),
+    ("SELECT d.k, ts FROM (SELECT k, j, ts, ROW_NUMBER() OVER (PARTITION BY k, j ORDER BY ts DESC) AS rn FROM t) AS d "
+     "WHERE rn = 1", (("k",), ("k",))),
+    ("WITH r AS (SELECT k AS key, *, RANK() OVER (PARTITION BY k ORDER BY ts) AS n FROM t WHERE v > 0) "
+     "SELECT key AS id, ts FROM r WHERE n <= 3", (("k",), ("id",))),
 ])
 def test_the_partition_is_the_plain_columns_every_window_shares_and_the_result_keeps(sql, partition):
     assert partition_of(parse_full(sql, SCHEMAS)) == Partition("t", *partition)
@@ -62,3 +66,23 @@ def test_explain_names_the_partition_and_the_cost():
     query = choose(spec("SELECT k AS key, ts, LEAD(ts) OVER (PARTITION BY k ORDER BY ts) AS e FROM t"), SCHEMAS).query
     line = kind("window").describe(spec("SELECT 1"), query)
     assert "partitioned by k (result column key) of t" in line and "the touched partitions' rows" in line
+
+
+@pytest.mark.parametrize("sql, split", [
+    ("SELECT k, ts FROM (SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) AS d WHERE rn = 1", False),
+    ("WITH r AS (SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) SELECT * FROM r WHERE rn = 1", False),
+    # kept whole only where the window kind can take it whole: else the window splits off, as before
+    ("SELECT ts FROM (SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) AS d WHERE rn = 1", True),
+    ("SELECT k, ts FROM (SELECT k, ts, ROW_NUMBER() OVER (ORDER BY ts DESC) AS rn FROM t) AS d WHERE rn = 1", True),
+    ("SELECT d.k, w FROM (SELECT k, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts) AS rn FROM t) AS d JOIN u ON u.k = d.k "
+     "WHERE rn = 1", True),
+    ("SELECT k, COUNT(*) AS n FROM (SELECT k, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts) AS rn FROM t) AS d "
+     "WHERE rn < 3 GROUP BY k", True),
+])
+def test_the_latest_rows_per_partition_are_kept_whole_where_the_window_kind_takes_them(sql, split):
+    from lakeivm.sql.split import derived_views
+
+    assert bool(derived_views(sql, lambda alias: f"w__{alias}")[1]) == split
+    if not split:
+        choice = choose(spec(sql), SCHEMAS)
+        assert (choice.kind, choice.why_full) == ("window", None)

@@ -1,9 +1,12 @@
 """The shape the window kind maintains: window functions over one relation, confined to partitions.
 
 A ``SELECT`` over one relation (a lake table or a view) with an optional row-level ``WHERE``, whose
-window functions all have a ``PARTITION BY``: ``partition_of`` finds P, the plain columns of the
-relation common to every window's ``PARTITION BY``, each also a column of the result (possibly
-renamed), so that the stored result can be addressed by P. Anything else is refused with the
+window functions all have a ``PARTITION BY`` -- or a row filter and projection of such a SELECT, a
+derived table or the only CTE (``lakeivm.sql.tree.windowed_select``: the latest row per key).
+``partition_of`` finds P, the plain columns of the relation common to every window's ``PARTITION
+BY`` that are also columns of the result (possibly renamed), so that the stored result can be
+addressed by P (fewer columns than the windows': coarser partitions, a change still confined to
+them). Anything else is refused with the
 construct named (``docs/kinds/window.md``).
 """
 from __future__ import annotations
@@ -14,6 +17,7 @@ from sqlglot import exp
 
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.sql import DIALECT, Query
+from lakeivm.sql.tree import windowed_select
 
 WHOLE_TABLE = "recomputing a window over the whole table: no partition to confine a change to"
 
@@ -40,12 +44,13 @@ def partition_of(query: Query, source: str = "<sql>") -> Partition:
     Partition(table='t', columns=('k',), outputs=('key',))
     """
     tree = query.tree
-    windows = list(tree.find_all(exp.Window))
+    windowed = windowed_select(tree) or tree  # a top-rows-per-partition query: the SELECT it filters
+    windows = list(windowed.find_all(exp.Window))
     if not windows:
         raise UnsupportedQuery(f"{source}: kind window maintains window functions (f(...) OVER (PARTITION BY ...)); "
                                "this SELECT has none: remove `kind: window`")
-    _check_select(tree, source)
-    table = tree.args["from_"].this.name
+    _check_select(windowed, source)
+    table = windowed.args["from_"].this.name
     unpartitioned = next((w for w in windows if not w.args.get("partition_by")), None)
     if unpartitioned is not None:
         raise UnsupportedQuery(f"{source}: {_written(unpartitioned)}: {WHOLE_TABLE}; add a PARTITION BY to every window")
@@ -55,12 +60,15 @@ def partition_of(query: Query, source: str = "<sql>") -> Partition:
     if not common:
         raise UnsupportedQuery(f"{source}: the windows' PARTITION BY have no plain column of {table} in common; "
                                f"{WHOLE_TABLE} (partition every window by at least one same column)")
-    outputs = _result_columns(tree, columns)
-    missing = [c for c in common if c not in outputs]
-    if missing:
-        raise UnsupportedQuery(f"{source}: partition column {missing[0]!r} is not a column of the result, so a changed "
-                               f"partition cannot be found in the stored view; select it (e.g. `{missing[0]}`)")
-    return Partition(table, tuple(common), tuple(outputs[c] for c in common))
+    outputs = _result_columns(windowed, columns)
+    if windowed is not tree:  # the filtering query's own columns that are the windowed SELECT's unchanged
+        outer = _result_columns(tree, {c.lower(): c for c in outputs.values()})
+        outputs = {c: outer[o] for c, o in outputs.items() if o in outer}
+    kept = [c for c in common if c in outputs]  # fewer columns than every window's: coarser partitions, still confined
+    if not kept:
+        raise UnsupportedQuery(f"{source}: partition column {common[0]!r} is not a column of the result, so a changed "
+                               f"partition cannot be found in the stored view; select it (e.g. `{common[0]}`)")
+    return Partition(table, tuple(kept), tuple(outputs[c] for c in kept))
 
 
 def _check_select(tree: exp.Expression, source: str) -> None:
