@@ -7,9 +7,9 @@ deletes). Per batch, side by side in one run:
 
 - lakeivm: every view refreshed, upstreams first (each run's own seconds from its log row, and the
   wall time of the whole pipeline);
-- Spark: every view's SQL recomputed from its inputs and written over a Delta table, in the same
-  order (what a nightly rebuild does: each view from the base tables' snapshots and the views it
-  reads);
+- Spark: every declared view's SQL (as written: not the views lakeivm splits off it) recomputed
+  from its inputs and written over a Delta table, in the same order (what a nightly rebuild does:
+  each view from the base tables' snapshots and the views it reads);
 - DuckDB: the same, in one process over the base tables' snapshots read by delta-rs (the SQL
   transpiled by sqlglot; a view DuckDB cannot run is named, with the tables it feeds).
 
@@ -144,14 +144,24 @@ def tables(results: dict) -> list[dict]:
     return [batches, *views]
 
 
+def _declared(specs, order: list[str], pins):
+    """(name, the view as declared, its inputs' versions) for each view the pipeline declares, in order:
+    a view lakeivm split is recomputed as written, at the versions its split-off views read."""
+    for name in order:
+        if specs[name].derived_from is None:
+            split = {one.name for one in specs[name].split_off}
+            read = {t: v for one in (name, *split) for t, v in pins[one].items() if t not in split}
+            yield name, specs[name].whole or specs[name], read
+
+
 def _spark_recompute(lake, specs, order: list[str], pins, root: str, per_view) -> float:
-    """Every view's SQL recomputed by Spark from its inputs at the runs' pins, written over a Delta table."""
+    """Every declared view's SQL recomputed by Spark from its inputs at the runs' pins, written over a Delta table."""
     from lakeivm.run.audit import recompute
 
     total = 0.0
-    for name in order:
+    for name, spec, versions in _declared(specs, order, pins):
         t0 = time.perf_counter()
-        recompute(lake, specs[name], pins[name]).write.format("delta").mode("overwrite").option(
+        recompute(lake, spec, versions).write.format("delta").mode("overwrite").option(
             "overwriteSchema", "true").save(f"{root}/recomputed/{name}")
         seconds = time.perf_counter() - t0
         per_view[name]["spark_s"].append(seconds)
@@ -160,8 +170,8 @@ def _spark_recompute(lake, specs, order: list[str], pins, root: str, per_view) -
 
 
 def _duckdb_recompute(lake, specs, order: list[str], pins, per_view, failed: dict[str, str]) -> float:
-    """Every view's SQL run by DuckDB in one process, over the base tables' snapshots (delta-rs) and
-    the views computed before it; a view DuckDB cannot run is noted in ``failed`` and read from lakeivm's result."""
+    """Every declared view's SQL run by DuckDB in one process, over the base tables' snapshots (delta-rs)
+    and the views computed before it; a view DuckDB cannot run is noted in ``failed`` and read from lakeivm's result."""
     import duckdb
     import sqlglot
     from deltalake import DeltaTable
@@ -174,10 +184,10 @@ def _duckdb_recompute(lake, specs, order: list[str], pins, per_view, failed: dic
     for table, version in tables.items():
         con.register(table, DeltaTable(lake.table_path(table), version=version).to_pyarrow_table())
     total = time.perf_counter() - t0
-    for name in order:
+    for name, spec, _ in _declared(specs, order, pins):
         t0 = time.perf_counter()
         try:
-            tree = named_outputs(sqlglot.parse_one(specs[name].sql, dialect="spark"))
+            tree = named_outputs(sqlglot.parse_one(spec.sql, dialect="spark"))
             result = con.sql(tree.sql(dialect="duckdb")).to_arrow_table()
         except Exception as err:  # noqa: BLE001 -- a construct DuckDB lacks: named, and lakeivm's result read instead
             failed.setdefault(name, str(err).splitlines()[0][:200])
