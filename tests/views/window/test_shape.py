@@ -7,7 +7,7 @@ import pytest
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.catalog.registry import choose, spec_from_dict
 from lakeivm.sql import parse_full
-from lakeivm.views.window.shape import WHOLE_TABLE, Partition, partition_of
+from lakeivm.views.window.shape import WHOLE_TABLE, partition_of
 
 SCHEMAS = {"t": {"k": "int", "j": "int", "ts": "int", "v": "int"}, "u": {"k": "int", "w": "int"}}
 
@@ -28,7 +28,8 @@ def spec(sql: str, **options) -> object:
      "SELECT key AS id, ts FROM r WHERE n <= 3", (("k",), ("id",))),
 ])
 def test_the_partition_is_the_plain_columns_every_window_shares_and_the_result_keeps(sql, partition):
-    assert partition_of(parse_full(sql, SCHEMAS)) == Partition("t", *partition)
+    found = partition_of(parse_full(sql, SCHEMAS))
+    assert (found.table, found.columns, found.outputs) == ("t", *partition)
     choice = choose(spec(sql), SCHEMAS)
     assert (choice.kind, choice.why_full) == ("window", None)
 
@@ -86,3 +87,26 @@ def test_the_latest_rows_per_partition_are_kept_whole_where_the_window_kind_take
     if not split:
         choice = choose(spec(sql), SCHEMAS)
         assert (choice.kind, choice.why_full) == ("window", None)
+
+
+@pytest.mark.parametrize("sql, order", [
+    ("SELECT k, ts AS day, MAX(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 364 PRECEDING AND CURRENT ROW) AS hi, "
+     "AVG(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 19 PRECEDING AND CURRENT ROW) AS a FROM t", ("ts", "day")),
+    ("SELECT k, ts, SUM(v) OVER (PARTITION BY k ORDER BY ts) AS s, RANK() OVER (PARTITION BY k ORDER BY ts) AS r, "
+     "LAG(v, 2) OVER (PARTITION BY k ORDER BY ts) AS l, LAST_VALUE(v) IGNORE NULLS OVER (PARTITION BY k ORDER BY ts) AS lv, "
+     "SUM(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS b FROM t", ("ts", "ts")),
+    ("WITH r AS (SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts) AS rn FROM t) SELECT k, ts AS f FROM r WHERE rn = 1",
+     ("ts", "f")),
+    # a window that looks ahead, another order, or O not in the result: the whole partition
+    ("SELECT k, ts, LEAD(v) OVER (PARTITION BY k ORDER BY ts) AS l FROM t", None),
+    ("SELECT k, ts, NTILE(2) OVER (PARTITION BY k ORDER BY ts) AS l FROM t", None),
+    ("SELECT k, ts, SUM(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS l FROM t", None),
+    ("SELECT k, ts, SUM(v) OVER (PARTITION BY k ORDER BY ts DESC) AS l FROM t", None),
+    ("SELECT k, ts, SUM(v) OVER (PARTITION BY k ORDER BY ts NULLS LAST) AS l FROM t", None),
+    ("SELECT k, ts, SUM(v) OVER (PARTITION BY k ORDER BY ts, v) AS l FROM t", None),
+    ("SELECT k, ts, SUM(v) OVER (PARTITION BY k ORDER BY ts) AS l, SUM(v) OVER (PARTITION BY k ORDER BY v) AS w FROM t", None),
+    ("SELECT k, ts, SUM(v) OVER (PARTITION BY k) AS l FROM t", None),
+    ("SELECT k, SUM(v) OVER (PARTITION BY k ORDER BY ts) AS l FROM t", None),
+])
+def test_windows_that_look_back_along_one_ascending_column_name_it(sql, order):
+    assert partition_of(parse_full(sql, SCHEMAS)).order == order

@@ -5,8 +5,10 @@ P, so a change to rows of partition p changes only p's window outputs. A run tak
 values of the relation's netted change (NULL matching NULL), recomputes the view's own SQL over the
 relation's snapshot at the pin restricted to K (a LEFT SEMI JOIN before any window is computed),
 and replaces the result rows of K with those rows in one commit (a small result rewritten by delta-rs,
-else a Delta MERGE). Cost per run: the touched
-partitions' rows, read, windowed and rewritten; the rest of the result is not read.
+else a Delta MERGE). Where every window looks back along one ascending column O (``shape._looked_back``),
+a row before its partition's first changed O keeps its values, so only the rows from there on are
+replaced: an append rewrites the appended rows. Cost per run: the touched partitions' rows, read and
+windowed; the rows replaced, written; the rest of the result is not read.
 """
 from __future__ import annotations
 
@@ -18,12 +20,13 @@ from lakeivm.store.lake import CDF
 from lakeivm.sql import as_written, backquoted
 from lakeivm.views.base import Context
 from lakeivm.views.state import keys_in, overwrite, read_if_small, read_result
-from lakeivm.views.window.shape import partition_of
+from lakeivm.views.window.shape import Partition, partition_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 _OP = "_lakeivm_op"  # in the MERGE's source: "d" a touched partition's key, "i" a recomputed row
+_FROM = "_lakeivm_from"  # a touched partition's first changed O, where the windows look back along O
 
 
 class WindowMaintainer:
@@ -46,14 +49,24 @@ class WindowMaintainer:
         from pyspark.sql import functions as F
 
         p = partition_of(ctx.query, ctx.spec.source)
-        touched = delta.select(*[F.col(f"`{c}`") for c in p.columns]).distinct()
+        columns = [F.col(f"`{c}`") for c in p.columns]
+        if p.order is None:
+            touched = delta.select(*columns).distinct()
+        else:  # each partition's first changed O (NULL: a change at a NULL O, the whole partition)
+            o = F.col(f"`{p.order[0]}`")
+            touched = delta.groupBy(*columns).agg(F.when(F.max(o.isNull()), F.lit(None)).otherwise(F.min(o)).alias(_FROM))
         snapshot = ctx.spark.table(ctx.snapshot(table, ctx.pins[table])).alias("r")
         on = [F.col(f"r.`{c}`").eqNullSafe(F.col(f"k.`{c}`")) for c in p.columns]
         name = f"lakeivm_{ctx.view}_{table}_touched"
         snapshot.join(touched.alias("k"), on, "left_semi").createOrReplaceTempView(name)
-        rows = ctx.spark.sql(as_written(ctx.spec.sql, {table: name})).localCheckpoint(eager=True)
+        rows = ctx.spark.sql(as_written(ctx.spec.sql, {table: name}))
+        keys = touched.select(*[F.col(f"`{c}`").alias(o) for c, o in zip(p.columns, p.outputs)], *([_FROM] if p.order else []))
+        if p.order is not None:  # only the rows from each partition's first changed O on can differ
+            on = [F.col(f"r.`{o}`").eqNullSafe(F.col(f"k.`{o}`")) for o in p.outputs]
+            rows = rows.alias("r").join(keys.alias("k"), on).where(
+                F.col(f"k.{_FROM}").isNull() | (F.col(f"r.`{p.order[1]}`") >= F.col(f"k.{_FROM}"))).select("r.*")
+        rows = rows.localCheckpoint(eager=True)
         ctx.spark.catalog.dropTempView(name)
-        keys = touched.select(*[F.col(f"`{c}`").alias(o) for c, o in zip(p.columns, p.outputs)])
         self._pending.append((keys, rows))
 
     def flush(self, ctx: Context) -> None:
@@ -61,11 +74,11 @@ class WindowMaintainer:
         result rewritten whole by delta-rs in this process (a Spark MERGE costs seconds however few
         rows it touches), a larger one by one MERGE."""
         pending, self._pending = self._pending, []
-        path, outputs = ctx.lake.view_path(ctx.view), partition_of(ctx.query, ctx.spec.source).outputs
+        path, p = ctx.lake.view_path(ctx.view), partition_of(ctx.query, ctx.spec.source)
         for keys, rows in pending:  # one relation: one apply per run
             stored = read_if_small(ctx.lake, path)
-            if stored is None or not _replace_locally(ctx, path, stored[1], keys, rows, outputs):
-                _merge(ctx, path, keys, rows, outputs)
+            if stored is None or not _replace_locally(ctx, path, stored[1], keys, rows, p):
+                _merge(ctx, path, keys, rows, p)
             ctx.checkpoint("flush:result")
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
@@ -76,13 +89,17 @@ class WindowMaintainer:
         return changes.select(*[f"`{c}`" for c in changes.columns if not c.startswith("_lakeivm_")], MULTIPLICITY)
 
 
-def _replace_locally(ctx: Context, path: str, stored, keys: DataFrame, rows: DataFrame, outputs: tuple[str, ...]) -> bool:
-    """The stored rows (Arrow) less the partitions ``keys`` holds, plus ``rows``, written by delta-rs;
-    False (nothing written) where it cannot write them."""
+def _replace_locally(ctx: Context, path: str, stored, keys: DataFrame, rows: DataFrame, p: Partition) -> bool:
+    """The stored rows (Arrow) less those ``keys`` replaces (their partitions, from the partition's
+    first changed O on where the windows look back along O), plus ``rows``, written by delta-rs; False
+    (nothing written) where it cannot write them."""
     import pyarrow as pa
 
-    touched = set(keys_in(keys.toArrow(), outputs))
-    kept = stored.filter(pa.array([key not in touched for key in keys_in(stored, outputs)], pa.bool_()))
+    keys = keys.toArrow()
+    first = dict(zip(keys_in(keys, p.outputs), keys[_FROM].to_pylist() if p.order else [None] * keys.num_rows))
+    order = stored[p.order[1]].to_pylist() if p.order else [None] * stored.num_rows
+    kept = stored.filter(pa.array([key not in first or (first[key] is not None and _before(o, first[key]))
+                                   for key, o in zip(keys_in(stored, p.outputs), order)], pa.bool_()))
     try:
         ctx.lake.overwrite_small(path, pa.concat_tables([kept, rows.toArrow().select(stored.column_names).cast(stored.schema)]),
                                  stored.schema)
@@ -91,12 +108,19 @@ def _replace_locally(ctx: Context, path: str, stored, keys: DataFrame, rows: Dat
     return True
 
 
-def _merge(ctx: Context, path: str, keys: DataFrame, rows: DataFrame, outputs: tuple[str, ...]) -> None:
-    """One Delta MERGE: the result rows whose partition ``keys`` holds deleted, ``rows`` inserted."""
+def _before(value, first) -> bool:
+    """``value`` < ``first`` in Spark's ascending order: NULL first, NaN last."""
+    return value is None or (value == value and (first != first or value < first))
+
+
+def _merge(ctx: Context, path: str, keys: DataFrame, rows: DataFrame, p: Partition) -> None:
+    """One Delta MERGE: the result rows ``keys`` replaces deleted (``_replace_locally``), ``rows`` inserted."""
     from pyspark.sql import functions as F
 
     source = keys.withColumn(_OP, F.lit("d")).unionByName(rows.withColumn(_OP, F.lit("i")), allowMissingColumns=True)
-    on = " AND ".join([f"s.{_OP} = 'd'", *(f"t.{backquoted(o)} <=> s.{backquoted(o)}" for o in outputs)])
+    on = " AND ".join([f"s.{_OP} = 'd'", *(f"t.{backquoted(o)} <=> s.{backquoted(o)}" for o in p.outputs)])
+    if p.order:
+        on += f" AND (s.{_FROM} IS NULL OR t.{backquoted(p.order[1])} >= s.{_FROM})"
     columns = [backquoted(c) for c in rows.columns]
     ctx.lake.merge(path, source, on, "WHEN MATCHED THEN DELETE",
                    f"WHEN NOT MATCHED AND s.{_OP} = 'i' THEN INSERT ({', '.join(columns)}) VALUES ({', '.join('s.' + c for c in columns)})")

@@ -24,11 +24,13 @@ WHOLE_TABLE = "recomputing a window over the whole table: no partition to confin
 
 @dataclass(frozen=True)
 class Partition:
-    """P: the relation's partition ``columns`` and the result ``outputs`` holding them (same order)."""
+    """P: the relation's partition ``columns`` and the result ``outputs`` holding them (same order);
+    ``order``: (O, its result column) where every window looks back along O (``_looked_back``)."""
 
     table: str
     columns: tuple[str, ...]
     outputs: tuple[str, ...]
+    order: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not self.columns or len(self.columns) != len(self.outputs):
@@ -41,7 +43,7 @@ def partition_of(query: Query, source: str = "<sql>") -> Partition:
     >>> from lakeivm.sql import parse_full
     >>> q = parse_full("SELECT k AS key, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v) AS rn FROM t", {"t": {"k": "int", "v": "int"}})
     >>> partition_of(q)
-    Partition(table='t', columns=('k',), outputs=('key',))
+    Partition(table='t', columns=('k',), outputs=('key',), order=None)
     """
     tree = query.tree
     windowed = windowed_select(tree) or tree  # a top-rows-per-partition query: the SELECT it filters
@@ -68,7 +70,8 @@ def partition_of(query: Query, source: str = "<sql>") -> Partition:
     if not kept:
         raise UnsupportedQuery(f"{source}: partition column {common[0]!r} is not a column of the result, so a changed "
                                f"partition cannot be found in the stored view; select it (e.g. `{common[0]}`)")
-    return Partition(table, tuple(kept), tuple(outputs[c] for c in kept))
+    order = _looked_back(windowed, columns)
+    return Partition(table, tuple(kept), tuple(outputs[c] for c in kept), (order, outputs[order]) if order in outputs else None)
 
 
 def _check_select(tree: exp.Expression, source: str) -> None:
@@ -93,6 +96,36 @@ def _check_select(tree: exp.Expression, source: str) -> None:
         if found:
             raise UnsupportedQuery(f"{source}: {construct} beside window functions is not maintained by kind window "
                                    f"(it recomputes the partitions a change touches); {fix}")
+
+
+_RANKING = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.Lag)  # a row's value from the rows before it
+_FRAMED = (exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg, exp.FirstValue, exp.LastValue)  # from its frame's rows
+
+
+def _looked_back(select: exp.Select, columns: dict[str, str]) -> str | None:
+    """O, where every window of ``select`` orders by the one relation column O, ascending with NULLs
+    first (Spark's default), and its value at a row depends only on the rows up to it (and its peers)
+    in that order: ROW_NUMBER, RANK, DENSE_RANK, LAG, or an aggregate or FIRST/LAST_VALUE over a frame
+    ending at the current row or before it. A change whose first changed row has O = o then leaves
+    every row with O < o as it was; None where a window looks ahead (LEAD, NTILE, FOLLOWING, ...)."""
+    found = set()
+    for window in select.find_all(exp.Window):
+        keys = window.args["order"].expressions if window.args.get("order") else []
+        if len(keys) != 1 or keys[0].args.get("desc") or not keys[0].args.get("nulls_first"):
+            return None
+        func, spec = window.this, window.args.get("spec")
+        while isinstance(func, (exp.IgnoreNulls, exp.RespectNulls)):
+            func = func.this
+        offset = func.args.get("offset") if isinstance(func, exp.Lag) else None
+        ranking = isinstance(func, _RANKING) and (offset is None or (isinstance(offset, exp.Literal) and offset.is_int
+                                                                     and int(offset.this) >= 0))
+        framed = isinstance(func, _FRAMED) and (spec is None or (not spec.args.get("exclude") and (
+            spec.args.get("end") == "CURRENT ROW" or spec.args.get("end_side") == "PRECEDING")))
+        column = _plain(keys[0].this, columns)
+        if column is None or not (ranking or framed):
+            return None
+        found.add(column)
+    return found.pop() if len(found) == 1 else None
 
 
 def _in_window(call: exp.Expression) -> bool:
