@@ -314,12 +314,22 @@ def duckdb_query(text: str, **tables):
         return con.sql(text).to_arrow_table()
 
 
+_DATABASE: dict[int, object] = {}  # {process id: its one in-memory DuckDB database} (a fork opens its own)
+
+
 @contextmanager
 def duckdb_connection(**tables):
-    """An in-memory DuckDB connection with the Arrow ``tables`` registered by name."""
+    """An in-memory DuckDB connection with the Arrow ``tables`` registered by name: a connection of
+    its own (its registrations and temp tables its own) to this process's one in-memory database,
+    opened in ~1 ms, where a new database costs ~15 ms and a run uses a dozen."""
+    import os
+
     import duckdb
 
-    with duckdb.connect() as con:
+    database = _DATABASE.get(os.getpid())
+    if database is None:
+        database = _DATABASE.setdefault(os.getpid(), duckdb.connect())
+    with database.cursor() as con:
         for name, table in tables.items():
             con.register(name, table)
         yield con
