@@ -122,19 +122,22 @@ MARKET = ("SELECT k, ts AS day, v, MAX(v) OVER (PARTITION BY k ORDER BY ts ROWS 
 
 @pytest.mark.heavy(120)
 def test_windows_looking_back_rewrite_from_the_first_changed_row_on(lake, spark, monkeypatch):
-    """Ties, NULL ts and moves between partitions on the delta-rs path; ROWS frames (ts unique per key,
-    so that ROW_NUMBER and the frames decide every tie) on the MERGE path, where an append deletes nothing."""
+    """Ties, NULL ts and NULL keys on the delta-rs path; ROWS frames (ts unique per key, so that
+    ROW_NUMBER and the frames decide every tie) on the MERGE path, where an append deletes nothing."""
+    from lakeivm.catalog.registry import choose
+    from lakeivm.views.window import maintainer
+    from lakeivm.views.window.shape import partition_of
+
     rng = random.Random(11)
     lake.create_table("t", spark.createDataFrame(ROWS + [(0, None, 4), (None, None, 1)], "k int, ts int, v int"))
     lake.create_table("m", spark.createDataFrame([(k, day, (k * 7 + day * 3) % 10) for k in range(3) for day in range(5)],
                                                  "k int, ts int, v int"))
     views = {name: spec(name, text) for name, text in {**LOOKING_BACK, "market": MARKET}.items()}
     for view in views.values():
+        assert partition_of(choose(view, lake.table_schemas()).query).order in {("ts", "ts"), ("ts", "day")}, view.name
         assert run_view(lake, view).kind == "window"
-    merged = lake.view_path("market")
-    real_read_if_small = __import__("lakeivm.views.window.maintainer", fromlist=["x"]).read_if_small
-    monkeypatch.setattr("lakeivm.views.window.maintainer.read_if_small",
-                        lambda lake_, path: None if path == merged else real_read_if_small(lake_, path))
+    merged, read_if_small = lake.view_path("market"), maintainer.read_if_small
+    monkeypatch.setattr(maintainer, "read_if_small", lambda lake_, path: None if path == merged else read_if_small(lake_, path))
     days = {k: 5 for k in range(3)}
     for round_ in range(4):
         batch(lake, rng)
