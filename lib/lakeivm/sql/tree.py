@@ -60,7 +60,8 @@ def windowed_select(tree: exp.Expression) -> exp.Select | None:
             or not isinstance(inner.args["from_"].this, exp.Table) or aggregates_alone(inner)
             or not all(w.args.get("partition_by") for w in inner.find_all(exp.Window))):
         return None
-    return inner if _passed_on(tree, _passed_on(inner, _partition_names(inner))) else None
+    passed = result_columns(inner, {name: name for name in _partition_names(inner)}).values()
+    return inner if result_columns(tree, {name.lower(): name for name in passed}) else None
 
 
 def _partition_names(select: exp.Select) -> set[str]:
@@ -69,16 +70,25 @@ def _partition_names(select: exp.Select) -> set[str]:
     return set.intersection(*names) if names else set()
 
 
-def _passed_on(select: exp.Select, names: set[str]) -> set[str]:
-    """The result columns of ``select`` that are columns ``names`` of its relation unchanged (lower case)."""
-    out = set()
-    for item in select.expressions:
-        inner = item.this if isinstance(item, exp.Alias) else item
+def plain_column(expression: exp.Expression, columns: dict[str, str]) -> str | None:
+    """The relation's column ``expression`` is, as its schema spells it, or None for any other expression."""
+    if isinstance(expression, exp.Column) and expression.name.lower() in columns:
+        return columns[expression.name.lower()]
+    return None
+
+
+def result_columns(tree: exp.Select, columns: dict[str, str]) -> dict[str, str]:
+    """{relation column: the result column that is that column unchanged}, the first one where several are."""
+    found: dict[str, str] = {}
+    for item in tree.expressions:
         if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
-            out |= names
-        elif isinstance(inner, exp.Column) and inner.name.lower() in names:
-            out.add(item.alias_or_name.lower())
-    return out
+            for column in columns.values():
+                found.setdefault(column, column)
+            continue
+        column = plain_column(item.this if isinstance(item, exp.Alias) else item, columns)
+        if column is not None:
+            found.setdefault(column, item.alias_or_name)
+    return found
 
 
 def _computes_windows(select: exp.Select) -> bool:

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from lakeivm.errors import UnsupportedQuery
 from lakeivm.sql import DIALECT, Query
-from lakeivm.sql.tree import windowed_select
+from lakeivm.sql.tree import plain_column, result_columns, windowed_select
 
 WHOLE_TABLE = "recomputing a window over the whole table: no partition to confine a change to"
 
@@ -57,14 +57,14 @@ def partition_of(query: Query, source: str = "<sql>") -> Partition:
     if unpartitioned is not None:
         raise UnsupportedQuery(f"{source}: {_written(unpartitioned)}: {WHOLE_TABLE}; add a PARTITION BY to every window")
     columns = {c.lower(): c for c in query.columns_of(table)}
-    common = [_plain(e, columns) for e in windows[0].args["partition_by"]]
+    common = [plain_column(e, columns) for e in windows[0].args["partition_by"]]
     common = [c for c in common if c is not None and all(c in _partition_columns(w, columns) for w in windows[1:])]
     if not common:
         raise UnsupportedQuery(f"{source}: the windows' PARTITION BY have no plain column of {table} in common; "
                                f"{WHOLE_TABLE} (partition every window by at least one same column)")
-    outputs = _result_columns(windowed, columns)
+    outputs = result_columns(windowed, columns)
     if windowed is not tree:  # the filtering query's own columns that are the windowed SELECT's unchanged
-        outer = _result_columns(tree, {c.lower(): c for c in outputs.values()})
+        outer = result_columns(tree, {c.lower(): c for c in outputs.values()})
         outputs = {c: outer[o] for c, o in outputs.items() if o in outer}
     kept = [c for c in common if c in outputs]  # fewer columns than every window's: coarser partitions, still confined
     if not kept:
@@ -121,7 +121,7 @@ def _looked_back(select: exp.Select, columns: dict[str, str]) -> str | None:
                                                                      and int(offset.this) >= 0))
         framed = isinstance(func, _FRAMED) and (spec is None or (not spec.args.get("exclude") and (
             spec.args.get("end") == "CURRENT ROW" or spec.args.get("end_side") == "PRECEDING")))
-        column = _plain(keys[0].this, columns)
+        column = plain_column(keys[0].this, columns)
         if column is None or not (ranking or framed):
             return None
         found.add(column)
@@ -135,29 +135,8 @@ def _in_window(call: exp.Expression) -> bool:
     return isinstance(node.parent, exp.Window) and node.parent.this is node
 
 
-def _plain(expression: exp.Expression, columns: dict[str, str]) -> str | None:
-    """The relation's column ``expression`` is, as its schema spells it, or None for any other expression."""
-    if isinstance(expression, exp.Column) and expression.name.lower() in columns:
-        return columns[expression.name.lower()]
-    return None
-
-
 def _partition_columns(window: exp.Window, columns: dict[str, str]) -> set[str]:
-    return {c for c in (_plain(e, columns) for e in window.args["partition_by"]) if c is not None}
-
-
-def _result_columns(tree: exp.Select, columns: dict[str, str]) -> dict[str, str]:
-    """{relation column: the result column that is that column unchanged}, the first one where several are."""
-    found: dict[str, str] = {}
-    for item in tree.expressions:
-        if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
-            for column in columns.values():
-                found.setdefault(column, column)
-            continue
-        column = _plain(item.this if isinstance(item, exp.Alias) else item, columns)
-        if column is not None:
-            found.setdefault(column, item.alias_or_name)
-    return found
+    return {c for c in (plain_column(e, columns) for e in window.args["partition_by"]) if c is not None}
 
 
 def _written(window: exp.Window) -> str:
