@@ -457,6 +457,12 @@ def read_result(ctx: Context, version: int | None = None) -> DataFrame:
     return small[0] if small is not None else ctx.lake.read(path, version)
 
 
+def output_types(spark, sql: str) -> dict[str, str]:
+    """{column: Spark SQL type} of ``sql`` (analysed, not run): a view's result keeps its SQL's own
+    types whichever way a run computed it, so that a switch to a recompute changes no column."""
+    return {f.name: f.dataType.simpleString() for f in spark.sql(sql).schema.fields}
+
+
 def in_stored_types(rows: DataFrame, stored: DataFrame) -> DataFrame:
     """``rows`` in the column order and Spark types of ``stored``."""
     from pyspark.sql import functions as F

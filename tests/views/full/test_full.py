@@ -263,3 +263,40 @@ def test_a_probe_that_fails_on_its_own_raises_instead_of_reporting_a_lower_bound
             assert "FILE" in str(err) and not cancelled(err), err  # FAILED_READ_FILE / file not found
         else:
             assert limit < 1 and "stopped probing" in said[0], said  # the cancel came first
+
+
+TYPED = {  # decimal sums and averages, each kind auto may switch: the SQL's types whichever way a run went
+    "first_order": "SELECT k, SUM(q * p) AS v, MIN(p) AS lo, AVG(p) AS mean, COUNT(*) AS n FROM d GROUP BY k",
+    "fivm": "SELECT k, SUM(q * p) AS v, COUNT(*) AS n FROM d GROUP BY k",
+    "window": "SELECT k, q, SUM(p) OVER (PARTITION BY k ORDER BY q, p ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run FROM d",
+    "nested": "SELECT SUM(b.p * b.q) AS vwap FROM d b WHERE 0.5 * (SELECT SUM(b1.p) FROM d b1) > "
+              "(SELECT SUM(b2.p) FROM d b2 WHERE b2.q > b.q)",
+}
+
+
+@pytest.mark.heavy(120)
+def test_a_views_stored_types_are_its_sqls_whichever_way_auto_runs_it(lake, spark, monkeypatch):
+    """A view's result has the column types Spark gives its SQL, built, maintained or recomputed:
+    a sum kept wider (DECIMAL(38, s)) and then recomputed changes the table users read, and makes
+    every view reading it rebuild ("column changed between its runs")."""
+    lake.create_table("d", spark.createDataFrame([(0, 1, 1.5), (0, 2, 2.25), (1, 3, 4.0)], "k int, q int, p double")
+                      .selectExpr("k", "q", "CAST(p AS DECIMAL(8, 2)) AS p"))
+    views = [spec(f"typed_{kind}", query) for kind, query in TYPED.items()]
+    rng = random.Random(5)
+
+    def types_of(view) -> dict:  # (nested stores a series: its version column besides the SQL's)
+        stored = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(lake.view_path(view.name)).schema.fields}
+        return {name: stored.get(name) for name in wanted[view.name]}
+
+    spark.read.format("delta").load(lake.table_path("d")).createOrReplaceTempView("d")
+    wanted = {view.name: {f.name: f.dataType.simpleString() for f in spark.sql(view.sql).schema.fields} for view in views}
+    spark.catalog.dropTempView("d")
+    assert [run_view(lake, view).kind for view in views] == list(TYPED)
+    for choice in (Mode(False, "incremental (forced)"), Mode(True, "auto: full (forced)"), Mode(False, "back (forced)")):
+        monkeypatch.setattr("lakeivm.planning.auto.choose_mode", lambda history, kind, seconds, in_full: choice)
+        q, k = rng.randint(0, 9), rng.randint(0, 2)
+        sql(lake, f"INSERT INTO {{t}} VALUES ({k}, {q}, {q}.75), ({k}, {q + 1}, 0.05)", "d")
+        for view in views:
+            run_view(lake, view)
+            assert types_of(view) == wanted[view.name], (view.name, choice.reason)
+            assert audit(lake, view).ok, view.name

@@ -44,9 +44,9 @@ from lakeivm.store import storage
 from lakeivm.store.lake import CDF
 from lakeivm.columns import MULTIPLICITY
 from lakeivm.sql import (COUNT, Aggregate, OuterJoin, Query, Relation, join_links, join_order, multiset_of_sql, multiset_sql, reduced_sql, rolled_up_sql,
-                         state_sql, thresholds)
+                         recompute_sql, state_sql, thresholds)
 from lakeivm.views.base import Context
-from lakeivm.views.state import (AdditiveTable, as_frames, as_read, as_read_changes, duckdb_query, in_stored_types, keys_in,
+from lakeivm.views.state import (AdditiveTable, as_frames, as_read, as_read_changes, duckdb_query, in_stored_types, keys_in, output_types,
                                  overwrite, quoted, read_if_small, read_result, union_all)
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ class FirstOrderMaintainer:
         state = ctx.spark.sql(state_sql(ctx.query, sources))
         if ctx.query.group_keys:
             state = state.where(f"{COUNT} > 0")
-        rows = finalize(ctx.query, state)
+        rows = finalize(ctx.query, state, output_types(ctx.spark, recompute_sql(ctx.query, sources)))
         overwrite(ctx.lake, rows, ctx.lake.view_path(ctx.view), configuration={CDF: "true"})
         ctx.checkpoint("bootstrap:result")
 
@@ -510,10 +510,13 @@ def _minus(after: DataFrame, before: DataFrame, keys: list[str], additive: tuple
     return after.select(*[F.col(f"`{k}`") for k in keys], *[F.col(f"`{c}`") for c in additive]).unionByName(negated)
 
 
-def finalize(query: Query, state: DataFrame) -> DataFrame:
-    """State rows -> stored rows: the view's columns, then hidden keys and state columns."""
+def finalize(query: Query, state: DataFrame, types: Mapping[str, str] | None = None) -> DataFrame:
+    """State rows -> stored rows: the view's columns, then hidden keys and state columns. ``types``:
+    the SQL's own column types, for a build (the state keeps sums as ``DECIMAL(38, s)``; a run's
+    MERGE or rewrite casts to the stored types)."""
     keys = [k.name for k in query.group_keys]
-    visible = [f"{o.finalize_sql} AS `{o.name}`" for o in query.outputs]
+    visible = [f"CAST(({o.finalize_sql}) AS {types[o.name]}) AS `{o.name}`" if types else f"{o.finalize_sql} AS `{o.name}`"
+               for o in query.outputs]
     shown = {o.name for o in query.outputs}
     hidden = [f"`{k}`" for k in keys if k not in shown] + list(query.state_columns)
     return state.selectExpr(*visible, *hidden)

@@ -39,7 +39,8 @@ from lakeivm.views.base import Context
 from lakeivm.views.fivm.payload import ALIVE
 from lakeivm.views.fivm.plan import FivmPlan, build_plan, leaf_weights
 from lakeivm.views.fivm.tree import View
-from lakeivm.views.state import AdditiveTable, as_frames, as_read, as_read_changes, consolidate, overwrite, read_if_small, read_result
+from lakeivm.views.state import (AdditiveTable, as_frames, as_read, as_read_changes, consolidate, output_types, overwrite, read_if_small,
+                                 read_result)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -323,8 +324,7 @@ def _join_sum(plan: FivmPlan, view: View, inputs: list[tuple[View, DataFrame, bo
 def _output_types(ctx: Context, plan: FivmPlan) -> dict[str, str]:
     """The SQL's output column types (analysis only), so the result has the view's own types."""
     sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in plan.query.relations}
-    schema = ctx.spark.sql(recompute_sql(plan.query, sources)).schema
-    return {f.name: f.dataType.simpleString() for f in schema.fields}
+    return output_types(ctx.spark, recompute_sql(plan.query, sources))
 
 
 def _render(plan: FivmPlan, root: DataFrame, types: Mapping[str, str], exact: Mapping[str, str]) -> DataFrame:
