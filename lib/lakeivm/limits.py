@@ -32,6 +32,7 @@ class Limits:
     rewrite_rows: int = 20_000  # a result or state table this small is rewritten whole by delta-rs rather than MERGEd (views.state)
     merge_rows: int = 200_000  # a MERGE source this small is merged by delta-rs in the run's process (Lake.merge_small)
     local_state_rows: int = 1_000_000  # state a kind keeps on the driver (nested indexes, triangle relations) is read and rewritten whole locally
+    difference_rows: int = 1_000_000  # a view's result this small at both runs a reader compares is diffed in the reader's process (sources.upstream)
     reduced_rows: int = 1_000_000  # a delta term's relation reduced to the rows that can join a change this small is brought here (first_order)
     scan_rows: int = 50_000_000  # a larger table read by its keys is scanned by delta-rs with a key filter, up to this size
     driver_rows: int = 1_000_000  # changed keys per relation a triangle batch applies as SQL on the driver; more: a Spark rebuild

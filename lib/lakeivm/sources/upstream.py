@@ -10,10 +10,13 @@ upstream's pin and watermark, and the upstream's changes over ``(watermark, pin]
   the current definition, a kind whose result is its stored rows row by row, and only MERGEs and
   appends between them. A MERGEd result's feed holds only the rows a run changed, so a small change
   of a large upstream costs a small read (``lakeivm bench upstream``);
-- else as the signed difference of its results at the two seqs, read through the upstream's own
-  reader: exact whatever happened between the two (a crash rolled back -- RESTORE writes no change
-  data --, a rebuild, an edited definition, auto switching the upstream between incremental and
-  full), and as cheap as the feed for a small result, which each run rewrites whole.
+- else as the signed difference of its results at the two seqs: of its stored rows, read by
+  delta-rs and netted by DuckDB in this process, where the runs between are of one kind and both
+  results are small (``_from_stored_difference``: a recompute or a small result's rewrite writes
+  the result whole, and Spark diffing two results costs a second); else read through the upstream's
+  own reader by Spark: exact whatever happened between the two (a crash rolled back -- RESTORE
+  writes no change data --, a rebuild, an edited definition, auto switching the upstream between
+  incremental and full).
 
 A view read so is a ``ViewSource``, the other ``changes.Source`` beside a table's, registered on
 the lake (``lake.upstreams``) so that ``changes.source`` finds it without importing this module. Reading a view's result needs its kind, so the binding of a spec to its context and
@@ -256,6 +259,8 @@ def read_delta(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: I
     if head < watermark:
         check_readable(lake, spec, watermark, head, columns)  # raises: the log was rewound
     fed = _from_change_feed(lake, spec, watermark, head, columns)
+    if fed is None:
+        fed = _from_stored_difference(lake, spec, watermark, head, columns)
     if fed is not None:
         return fed
     old, new = snapshot(lake, spec, watermark), snapshot(lake, spec, head)  # each built once: checked, then diffed
@@ -281,23 +286,15 @@ FEED_OPERATIONS = ("MERGE", "UPDATE", "DELETE", "OPTIMIZE", "SET TBLPROPERTIES")
 def _from_change_feed(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: list[str]) -> DataFrame | None:
     """``read_delta`` read from the change data feed of the upstream's stored result between the
     versions its runs ``watermark`` and ``head`` logged, where that feed gives the changes exactly and
-    costs less than two results: every run over the range of the upstream's current definition and
-    of one kind, the kind's result its stored rows row by row (``result_changes``), and every commit
-    of the result over the range a MERGE or an append (a rewrite's feed is both results whole; a
-    RESTORE, recovery's rollback, writes no change data). None: read the difference."""
-    from pyspark.sql import functions as F
-
+    costs less than two results: the runs of ``_stored_results``, and every commit of the result over
+    the range a MERGE or an append (a rewrite's feed is both results whole; a RESTORE, recovery's
+    rollback, writes no change data). None: read the difference."""
     from lakeivm.sources import changes
 
-    runs = [run_at(lake, spec, watermark), *_runs(lake, spec, watermark, head)]
-    since, until = (r.state_versions.get("result") for r in (runs[0], runs[-1]))
-    if (not READ_FEED or since is None or until is None or until < since
-            or any(not _of_current_definition(r, spec) or r.kind != runs[-1].kind for r in runs)):
+    stored = _stored_results(lake, spec, watermark, head) if READ_FEED else None
+    if stored is None:
         return None
-    ctx, maintainer = reader(lake, spec, runs[-1])  # the upstream's SQL classified: only once the log allows the feed
-    if not hasattr(maintainer, "result_changes"):
-        return None
-    path = maintainer.state_tables(ctx)["result"]
+    ctx, maintainer, path, since, until = stored
     if until == since:  # runs that left the result as it was (their changes netted to nothing): no change
         types = lake.schema_at(path, until)
         if any(c not in types for c in columns):
@@ -308,13 +305,77 @@ def _from_change_feed(lake: Lake, spec: ViewSpec, watermark: int, head: int, col
         return None
     try:  # read_counted checks the range (a commit gone, the feed off, a column changed) and raises ChangeRangeError
         rows, _ = result.read_counted(since, until, list(lake.schema_at(path, until)))
-        seen = maintainer.result_changes(ctx, rows)
-        if seen is None or any(c not in seen.columns for c in columns):
-            return None
-        return (seen.groupBy(*columns).agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
-                .where(F.col(MULTIPLICITY) != 0).localCheckpoint(eager=True))
+        return _as_read(ctx, maintainer, rows, columns)
     except ChangeRangeError:  # the feed cannot be read (a column changed, files vacuumed): the difference may be
         return None
+
+
+def _from_stored_difference(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: list[str]) -> DataFrame | None:
+    """``read_delta`` as the difference of the upstream's stored rows at its runs ``watermark`` and
+    ``head`` (the runs of ``_stored_results``), each read by delta-rs and the two netted by DuckDB in
+    this process where each holds at most ``limits.difference_rows`` rows of plain types: what the
+    feed would say had the runs MERGEd, for a result a recompute (or a small result's rewrite) wrote
+    whole -- Spark diffing two results of 20,000 rows costs a second. None: Spark diffs them."""
+    from lakeivm.sql import backquoted
+    from lakeivm.store import storage
+    from lakeivm.store.lake import read_with_delta_rs
+    from lakeivm.views.state import duckdb_query, quoted
+
+    stored = _stored_results(lake, spec, watermark, head)
+    if stored is None:
+        return None
+    ctx, maintainer, path, since, until = stored
+    most = lake.limits.difference_rows
+    old = read_with_delta_rs(path, most, since)
+    new = None if old is None else read_with_delta_rs(path, most, until)
+    if new is None or old[1].schema != new[1].schema or not all(_nets(field.type) for field in new[1].schema):
+        return None
+    whole = maintainer.kind == FULL  # its stored rows are its result's: netted here on the reader's columns
+    kept = columns if whole else new[1].schema.names
+    if any(c not in new[1].schema.names for c in kept):
+        return None  # (a column the reader reads went away: Spark's difference says so)
+    names = ", ".join(quoted(name) for name in kept)
+    netted = duckdb_query(f"SELECT {names}, CAST(SUM({MULTIPLICITY}) AS BIGINT) AS {MULTIPLICITY} FROM "
+                          f"(SELECT *, 1 AS {MULTIPLICITY} FROM new UNION ALL SELECT *, -1 FROM old) "
+                          f"GROUP BY {names} HAVING SUM({MULTIPLICITY}) <> 0", old=old[1], new=new[1])
+    types = storage.spark_columns(new[0])
+    rows = storage.local_rows(lake.spark, netted, ", ".join(f"{backquoted(c)} {types[c]}" for c in kept) + f", `{MULTIPLICITY}` bigint")
+    return rows if whole else _as_read(ctx, maintainer, rows, columns)
+
+
+def _stored_results(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> tuple | None:
+    """(context, maintainer, path, version at ``watermark``, version at ``head``) of the upstream's
+    stored result, where the stored rows of both runs mean the same: every run over the range of its
+    current definition and of one kind, a kind whose result is its stored rows row by row
+    (``result_changes``). None otherwise."""
+    runs = [run_at(lake, spec, watermark), *_runs(lake, spec, watermark, head)]
+    since, until = (r.state_versions.get("result") for r in (runs[0], runs[-1]))
+    if since is None or until is None or until < since or any(not _of_current_definition(r, spec) or r.kind != runs[-1].kind for r in runs):
+        return None
+    ctx, maintainer = reader(lake, spec, runs[-1])  # the upstream's SQL classified: only once the log allows it
+    if not hasattr(maintainer, "result_changes"):
+        return None
+    return ctx, maintainer, maintainer.state_tables(ctx)["result"], since, until
+
+
+def _as_read(ctx: Context, maintainer: Maintainer, rows: DataFrame, columns: list[str]) -> DataFrame | None:
+    """Signed changes of the stored rows -> the netted changes of ``columns`` of what a reader sees
+    (the kind's ``result_changes``); None where the kind cannot say them (a top-k)."""
+    from pyspark.sql import functions as F
+
+    seen = maintainer.result_changes(ctx, rows)
+    if seen is None or any(c not in seen.columns for c in columns):
+        return None
+    return (seen.groupBy(*columns).agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))
+            .where(F.col(MULTIPLICITY) != 0).localCheckpoint(eager=True))
+
+
+def _nets(kind) -> bool:
+    """Whether DuckDB groups values of the Arrow type ``kind`` as Spark does (NULLs, NaNs together)."""
+    import pyarrow as pa
+
+    return (pa.types.is_integer(kind) or pa.types.is_decimal(kind) or pa.types.is_floating(kind) or pa.types.is_string(kind)
+            or pa.types.is_large_string(kind) or pa.types.is_boolean(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind))
 
 
 def _feeds(commit: Mapping) -> bool:
