@@ -30,7 +30,7 @@ class Limits:
     small_delta_rows: int = 20_000  # a change range of at most this many change-feed rows is read and netted locally (changes)
     snapshot_rows: int = 20_000  # a base table this small is read by delta-rs for a run (views.base.Context.snapshot)
     rewrite_rows: int = 20_000  # a result or state table this small is rewritten whole by delta-rs rather than MERGEd (views.state)
-    merge_rows: int = 200_000  # a MERGE source this small is merged by delta-rs in the run's process (Lake.merge_small)
+    merge_rows: int = 200_000  # a MERGE source this small is merged, a recomputed result this small written, by delta-rs in the run's process
     local_state_rows: int = 1_000_000  # state a kind keeps on the driver (nested indexes, triangle relations) is read and rewritten whole locally
     difference_rows: int = 1_000_000  # a view's result this small at both runs a reader compares is diffed in the reader's process (sources.upstream)
     reduced_rows: int = 1_000_000  # a delta term's relation reduced to the rows that can join a change this small is brought here (first_order)
