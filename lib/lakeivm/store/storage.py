@@ -279,6 +279,24 @@ def local_rows(spark, rows, schema=None):
     return spark.createDataFrame(rows, schema=schema)
 
 
+def is_in(column: str, values, kind):
+    """A filter of a delta-rs scan (``to_pyarrow_dataset``): ``column``, of the stored Arrow type
+    ``kind``, holds one of ``values`` (an Arrow array; NULL matches NULL). delta-rs 1.6 turns each
+    file's statistics into a guarantee Arrow prunes the file by, and two are wrong: a boolean column
+    Spark wrote (no min/max) gets ``>= null``, so every file is pruned and the scan returns no row;
+    string statistics of files delta-rs wrote come as view-typed literals, and pruning fails ("no
+    kernel matching (string, string_view)"). Such a column is compared through a cast to its own
+    type, which Arrow does not prune by (``tests/test_fastpath.py``); others keep their pruning."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = values.cast(kind)
+    if pa.types.is_boolean(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind) \
+            or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return pc.field(column).cast(kind).isin(values)
+    return pc.field(column).isin(values)
+
+
 def spark_columns(table) -> dict[str, str]:
     """{column: Spark SQL type} of a loaded delta-rs ``DeltaTable``."""
     return {f["name"]: _spark_type(f["type"]) for f in json.loads(table.schema().to_json())["fields"]}

@@ -304,7 +304,7 @@ def key_filter(change, keys: Sequence[str], types):
 
     wanted = pc.scalar(True)
     for key in keys:
-        wanted &= pc.field(key).isin(pc.unique(change[key]).cast(types.field(key).type))
+        wanted &= storage.is_in(key, pc.unique(change[key]), types.field(key).type)
     return wanted
 
 

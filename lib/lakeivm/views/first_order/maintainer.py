@@ -472,7 +472,7 @@ def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, S
             for array in arrays:
                 if pa.types.is_floating(kind) or pa.types.is_floating(array.type):
                     return None
-                one = pc.field(column).isin(pc.unique(array).cast(kind))
+                one = storage.is_in(column, pc.unique(array), kind)
                 condition = one if condition is None else condition & one
         rows = found.to_pyarrow_dataset().to_table(columns=columns, filter=condition)
     except Exception:  # noqa: BLE001 -- a type Arrow cannot cast or compare, a file delta-rs cannot read: Spark reads it

@@ -169,7 +169,7 @@ def _local_where(table: AdditiveTable, **values):
     types = table.arrow_schema()
     wanted = pc.scalar(False)
     for column, among in values.items():
-        wanted |= pc.field(column).isin(among.cast(types.field(column).type))
+        wanted |= storage.is_in(column, among, types.field(column).type)
     return table.local_where(wanted)
 
 
