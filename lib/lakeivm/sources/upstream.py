@@ -258,9 +258,10 @@ def read_delta(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: I
     columns = list(columns)
     if head < watermark:
         check_readable(lake, spec, watermark, head, columns)  # raises: the log was rewound
-    fed = _from_change_feed(lake, spec, watermark, head, columns)
+    stored = _stored_results(lake, spec, watermark, head)  # the log read and the SQL classified once for both
+    fed = _from_change_feed(lake, spec, watermark, head, columns, stored)
     if fed is None:
-        fed = _from_stored_difference(lake, spec, watermark, head, columns)
+        fed = _from_stored_difference(lake, spec, watermark, head, columns, stored)
     if fed is not None:
         return fed
     old, new = snapshot(lake, spec, watermark), snapshot(lake, spec, head)  # each built once: checked, then diffed
@@ -283,7 +284,8 @@ READ_FEED = True  # False: always the difference of two results (``lakeivm bench
 FEED_OPERATIONS = ("MERGE", "UPDATE", "DELETE", "OPTIMIZE", "SET TBLPROPERTIES")  # and appends: a result's changes only
 
 
-def _from_change_feed(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: list[str]) -> DataFrame | None:
+def _from_change_feed(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: list[str],
+                      stored: tuple | None = ...) -> DataFrame | None:
     """``read_delta`` read from the change data feed of the upstream's stored result between the
     versions its runs ``watermark`` and ``head`` logged, where that feed gives the changes exactly and
     costs less than two results: the runs of ``_stored_results``, and every commit of the result over
@@ -291,8 +293,8 @@ def _from_change_feed(lake: Lake, spec: ViewSpec, watermark: int, head: int, col
     rollback, writes no change data). None: read the difference."""
     from lakeivm.sources import changes
 
-    stored = _stored_results(lake, spec, watermark, head) if READ_FEED else None
-    if stored is None:
+    stored = _stored_results(lake, spec, watermark, head) if stored is ... else stored
+    if stored is None or not READ_FEED:
         return None
     ctx, maintainer, path, since, until = stored
     if until == since:  # runs that left the result as it was (their changes netted to nothing): no change
@@ -310,7 +312,8 @@ def _from_change_feed(lake: Lake, spec: ViewSpec, watermark: int, head: int, col
         return None
 
 
-def _from_stored_difference(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: list[str]) -> DataFrame | None:
+def _from_stored_difference(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: list[str],
+                            stored: tuple | None = ...) -> DataFrame | None:
     """``read_delta`` as the difference of the upstream's stored rows at its runs ``watermark`` and
     ``head`` (the runs of ``_stored_results``), each read by delta-rs and the two netted by DuckDB in
     this process where each holds at most ``limits.difference_rows`` rows of plain types: what the
@@ -321,7 +324,7 @@ def _from_stored_difference(lake: Lake, spec: ViewSpec, watermark: int, head: in
     from lakeivm.store.lake import read_with_delta_rs
     from lakeivm.views.state import duckdb_query, quoted
 
-    stored = _stored_results(lake, spec, watermark, head)
+    stored = _stored_results(lake, spec, watermark, head) if stored is ... else stored
     if stored is None:
         return None
     ctx, maintainer, path, since, until = stored
