@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from lakeivm.store.commit import LogRow
 from lakeivm.planning.auto import HORIZON, choose_mode, full_seconds
 
@@ -83,3 +85,18 @@ def test_a_split_view_goes_whole_only_once_measured_cheaper_and_comes_back_when_
     recomputed = row("full", "refresh", 2.5)  # auto's per-view recompute: a run of the split definition too
     maintained = dataclasses.replace(INCREMENTAL, applied=("t",))
     assert maintaining_seconds([BUILD, maintained, probed, batched, recomputed]) == [2.0, 5.7 - 3.1, 2.5]
+
+
+def test_a_probes_recompute_estimate_leaves_out_the_flush_of_the_incremental_state():
+    """A recompute pays a run's fixed costs, not the MERGE of the incremental state the probing run
+    flushed: counted, a large state's 7.7 s flush made a 0.6 s recompute predict 8.2 s, and auto
+    kept a 9 s incremental run. The planner still counts the flush as the run's shared seconds."""
+    from lakeivm.planning.auto import FLUSH, PROBE
+    from lakeivm.planning.tick import run_seconds
+
+    probed = LogRow(view="v", seq=0, status="committed", mode="refresh", kind="first_order", pins={}, watermarks={},
+                    state_versions={}, consistent=True, seconds=9.2, table_seconds={"t": 0.9, PROBE: 0.6, FLUSH: 7.5},
+                    applied=("t",))
+    assert full_seconds([BUILD, probed], "first_order")[0] == pytest.approx(0.6 + 0.2)  # the probe + the run's shared less its flush
+    assert choose_mode([BUILD, probed], "first_order", 8.3, in_full=False).full
+    assert run_seconds([probed]) == pytest.approx(9.2 - 0.9 - 0.6)  # the incremental run's shared: with its flush

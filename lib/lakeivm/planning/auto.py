@@ -8,7 +8,7 @@ the view's own maintenance log, never from a guess in code:
   considered before one incremental run has been measured.
 - **full**: the median seconds of the view's last full recomputes; before the first one, a
   *probe* -- the view's SQL timed on the run's snapshots without writing (Spark's ``noop`` sink),
-  plus the run's own shared seconds -- or, before a probe, the seconds of the view's last build
+  plus the run's own shared seconds less its state's flush -- or, before a probe, the seconds of the view's last build
   from snapshots. A build writes every state table, a recompute only the result, so the build
   over-estimates: when it is cheaper than the incremental prediction auto switches at once; when it
   is within ``PROBE_RATIO`` of it, an incremental run also probes a recompute once, to learn. The
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 FULL = "full"
 HORIZON = 5  # runs a rebuild is amortized over when auto returns from full to incremental
 PROBE = "(full)"  # the table_seconds key of a probe: the view's SQL timed without writing its rows
+FLUSH = "(flush)"  # ... and, in a probing run, of writing its incremental state: work a recompute does not do
 PROBE_RATIO = 4.0  # a build this many times the incremental prediction or more: no probe (a recompute will not win)
 RECENT = 5  # full recomputations the full estimate is the median of
 SWITCH_GAIN = 0.10  # the least share of the incremental prediction a recompute must save for auto to leave it
@@ -55,6 +56,8 @@ def full_seconds(history: Sequence[LogRow], kind: str) -> tuple[float, str] | No
     recomputes = [r.seconds for r in history if r.kind == FULL and r.mode not in BUILDS][-RECENT:]
     if recomputes:
         return statistics.median(recomputes), f"median of its last {len(recomputes)} full recomputes"
+    # a run's shared seconds less its state's flush: a recompute pays the run's fixed costs, not
+    # the MERGE of a large state (counted, it made a 0.6 s recompute look like 8 s)
     probes = [(r.table_seconds[PROBE], r.seconds - sum(r.table_seconds.values())) for r in history if PROBE in r.table_seconds]
     if probes:
         probe, shared = probes[-1]

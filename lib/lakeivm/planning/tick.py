@@ -180,7 +180,9 @@ def run_seconds(history: Sequence[LogRow], calibrated: LinearCost | None = None)
     """A high quantile of the shared seconds of the runs that applied something: each one's total
     minus the seconds of its tables (writing state and result is shared by the run's tables);
     before any such run, the calibrated value."""
-    shared = [max(0.0, r.seconds - sum(r.table_seconds.values())) for r in history
+    from lakeivm.planning.auto import FLUSH
+
+    shared = [max(0.0, r.seconds - sum(s for t, s in r.table_seconds.items() if t != FLUSH)) for r in history
               if r.mode in ("tick", "refresh") and r.applied]
     if not shared:
         return calibrated.b if calibrated else 0.0

@@ -299,10 +299,10 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
         progress(f"{spec.name}: {plan}")  # the planner batches: the decision is logged, state untouched
         return _commit(ctx, maintainer, seq, mode, plan, {}, started)
     try:
-        applied = _apply(ctx, maintainer, plan, pending, progress)
+        applied, flushed = _apply(ctx, maintainer, plan, pending, progress)
     except ChangeRangeError as err:
         return _unreadable(ctx, maintainer, last, seq, err, started, progress)
-    probed = _probe(ctx, plan.predicted_seconds or 0.0, progress) if probe else None
+    probed = (_probe(ctx, plan.predicted_seconds or 0.0, progress), flushed) if probe else None
     return _commit(ctx, maintainer, seq, mode, plan, applied, started, probe=probed)
 
 
@@ -356,8 +356,9 @@ def _caught_up(lake: Lake, last: commit.LogRow) -> bool:
 
 
 def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[str, int],
-           progress: Callable[[str], None]) -> dict[str, tuple[int, float]]:
-    """Apply the plan's tables; returns {table: (change-feed rows, seconds)}: the cost models' unit."""
+           progress: Callable[[str], None]) -> tuple[dict[str, tuple[int, float]], float]:
+    """Apply the plan's tables; returns {table: (change-feed rows, seconds)} (the cost models' unit)
+    and the seconds of the state's flush."""
     sources = {table: changes.source(ctx.lake, table) for table in plan.tables}
     for table, source in sources.items():  # every range readable before any state is written
         source.check_readable(ctx.watermarks[table], ctx.pins[table], ctx.query.columns_of(table))
@@ -372,8 +373,9 @@ def _apply(ctx: Context, maintainer: Maintainer, plan: Plan, pending: Mapping[st
         ctx.watermarks[table] = ctx.pins[table]
         applied[table] = (pending[table], time.perf_counter() - t0)
         ctx.lease.check()  # a run whose claim was taken over stops before writing more
+    t0 = time.perf_counter()
     maintainer.flush(ctx)  # shared by the run's tables: the planner's run seconds, not a table's cost
-    return applied
+    return applied, time.perf_counter() - t0
 
 
 def _bootstrap(ctx: Context, maintainer: Maintainer, seq: int, mode: str, reason: str, started: float, progress) -> commit.LogRow:
@@ -413,11 +415,12 @@ def _unreadable(ctx: Context, maintainer: Maintainer, last: commit.LogRow | None
 
 
 def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Plan, applied: Mapping[str, tuple[int, float]],
-            started: float, recomputed: Mapping[str, int] | None = None, probe: float | None = None) -> commit.LogRow:
+            started: float, recomputed: Mapping[str, int] | None = None, probe: tuple[float, float] | None = None) -> commit.LogRow:
     """Append the run's committed log row. ``applied``: {table: (change rows, seconds)} applied as
     deltas; ``recomputed``: {table: change rows} a recomputation reflects (no seconds of its own);
-    ``probe``: the seconds of a recompute timed for auto, kept among the table seconds."""
-    from lakeivm.planning.auto import PROBE
+    ``probe``: the seconds of a recompute timed for auto and of the run's flush, kept among the
+    table seconds (``planning.auto.full_seconds``)."""
+    from lakeivm.planning.auto import FLUSH, PROBE
 
     lake = ctx.lake
     versions = {name: lake.head_version(path) for name, path in maintainer.state_tables(ctx).items()}
@@ -433,7 +436,7 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
         consistent=all(ctx.watermarks[t] == ctx.pins[t] for t in ctx.pins),
         started_at=datetime.fromtimestamp(time.time() - seconds, timezone.utc), applied=tuple(applied) + tuple(recomputed or ()),
         delta_rows={**{t: r for t, (r, _) in applied.items()}, **(recomputed or {})},
-        table_seconds={**{t: s for t, (_, s) in applied.items()}, **({PROBE: probe} if probe is not None else {})},
+        table_seconds={**{t: s for t, (_, s) in applied.items()}, **({PROBE: probe[0], FLUSH: probe[1]} if probe is not None else {})},
         pending_rows=pending, seconds=seconds,
         predicted_seconds=None if plan.predicted_seconds is None else float(plan.predicted_seconds), deadline_s=ctx.spec.deadline_s,
         deadline_met=(seconds <= ctx.spec.deadline_s) if mode == "refresh" else None, plan=str(plan),
