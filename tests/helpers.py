@@ -68,17 +68,19 @@ def refresh_and_audit(lake: Lake, specs: list, tables: tuple[str, ...] | None) -
                            f"missing {report.missing[:5]}, unexpected {report.unexpected[:5]}")
 
 
-def alternate_paths(lake: Lake, monkeypatch, on_spark) -> Callable[[int], str]:
-    """A stream's runs taking turns between the two ways state is kept: an even turn runs with the
-    lake's own limits (its tiny state read and written in this process by delta-rs and DuckDB), an odd
-    turn with ``on_spark`` (a ``Limits`` under which nothing counts as small: every step a Spark job,
-    state MERGEd). One stream then covers both paths, and each reading the state the other wrote.
-    Returns ``turn(i)``, which sets the path for what runs next and names it."""
-    own = lake.limits
+def alternate_paths(lake: Lake, monkeypatch, on_spark, *more) -> Callable[[int], str]:
+    """A stream's runs taking turns between the ways state is kept: turn 0 runs with the lake's own
+    limits (its tiny state read and written in this process by delta-rs and DuckDB), turn 1 with
+    ``on_spark`` (a ``Limits`` under which nothing counts as small: every step a Spark job, state
+    MERGEd), turn 2, 3, ... with each of ``more``, then round again. One stream then covers every
+    path, each reading the state the others wrote. Returns ``turn(i)``, which sets the path for
+    what runs next and names it ("local", "spark", "more 1", ...)."""
+    paths = [("local", lake.limits), ("spark", on_spark), *((f"more {i}", m) for i, m in enumerate(more, 1))]
 
     def turn(i: int) -> str:
-        monkeypatch.setattr(lake, "limits", on_spark if i % 2 else own)
-        return "spark" if i % 2 else "local"
+        name, limits = paths[i % len(paths)]
+        monkeypatch.setattr(lake, "limits", limits)
+        return name
     return turn
 
 

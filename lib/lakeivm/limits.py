@@ -31,6 +31,7 @@ class Limits:
     snapshot_rows: int = 20_000  # a base table this small is read by delta-rs for a run (views.base.Context.snapshot)
     rewrite_rows: int = 20_000  # a result or state table this small is rewritten whole by delta-rs rather than MERGEd (views.state)
     merge_rows: int = 200_000  # a MERGE source this small is merged, a recomputed result this small written, by delta-rs in the run's process
+    local_merge_rows: int = 1_000_000  # a larger state table a small delta changes is MERGEd by delta-rs in the run's process up to this size (such a table gets no deletion vectors, which delta-rs cannot write)
     local_state_rows: int = 1_000_000  # state a kind keeps on the driver (nested indexes, triangle relations) is read and rewritten whole locally
     difference_rows: int = 1_000_000  # a view's result this small at both runs a reader compares is diffed in the reader's process (sources.upstream)
     reduced_rows: int = 1_000_000  # a delta term's relation reduced to the rows that can join a change this small is brought here (first_order)

@@ -110,6 +110,14 @@ class Lake:
         seconds; delta-rs does the same work in this process without them. False, nothing written,
         if the gate refuses the table (``fastpath``: deletion vectors, column mapping, constraints,
         ...), a float key, or the source is larger: the caller MERGEs with Spark."""
+        max_rows = self.limits.merge_rows
+        rows = source.limit(max_rows + 1).toArrow()
+        return rows.num_rows <= max_rows and self.merge_arrow(path, rows, keys, delete_when, insert_when)
+
+    def merge_arrow(self, path: str, rows: object, keys: Sequence[str], delete_when: str | None = None,
+                    insert_when: str | None = None) -> bool:
+        """``merge_small`` of ``rows``, an Arrow table of this process: False, nothing written, where
+        the gate refuses the table or a key is a float."""
         import pyarrow as pa
 
         from lakeivm.store import fastpath
@@ -120,10 +128,6 @@ class Lake:
         schema = pa.schema(table.schema().to_arrow())
         if any(pa.types.is_floating(schema.field(k).type) for k in keys):
             return False  # (a float key: NaN matches NaN under Spark's <=>, which the caller's MERGE keeps)
-        max_rows = self.limits.merge_rows
-        rows = source.limit(max_rows + 1).toArrow()
-        if rows.num_rows > max_rows:
-            return False
         quote = lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
         on = " AND ".join(f"(t.{quote(k)} IS NOT DISTINCT FROM s.{quote(k)})" for k in keys) or "true"
         merge = table.merge(rows.select(schema.names).cast(schema), on, source_alias="s", target_alias="t",

@@ -200,12 +200,13 @@ class AdditiveTable:
         self._deltas = []
 
     def create(self, rows: DataFrame) -> None:
-        """Write the table from scratch (bootstrap). A large one that MERGEs gets deletion vectors: a
-        MERGE then marks the rows it changes instead of rewriting every file it touches. A small
-        one does not (it is rewritten whole by delta-rs on ``flush``, which cannot read a table
-        with them), nor an append-only one (it never MERGEs; delta-rs scans it by keys)."""
+        """Write the table from scratch (bootstrap). One too large for delta-rs to MERGE (over
+        ``limits.local_merge_rows``) gets deletion vectors: a Spark MERGE then marks the rows it
+        changes instead of rewriting every file it touches. A smaller one does not (delta-rs, which
+        rewrites or MERGEs it on ``flush``, cannot write a table with them), nor an append-only one
+        (it never MERGEs; delta-rs scans it by keys)."""
         written = self._overwrite(consolidate(rows, self.keys, self.payloads, self.alive))
-        if not self.append_only and written > self._local_rows():  # an append is never a MERGE
+        if not self.append_only and written > max(self._local_rows(), self.lake.limits.local_merge_rows):
             self.lake.spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
 
     def flush(self) -> None:
@@ -222,7 +223,7 @@ class AdditiveTable:
                     summed.write.format("delta").mode("append").save(self.path)
                 if _needs_compaction(self.path) and not self._compact_locally():
                     self._overwrite(self.consolidated_stored())
-            else:
+            elif not self._merge_locally():
                 merge_add(self.lake, self.path, self._frames(), self.keys, self.payloads, self.alive)
         self._deltas, self._replacement, self._loaded = [], None, None
         if rewritten is not None and rewritten.num_rows <= self._local_rows():
@@ -248,6 +249,39 @@ class AdditiveTable:
         summed = add_rows(schema.empty_table(), pa.concat_tables([d.cast(schema) for d in self._deltas]), self.keys, self.payloads)
         self.lake.write_small(self.path, summed, "append")
         return True
+
+    def merges_locally(self) -> bool:
+        """Whether a flush of Arrow deltas stays in this process: the table small (rewritten whole)
+        or MERGEd by delta-rs (``_merge_locally``); asked before the run adds its deltas."""
+        import pyarrow as pa
+
+        if self.readable_locally(whole=True):
+            return True
+        if not self.keys or not self.readable_locally() or not self._writable_as_loaded():
+            return False
+        most = self.lake.limits.local_merge_rows
+        return (storage.rows_in(self._delta_table(), unknown=most + 1) <= most
+                and not any(pa.types.is_floating(self.arrow_schema().field(k).type) for k in self.keys))
+
+    def _merge_locally(self) -> bool:
+        """``merge_add`` in this process, for a table too large to rewrite (``_rewrite_if_small``) but
+        at most ``limits.local_merge_rows`` rows, when every buffered delta is Arrow: the changed
+        keys' stored rows read by a delta-rs key-filtered scan, added to the deltas by DuckDB, and
+        MERGEd by delta-rs (``Lake.merge_arrow``) -- where a Spark MERGE of a few thousand keys costs
+        a snapshot and a dozen jobs. False (nothing written) otherwise: no key, a float key, a table
+        the gate refuses or one larger."""
+        import pyarrow as pa
+
+        from lakeivm.sources.changes import plain_rows
+
+        if not self.merges_locally():
+            return False
+        schema = self.arrow_schema()
+        change = pa.concat_tables([d.select(schema.names).cast(schema) for d in self._deltas])
+        stored = plain_rows(self._dataset().to_table(columns=schema.names, filter=key_filter(change, self.keys, schema)))
+        added = added_at_keys(stored.cast(schema), change, self.keys, self.payloads)
+        live = " OR ".join(f"(s.{quoted(p)} IS NOT NULL AND s.{quoted(p)} <> 0)" for p in ([self.alive] if self.alive else self.payloads))
+        return self.lake.merge_arrow(self.path, added, self.keys, delete_when=f"NOT ({live})", insert_when=live)
 
     def _compact_locally(self) -> bool:
         """An append-only table rewritten consolidated in this process (read by delta-rs, summed by
@@ -495,6 +529,20 @@ def add_rows(stored, change, keys: Sequence[str], payloads: Sequence[str], alive
     text = (f"SELECT * FROM (SELECT {group + ', ' if keys else ''}{sums} FROM added"
             + (f" GROUP BY {group}" if keys else "") + f") WHERE {live}")
     return duckdb_query(text, added=both).select(stored.column_names).cast(stored.schema)
+
+
+def added_at_keys(stored, change, keys: Sequence[str], payloads: Sequence[str]):
+    """``add_rows`` of the keys in ``change`` alone, each kept however its payloads sum (zero: the
+    caller deletes it): ``stored`` (a superset of the stored rows of those keys) plus ``change``."""
+    import pyarrow as pa
+
+    q = [quoted(k) for k in keys]
+    changed = " AND ".join(f"c.{k} IS NOT DISTINCT FROM s.{k}" for k in q)
+    sums = ", ".join(f"SUM({quoted(p)}) AS {quoted(p)}" for p in payloads)
+    text = (f"SELECT {', '.join(q)}, {sums} FROM (SELECT * FROM stored s WHERE EXISTS (SELECT 1 FROM change c WHERE {changed})"
+            f" UNION ALL SELECT * FROM change) GROUP BY {', '.join(q)}")
+    both = {"stored": stored, "change": change.select(stored.column_names).cast(stored.schema)}
+    return duckdb_query(text, **both).select(stored.column_names).cast(pa.schema(stored.schema))
 
 
 COMPACT_RATIO = 0.25  # appended rows, as a fraction of the rows at the last rewrite, that trigger a compaction

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from deltalake import DeltaTable
 
 from lakeivm.run.audit import audit
 from lakeivm.run.engine import InjectedFailure, run_view
@@ -31,9 +32,11 @@ DISTINCT = spec_from_dict({"name": "distinct_x", "sql": "SELECT a, COUNT(DISTINC
 def test_min_max_match_sql_under_random_streams_and_asymmetric_runs(lake, spark, monkeypatch):
     """The runs take turns (``alternate_paths``): on the local path the lake is tiny, so a run's state
     deltas are split and merged in this process (DuckDB) and written by delta-rs; on the Spark path
-    nothing counts as small, so they are summed by Spark and MERGEd, as for a large view."""
-    turn = alternate_paths(lake, monkeypatch, Limits(rewrite_rows=0))
-    turn(1)
+    nothing counts as small, so they are summed by Spark and MERGEd, as for a large view; on the
+    third, nothing is small but everything is within ``local_merge_rows``: the changed groups' rows
+    are read by key and MERGEd by delta-rs, multisets too."""
+    turn = alternate_paths(lake, monkeypatch, Limits(rewrite_rows=0, local_merge_rows=0), Limits(rewrite_rows=0))
+    turn(2)  # built with nothing small but within local_merge_rows: its tables get no deletion vectors
     rng = random.Random(11)
     lake.create_table("r", spark.createDataFrame([(0, 5), (0, 1), (1, None), (2, 7), (3, 2)], "a int, x int"))
     lake.create_table("s", spark.createDataFrame([(0, 0), (1, 1), (2, 0), (3, 1)], "a int, g int"))
@@ -46,9 +49,12 @@ def test_min_max_match_sql_under_random_streams_and_asymmetric_runs(lake, spark,
     for step in range(3):
         random_batch(lake, rng, "r", "a", "x")
         random_batch(lake, rng, "s", "a", "g", keys=3)
-        turn(step)
+        path = turn(step)
         run_view(lake, SPEC, tables=("r",) if step % 2 else None)
         assert audit(lake, SPEC).ok, str(audit(lake, SPEC))
+        if path == "more 1":  # the view and its multisets MERGEd by delta-rs, none rewritten whole
+            writers = {part: DeltaTable(lake.view_path("cheapest", part)).history(1)[0] for part in ("result", "aux/extremum_0")}
+            assert all(w["operation"] == "MERGE" and w.get("clientVersion", "").startswith("delta-rs") for w in writers.values()), writers
     for view in (GLOBAL, DISTINCT):  # COUNT(DISTINCT): the number of live values in each group's multiset
         run_view(lake, view)
         assert audit(lake, view).ok

@@ -65,6 +65,7 @@ class FirstOrderMaintainer:
         self._changes: list = []  # state deltas: Spark frames, or Arrow tables summed in this process
         self._multisets: dict[int, AdditiveTable] | None = None
         self._stored: tuple | None = None  # (read_if_small of the stored view,), read once per run
+        self._local_view: bool | None = None  # ``_view_merges_locally``, asked once per run
         self._counted: dict[str, tuple] = {}  # base tables' rows and distinct-value bounds (``_sizes``), once per run
 
     def state_tables(self, ctx: Context) -> Mapping[str, str]:
@@ -147,9 +148,18 @@ class FirstOrderMaintainer:
         return self._counted[table]
 
     def _small_state(self, ctx: Context) -> bool:
-        """Whether the stored view and its multisets are small and read in this process: then a small
-        delta's state is summed and merged here (``_split_locally``, ``merge_locally``)."""
-        return self._stored_view(ctx) is not None and all(m.current_local() is not None for m in self._extrema(ctx).values())
+        """Whether the stored view and its multisets are merged in this process: each small (read
+        whole) or MERGEd by delta-rs (``local_merge_rows``); then a small delta's state is summed
+        and merged here (``_split_locally``, ``merge_locally``)."""
+        return self._view_merges_locally(ctx) and all(m.merges_locally() for m in self._extrema(ctx).values())
+
+    def _view_merges_locally(self, ctx: Context) -> bool:
+        """The stored view small (``_stored_view``), or by key at most ``limits.local_merge_rows``
+        rows that delta-rs scans and writes (no float key: NaN keys match as Spark's ``<=>`` has it
+        only there); asked once per run."""
+        if self._local_view is None:
+            self._local_view = self._stored_view(ctx) is not None or _view_table(ctx) is not None
+        return self._local_view
 
     def _stored_view(self, ctx: Context) -> tuple[DataFrame, object] | None:
         """``read_if_small`` of the stored view, read once per run (the run is its only writer)."""
@@ -219,11 +229,11 @@ class FirstOrderMaintainer:
             ctx.checkpoint(f"flush:extremum_{index}")
         multisets = {a: self._extrema(ctx)[a.index] for a in ctx.query.extrema}
         stored = self._stored_view(ctx)
-        if stored is not None and all(isinstance(c, pa.Table) for c in self._changes):
+        if self._view_merges_locally(ctx) and all(isinstance(c, pa.Table) for c in self._changes):
             merge_locally(ctx, self._changes, stored, multisets)
         else:
             merge_state(ctx, union_all(as_frames(ctx.spark, self._changes)), stored, multisets)
-        self._changes, self._stored = [], None
+        self._changes, self._stored, self._local_view = [], None, None
         ctx.checkpoint("flush")
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
@@ -585,20 +595,35 @@ def _stored_matching(ctx: Context, path: str, change: DataFrame, keys: list[str]
     return storage.local_rows(ctx.spark, plain_rows(rows))
 
 
-def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, object],
+def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, object] | None,
                   multisets: Mapping[Aggregate, AdditiveTable]) -> None:
-    """``merge_state`` of state deltas summed in this process (Arrow) into a small stored view
-    (``stored``: ``read_if_small``'s frame and rows). The touched groups' new state, and their
-    MIN/MAX from the multisets (the rows their flush just wrote), are sums and a join done by
-    DuckDB; their view columns by Spark (``finalize``: one job over local rows, the view's own SQL
-    expressions); the view rewritten by delta-rs."""
+    """``merge_state`` of state deltas summed in this process (Arrow) into a stored view merged here
+    (``_view_merges_locally``): ``stored`` is a small view's ``read_if_small`` (frame and rows),
+    None for a larger one, whose changed groups' rows a delta-rs scan reads by their keys. The
+    touched groups' new state, and their MIN/MAX from the multisets (the rows their flush just
+    wrote, the changed groups' alone for a large one), are sums and a join done by DuckDB; their
+    view columns by Spark (``finalize``: one job over local rows, the view's own SQL expressions);
+    a small view rewritten by delta-rs, a larger one MERGEd by delta-rs."""
+    from lakeivm.sources.changes import plain_field, plain_rows
+    from lakeivm.views.state import key_filter
+
     query, path = ctx.query, ctx.lake.view_path(ctx.view)
-    frame, rows = stored
-    values = {agg: multiset.stored_small() for agg, multiset in multisets.items()}
+    keys, additive = [k.name for k in query.group_keys], list(query.additive_columns)
+    if stored is None:
+        table = _view_table(ctx)
+        dataset = table.to_pyarrow_dataset()
+        schema = pa.schema([plain_field(f) for f in dataset.schema])
+        wanted = pa.concat_tables([c.select(keys).cast(pa.schema([schema.field(k) for k in keys])) for c in changes])
+        rows = plain_rows(dataset.to_table(filter=key_filter(wanted, keys, schema))).cast(schema)
+        frame = storage.local_rows(ctx.spark, rows.schema.empty_table(), storage.spark_ddl(table))  # the stored Spark types
+    else:
+        (frame, rows), wanted = stored, None
+    values = {agg: (multiset.stored_small() if wanted is None else
+                    (None, multiset.local_matching(wanted, keys)) if multiset.readable_locally() else None)
+              for agg, multiset in multisets.items()}
     if any(v is None for v in values.values()):  # a multiset outgrew a local read: Spark joins it
         merge_state(ctx, union_all(as_frames(ctx.spark, changes)), stored, multisets)
         return
-    keys, additive = [k.name for k in query.group_keys], list(query.additive_columns)
     change = pa.concat_tables([c.select([*keys, *additive]).cast(pa.schema([rows.schema.field(n) for n in [*keys, *additive]]))
                                for c in changes])
     q = [quoted(k) for k in keys]
@@ -623,7 +648,26 @@ def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, obje
     touched = duckdb_query("\n".join(text), **tables)
     touched = touched.cast(pa.schema([rows.schema.field(n) for n in touched.column_names]))
     updated = finalize(query, storage.local_rows(ctx.spark, touched))
-    _rewrite(ctx, path, rows, in_stored_types(updated, frame).toArrow(), keys)
+    updated = in_stored_types(updated, frame).toArrow()
+    if stored is not None:
+        _rewrite(ctx, path, rows, updated, keys)
+    elif not ctx.lake.merge_arrow(path, updated, keys, f's."{COUNT}" = 0', f's."{COUNT}" > 0'):
+        raise AssertionError(f"{path}: delta-rs refused a MERGE it was found to admit")  # _view_table checked the gate
+
+
+def _view_table(ctx: Context):
+    """The stored view loaded by delta-rs, where a run MERGEs it in this process: grouped by keys,
+    none a float, admitted by the gate for writes, at most ``limits.local_merge_rows`` rows (and
+    ``scan_rows``); else None."""
+    from lakeivm.store import fastpath
+
+    keys = [k.name for k in ctx.query.group_keys]
+    table = fastpath.load(ctx.lake.view_path(ctx.view), write=True) if keys else None
+    most = min(ctx.lake.limits.local_merge_rows, ctx.lake.limits.scan_rows)
+    if table is None or storage.rows_in(table, unknown=most + 1) > most:
+        return None
+    schema = pa.schema(table.schema().to_arrow())
+    return None if any(pa.types.is_floating(schema.field(k).type) for k in keys) else table
 
 
 def _rewrite(ctx: Context, path: str, stored, updated, keys: list[str]) -> None:
