@@ -130,12 +130,17 @@ class Lake:
             return False  # (a float key: NaN matches NaN under Spark's <=>, which the caller's MERGE keeps)
         quote = lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
         on = " AND ".join(f"(t.{quote(k)} IS NOT DISTINCT FROM s.{quote(k)})" for k in keys) or "true"
-        merge = table.merge(rows.select(schema.names).cast(schema), on, source_alias="s", target_alias="t",
-                            commit_properties=self._tagged())
+        merge = self.merger(table, rows.select(schema.names).cast(schema), on)
         if delete_when:
             merge = merge.when_matched_delete(delete_when)
         merge.when_matched_update_all().when_not_matched_insert_all(insert_when).execute()
         return True
+
+    def merger(self, table: object, rows: object, on: str) -> object:
+        """A delta-rs MERGE into ``table`` (loaded by ``fastpath.load(..., write=True)``, alias ``t``)
+        from the Arrow ``rows`` (alias ``s``) on ``on``, committed with the run's writer tag; the
+        caller adds its clauses and executes it."""
+        return table.merge(rows, on, source_alias="s", target_alias="t", commit_properties=self._tagged())
 
     def read(self, path: str, version: int | None = None) -> DataFrame:
         """The Delta table at ``path`` (at ``version``, else its newest) read by Spark. A version's

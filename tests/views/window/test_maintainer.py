@@ -65,9 +65,15 @@ def test_each_shape_equals_its_sql_after_random_batches(lake, spark):
 
 
 @pytest.mark.heavy(125)
-def test_a_run_rewrites_only_the_partitions_its_changes_touch(lake, spark, monkeypatch):
-    """By a Spark MERGE here (no result counts as small): its change feed is the rows it rewrote."""
+@pytest.mark.parametrize("merged_by", ["delta-rs", "Apache-Spark"])
+def test_a_run_rewrites_only_the_partitions_its_changes_touch(lake, spark, monkeypatch, merged_by):
+    """By a MERGE here (no result counts as small): delta-rs's in this process within
+    ``limits.local_merge_rows``, else Spark's. Its change feed is the rows it rewrote."""
+    from lakeivm.limits import Limits
+
     monkeypatch.setattr("lakeivm.views.window.maintainer.read_if_small", lambda lake, path: None)
+    if merged_by == "Apache-Spark":
+        monkeypatch.setattr(lake, "limits", Limits(local_merge_rows=0))
     lake.create_table("t", spark.createDataFrame(ROWS, "k int, ts int, v int"))
     view = spec("ranked", VIEWS["analytic"])
     run_view(lake, view)
@@ -78,6 +84,8 @@ def test_a_run_rewrites_only_the_partitions_its_changes_touch(lake, spark, monke
     changed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version).load(path)
     assert {r.k for r in changed.collect()} == {None}  # the NULL partition only, deleted and rewritten
     assert changed.where("_change_type = 'insert'").count() == 3 and audit(lake, view).ok
+    last = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()
+    assert last["operation"] == "MERGE" and (last["engineInfo"] or last["clientVersion"] or "").startswith(merged_by), last
 
 
 @pytest.mark.heavy(130)

@@ -617,10 +617,17 @@ def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, obje
         rows = plain_rows(dataset.to_table(filter=key_filter(wanted, keys, schema))).cast(schema)
         frame = storage.local_rows(ctx.spark, rows.schema.empty_table(), storage.spark_ddl(table))  # the stored Spark types
     else:
-        (frame, rows), wanted = stored, None
-    values = {agg: (multiset.stored_small() if wanted is None else
-                    (None, multiset.local_matching(wanted, keys)) if multiset.readable_locally() else None)
-              for agg, multiset in multisets.items()}
+        frame, rows = stored
+        wanted = pa.concat_tables([c.select(keys).cast(pa.schema([rows.schema.field(k) for k in keys])) for c in changes])
+
+    def extremum_rows(multiset: AdditiveTable):
+        """The multiset's rows: whole where small, else the changed groups' (None: Spark must read it)."""
+        small = multiset.stored_arrow()
+        if small is not None:
+            return small
+        return multiset.local_matching(wanted, keys) if keys and multiset.readable_locally() else None
+
+    values = {agg: extremum_rows(multiset) for agg, multiset in multisets.items()}
     if any(v is None for v in values.values()):  # a multiset outgrew a local read: Spark joins it
         merge_state(ctx, union_all(as_frames(ctx.spark, changes)), stored, multisets)
         return
@@ -639,7 +646,7 @@ def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, obje
                                    *[f"e{a.index}.{quoted(f'_lakeivm_s{a.index}')}" for a in values]]),
             f"FROM d LEFT JOIN stored AS s ON {on('s')}"]
     tables = {"change": change, "stored": rows}
-    for agg, (_, multiset) in values.items():
+    for agg, multiset in values.items():
         pick = "COUNT" if agg.func == "DISTINCT" else agg.func  # COUNT(DISTINCT): one multiset row per live value
         tables[f"m{agg.index}"] = multiset
         value = quoted(f"_lakeivm_s{agg.index}")

@@ -78,7 +78,8 @@ class WindowMaintainer:
         for keys, rows in pending:  # one relation: one apply per run
             stored = read_if_small(ctx.lake, path)
             if stored is None or not _replace_locally(ctx, path, stored[1], keys, rows, p):
-                _merge(ctx, path, keys, rows, p)
+                if not _merge_locally(ctx, path, keys, rows, p):
+                    _merge(ctx, path, keys, rows, p)
             ctx.checkpoint("flush:result")
 
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
@@ -111,6 +112,45 @@ def _replace_locally(ctx: Context, path: str, stored, keys: DataFrame, rows: Dat
 def _before(value, first) -> bool:
     """``value`` < ``first`` in Spark's ascending order: NULL first, NaN last."""
     return value is None or (value == value and (first != first or value < first))
+
+
+def _merge_locally(ctx: Context, path: str, keys: DataFrame, rows: DataFrame, p: Partition) -> bool:
+    """``_merge`` by delta-rs in this process, for a result of at most ``limits.local_merge_rows``
+    rows and at most ``limits.merge_rows`` recomputed rows (a Spark MERGE costs seconds however few
+    rows it replaces); False (nothing written) where the gate refuses the table, or a partition or
+    order column is a float (NaN compares as Spark has it only there)."""
+    import pyarrow as pa
+
+    from lakeivm.store import fastpath, storage
+
+    limits, quote = ctx.lake.limits, lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
+    table = fastpath.load(path, write=True)
+    if table is None or storage.rows_in(table, unknown=limits.local_merge_rows + 1) > limits.local_merge_rows:
+        return False
+    schema = pa.schema(table.schema().to_arrow())
+    compared = [*p.outputs, *([p.order[1]] if p.order else [])]
+    if any(pa.types.is_floating(schema.field(c).type) for c in compared):
+        return False
+    inserted = rows.limit(limits.merge_rows + 1).toArrow()
+    if inserted.num_rows > limits.merge_rows:
+        return False
+    touched = keys.toArrow()
+    order = [pa.field(_FROM, schema.field(p.order[1]).type)] if p.order else []
+    wide = pa.schema([*schema, pa.field(_OP, pa.string()), *order])
+
+    def widened(part: pa.Table, op: str) -> pa.Table:
+        n = part.num_rows
+        columns = {f.name: part[f.name].cast(f.type) if f.name in part.column_names else pa.nulls(n, f.type) for f in wide}
+        columns[_OP] = pa.array([op] * n, pa.string())
+        return pa.table(columns, schema=wide)
+
+    source = pa.concat_tables([widened(touched, "d"), widened(inserted.select(schema.names).cast(schema), "i")])
+    on = " AND ".join([f"s.{_OP} = 'd'", *(f"(t.{quote(o)} IS NOT DISTINCT FROM s.{quote(o)})" for o in p.outputs)])
+    if p.order:
+        on += f" AND (s.{_FROM} IS NULL OR t.{quote(p.order[1])} >= s.{_FROM})"
+    (ctx.lake.merger(table, source, on).when_matched_delete()
+     .when_not_matched_insert({c: f"s.{quote(c)}" for c in schema.names}, predicate=f"s.{_OP} = 'i'").execute())
+    return True
 
 
 def _merge(ctx: Context, path: str, keys: DataFrame, rows: DataFrame, p: Partition) -> None:
