@@ -70,8 +70,9 @@ def lost_commit(lake: Lake, view: str, last: LogRow | None, heads: Mapping[str, 
     from deltalake import DeltaTable
 
     known = {r.run_id for r in commit.view_log(lake, view) if r.status != commit.RUNNING}
-    referenced = {os.path.basename(uri) for uri in DeltaTable(lake.log_path).file_uris()}
+    table = DeltaTable(lake.log_path)
     since = _committed_at(lake, last)
+    referenced = {os.path.basename(uri) for uri in table.file_uris()} | _added_since(lake, since, table.version())
     found = []
     for name, written in storage.files_modified(lake.log_path).items():
         if not name.endswith(".parquet") or name in referenced or written < since:
@@ -84,6 +85,25 @@ def lost_commit(lake: Lake, view: str, last: LogRow | None, heads: Mapping[str, 
     newer = [row for row in found if last is None or row.seq > last.seq]
     survivors = [row for row in newer if all(heads.get(name, -1) >= v for name, v in row.state_versions.items())]
     return max(survivors, key=lambda row: row.seq, default=None)
+
+
+def _added_since(lake: Lake, since: float, head: int) -> set[str]:
+    """The data files of ``_system/log`` added by its commits written at ``since`` or later (their
+    names; newest first, down to the first older commit): a compaction may since have removed them,
+    but a commit wrote them, so none holds a lost commit's rows -- without this, each run read
+    every file the log's last compaction left unreferenced (58 files, 0.4 s a run, in a 43-view
+    pipeline). A data file is written before its commit file, so these are all the committed files
+    written at ``since`` or later."""
+    added = set()
+    for version in range(head, -1, -1):
+        written = storage.modified_at(f"{lake.log_path}/_delta_log/{version:020d}.json")
+        if written is None:  # a lost commit file: its data file is what the caller looks for
+            continue
+        if written < since:
+            break
+        actions = storage.commit_actions(lake.log_path, version) or []
+        added.update(os.path.basename(a["add"]["path"]) for a in actions if "add" in a)
+    return added
 
 
 MTIME_SLACK = 2.0  # seconds: a store's modification times may be rounded (to the second, or two on some filesystems)
