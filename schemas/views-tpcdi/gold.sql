@@ -59,7 +59,7 @@ AS SELECT symbol, COUNT(*) AS trades, SUM(quantity) AS shares, AVG(trade_price) 
 
 -- lakeivm: deadline=2m
 CREATE MATERIALIZED VIEW g_top_securities
-AS SELECT symbol, shares FROM g_security_trading ORDER BY shares DESC LIMIT 10;
+AS SELECT symbol, shares FROM g_security_trading ORDER BY shares DESC, symbol LIMIT 10;
 
 -- lakeivm: deadline=2m
 CREATE MATERIALIZED VIEW g_industry_trades
