@@ -19,7 +19,7 @@ from lakeivm.columns import MULTIPLICITY
 from lakeivm.store.lake import CDF
 from lakeivm.sql import as_written, backquoted
 from lakeivm.views.base import Context
-from lakeivm.views.state import keys_in, overwrite, read_if_small, read_result
+from lakeivm.views.state import keys_in, overwrite, quoted, read_if_small, read_result
 from lakeivm.views.window.shape import Partition, partition_of
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def _merge_locally(ctx: Context, path: str, keys: DataFrame, rows: DataFrame, p:
 
     from lakeivm.store import fastpath, storage
 
-    limits, quote = ctx.lake.limits, lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
+    limits = ctx.lake.limits
     table = fastpath.load(path, write=True)
     if table is None or storage.rows_in(table, unknown=limits.local_merge_rows + 1) > limits.local_merge_rows:
         return False
@@ -145,11 +145,11 @@ def _merge_locally(ctx: Context, path: str, keys: DataFrame, rows: DataFrame, p:
         return pa.table(columns, schema=wide)
 
     source = pa.concat_tables([widened(touched, "d"), widened(inserted.select(schema.names).cast(schema), "i")])
-    on = " AND ".join([f"s.{_OP} = 'd'", *(f"(t.{quote(o)} IS NOT DISTINCT FROM s.{quote(o)})" for o in p.outputs)])
+    on = " AND ".join([f"s.{_OP} = 'd'", *(f"(t.{quoted(o)} IS NOT DISTINCT FROM s.{quoted(o)})" for o in p.outputs)])
     if p.order:
-        on += f" AND (s.{_FROM} IS NULL OR t.{quote(p.order[1])} >= s.{_FROM})"
+        on += f" AND (s.{_FROM} IS NULL OR t.{quoted(p.order[1])} >= s.{_FROM})"
     (ctx.lake.merger(table, source, on).when_matched_delete()
-     .when_not_matched_insert({c: f"s.{quote(c)}" for c in schema.names}, predicate=f"s.{_OP} = 'i'").execute())
+     .when_not_matched_insert({c: f"s.{quoted(c)}" for c in schema.names}, predicate=f"s.{_OP} = 'i'").execute())
     return True
 
 
