@@ -110,19 +110,25 @@ class Lake:
         seconds; delta-rs does the same work in this process without them. False, nothing written,
         if the gate refuses the table (``fastpath``: deletion vectors, column mapping, constraints,
         ...), a float key, or the source is larger: the caller MERGEs with Spark."""
+        from lakeivm.store import fastpath
+
+        table = fastpath.load(path, write=True)  # before the source is computed: a refused table costs no job
+        if table is None:
+            return False
         max_rows = self.limits.merge_rows
         rows = source.limit(max_rows + 1).toArrow()
-        return rows.num_rows <= max_rows and self.merge_arrow(path, rows, keys, delete_when, insert_when)
+        return rows.num_rows <= max_rows and self.merge_arrow(path, rows, keys, delete_when, insert_when, table)
 
     def merge_arrow(self, path: str, rows: object, keys: Sequence[str], delete_when: str | None = None,
-                    insert_when: str | None = None) -> bool:
-        """``merge_small`` of ``rows``, an Arrow table of this process: False, nothing written, where
-        the gate refuses the table or a key is a float."""
+                    insert_when: str | None = None, table: object | None = None) -> bool:
+        """``merge_small`` of ``rows``, an Arrow table of this process (into ``table``, the table at
+        ``path`` if already loaded): False, nothing written, where the gate refuses the table or a
+        key is a float."""
         import pyarrow as pa
 
         from lakeivm.store import fastpath
 
-        table = fastpath.load(path, write=True)
+        table = fastpath.load(path, write=True) if table is None else table
         if table is None:
             return False
         schema = pa.schema(table.schema().to_arrow())
