@@ -84,13 +84,16 @@ def test_a_chain_of_views_over_views_follows_random_streams(lake, spark):
 def test_a_view_over_a_merged_result_reads_its_change_data_feed(lake, spark, monkeypatch):
     """Upstream results larger than ``limits.rewrite_rows`` (here 2) are MERGEd: a view over one reads the
     result's change data feed between the versions the two runs logged -- a projection's rows weighed
-    by their counts, a HAVING's groups as they pass it -- and the difference of two results where the
-    range holds a recovery's RESTORE (no change data). Both equal the SQL after random streams."""
+    by their counts, a HAVING's groups as they pass it, netted by DuckDB in this process -- and the
+    difference of two results where the range holds a recovery's RESTORE (no change data). Both equal
+    the SQL after random streams."""
     from lakeivm.sources import upstream
 
     monkeypatch.setattr(lake, "limits", Limits(rewrite_rows=2))
     fed, feed = [], upstream._from_change_feed  # (upstream, read from its feed) of every read of an upstream's changes
     monkeypatch.setattr(upstream, "_from_change_feed", lambda *args: fed.append((args[1].name, feed(*args))) or fed[-1][1])
+    netted, seen_locally = [], upstream._seen_locally
+    monkeypatch.setattr(upstream, "_seen_locally", lambda *args, **sides: netted.extend(sides) or seen_locally(*args, **sides))
     rng = random.Random(5)
     lake.create_table("r", spark.createDataFrame([(g % 4, 3 + g % 2) for g in range(12)], "g int, x int"))  # rows 3 times
     lake.create_table("s", spark.createDataFrame([(0, 1), (1, 1), (2, 2), (3, 3)], "g int, label int"))
@@ -128,6 +131,7 @@ def test_a_view_over_a_merged_result_reads_its_change_data_feed(lake, spark, mon
     assert [(name, frame.count()) for name, frame in fed] == [("kept", 0)]  # the feed of no versions: nothing, no difference read
     assert audit(lake, specs["per_label"]).ok
     assert any(feeds), feeds
+    assert "netted" in netted  # a feed's changes taken as the reader sees them in this process
     assert {commit.last_committed(lake, name).kind for name in ("kept", "busy")} <= {"first_order", "fivm"}
 
 
@@ -385,3 +389,65 @@ def test_a_view_over_a_rewritten_result_reads_the_difference_netted_in_process(l
             run_view(lake, view)
             assert audit(lake, view).ok, str(audit(lake, view))
         assert sorted(local) == ["grouped", "whole"], local
+
+
+def test_a_view_over_an_upstream_auto_switches_reads_the_difference_in_process(lake, spark, monkeypatch):
+    """auto switching an upstream between its kind and a full recompute leaves the other kind's stored
+    rows beside the new ones (a first_order projection stores a row once with its count and keeps
+    its HAVING's failing groups; a recompute stores the rows as read): the reader's change is still
+    netted in this process (``_from_stored_difference``, each side taken as its run's kind has readers
+    see it) and equals Spark's difference of the two results, for window, first_order and fivm
+    upstreams forced to switch back and forth under random changes; the readers equal their SQL."""
+    from collections import Counter
+
+    from lakeivm.planning.auto import Mode
+    from lakeivm.sources import upstream
+
+    local, netted = [], upstream._from_stored_difference
+
+    def recorded(*args):
+        out = netted(*args)
+        if out is not None:
+            local.append(args[1].name)
+        return out
+
+    monkeypatch.setattr(upstream, "_from_stored_difference", recorded)
+    full = {"now": False}
+    monkeypatch.setattr("lakeivm.planning.auto.choose_mode", lambda *args: Mode(full["now"], "auto: forced"))
+    rng = random.Random(13)
+    lake.create_table("t", spark.createDataFrame([(k % 4, k % 3, k) for k in range(24)], "k int, g int, v int"))
+    specs, _ = link_upstreams({
+        "ranked": spec("ranked", "SELECT k, v, RANK() OVER (PARTITION BY k ORDER BY v) AS rn FROM t", refresh_policy="auto"),
+        "pairs": spec("pairs", "SELECT k, g FROM t WHERE v > 2", refresh_policy="auto"),
+        "busy": spec("busy", "SELECT k, COUNT(*) AS n, MAX(v) AS top FROM t GROUP BY k HAVING COUNT(*) > 5", refresh_policy="auto"),
+        "sums": spec("sums", "SELECT g, SUM(v) AS sv, COUNT(*) AS n FROM t GROUP BY g", refresh_policy="auto"),
+        "over": spec("over", "SELECT r.k, COUNT(*) AS n, SUM(r.rn) AS rn FROM ranked r JOIN pairs p ON r.k = p.k GROUP BY r.k",
+                     refresh_policy="incremental"),
+        "over_grouped": spec("over_grouped", "SELECT b.k, b.n, b.top, s.sv FROM busy b JOIN sums s ON b.k = s.g",
+                             refresh_policy="incremental")})
+    readers, ups = [specs["over"], specs["over_grouped"]], ["ranked", "pairs", "busy", "sums"]
+    for view in readers:
+        run_view(lake, view)
+    built = {name: commit.last_committed(lake, name).kind for name in ups}
+    assert built == {"ranked": "window", "pairs": "first_order", "busy": "first_order", "sums": "fivm"}, built
+    columns = {"ranked": ["k", "rn"], "pairs": ["k", "g"], "busy": ["k", "n", "top"], "sums": ["g", "sv"]}
+    for round_ in range(5):
+        full["now"] = round_ % 2 == 0  # full, back to the kind (a rebuild), full, ...
+        random_batch(lake, rng, "t", "k", "v", keys=5)
+        for up in ups:
+            before = commit.last_committed(lake, up).seq
+            run_view(lake, specs[up])
+            after = commit.last_committed(lake, up)
+            assert (after.kind == "full") == full["now"], (round_, up, after.kind)
+            ours = netted(lake, specs[up], before, after.seq, columns[up])
+            assert ours is not None, (round_, up)
+            with monkeypatch.context() as spark_only:
+                spark_only.setattr(upstream, "READ_FEED", False)
+                spark_only.setattr(upstream, "_from_stored_difference", lambda *args: None)
+                theirs = upstream.read_delta(lake, specs[up], before, after.seq, columns[up])
+            assert Counter(ours.collect()) == Counter(theirs.collect()), (round_, up)
+        local.clear()
+        for view in readers:
+            run_view(lake, view)
+            assert audit(lake, view).ok, str(audit(lake, view))
+        assert set(local) == set(ups), (round_, local)

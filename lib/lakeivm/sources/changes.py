@@ -211,24 +211,32 @@ class TableSource:
 
     def _read_small(self, watermark: int, head: int, columns: list[str]) -> tuple[DataFrame, int] | None:
         """``read_counted`` for a range of at most the lake's ``limits.small_delta_rows`` change-feed
-        rows (by its commits' metrics): read by delta-rs and netted with Arrow in this process, handed
-        to Spark as local rows.
-        Spark then loads no snapshot of the changed table at its new version (on a warm session the
-        Spark read of a few changed rows costs jobs and a snapshot of every new table version). None:
-        Spark reads it -- a commit without metrics, a table the gate refuses (``fastpath``: deletion
-        vectors, column mapping, ...), a range with a commit that changes the table's protocol or
-        metadata (the gate judges the head's), a key type Arrow cannot group, or any read error
-        (Spark's read names it)."""
+        rows (``netted_locally``), handed to Spark as local rows. Spark then loads no snapshot of the
+        changed table at its new version (on a warm session the Spark read of a few changed rows costs
+        jobs and a snapshot of every new table version). None: Spark reads it."""
+        netted = self.netted_locally(watermark, head, columns)
+        if netted is None:
+            return None
+        types = self.lake.schema_at(self.path, head)
+        ddl = ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint"
+        return storage.local_rows(self.lake.spark, netted, ddl), netted.num_rows
+
+    def netted_locally(self, watermark: int, head: int, columns: list[str]):
+        """The netted signed delta of ``columns`` (and ``_lakeivm_m``) as Arrow, for a range of at
+        most the lake's ``limits.small_delta_rows`` change-feed rows (by its commits' metrics): read by
+        delta-rs and netted with Arrow in this process. None: a commit without metrics, a table the
+        gate refuses (``fastpath``: deletion vectors, column mapping, ...), a range with a commit that
+        changes the table's protocol or metadata (the gate judges the head's), a key type Arrow cannot
+        group, or any read error (Spark's read names it)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        lake, path = self.lake, self.path
+        lake = self.lake
         commits = self.history(watermark, head)
         unknown = any(not row["operationMetrics"] and row["operation"] not in _NO_ROWS for row in commits)
         reshaped = any(row.get("reshapes") for row in commits)
         if not columns or unknown or reshaped or self.pending_rows(watermark, head) > lake.limits.small_delta_rows:
             return None
-        types = lake.schema_at(path, head)
         try:
             changes = self._feed(watermark, head)
             if changes is None:
@@ -239,10 +247,9 @@ class TableSource:
             rows = plain_rows(rows).append_column(MULTIPLICITY, signs)
             netted = rows.group_by(columns, use_threads=False).aggregate([(MULTIPLICITY, "sum")])
             netted = netted.filter(pc.not_equal(netted[f"{MULTIPLICITY}_sum"], 0)).select([*columns, f"{MULTIPLICITY}_sum"])
-        except Exception:  # noqa: BLE001 -- the Spark read below raises the error a user can act on
+        except Exception:  # noqa: BLE001 -- the Spark read raises the error a user can act on
             return None
-        ddl = ", ".join(f"`{c}` {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint"
-        return storage.local_rows(lake.spark, netted.rename_columns([*columns, MULTIPLICITY]), ddl), netted.num_rows
+        return netted.rename_columns([*columns, MULTIPLICITY])
 
     def _spark_feed(self, watermark: int, head: int, columns: list[str]) -> DataFrame:
         """The change feed over ``(watermark, head]`` read by Spark: ``columns`` and each row's sign

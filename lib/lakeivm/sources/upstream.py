@@ -11,11 +11,12 @@ upstream's pin and watermark, and the upstream's changes over ``(watermark, pin]
   appends between them. A MERGEd result's feed holds only the rows a run changed, so a small change
   of a large upstream costs a small read (``lakeivm bench upstream``);
 - else as the signed difference of its results at the two seqs: of its stored rows, read by
-  delta-rs and netted by DuckDB in this process, where the runs between are of one kind and both
-  results are small (``_from_stored_difference``: a recompute or a small result's rewrite writes
-  the result whole, and Spark diffing two results costs a second); else read through the upstream's
+  delta-rs, each taken as its run's kind has readers see them and netted by DuckDB in this process,
+  where both results are small (``_from_stored_difference``: a recompute or a small result's
+  rewrite writes the result whole, auto switches between a kind and a full recompute, and Spark
+  diffing two results costs a second); else read through the upstream's
   own reader by Spark: exact whatever happened between the two (a crash rolled back -- RESTORE
-  writes no change data --, a rebuild, an edited definition, auto switching the upstream between
+  writes no change data --, a rebuild, an edited definition, a large result auto switched between
   incremental and full).
 
 A view read so is a ``ViewSource``, the other ``changes.Source`` beside a table's, registered on
@@ -261,7 +262,7 @@ def read_delta(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: I
     stored = _stored_results(lake, spec, watermark, head)  # the log read and the SQL classified once for both
     fed = _from_change_feed(lake, spec, watermark, head, columns, stored)
     if fed is None:
-        fed = _from_stored_difference(lake, spec, watermark, head, columns, stored)
+        fed = _from_stored_difference(lake, spec, watermark, head, columns)
     if fed is not None:
         return fed
     old, new = snapshot(lake, spec, watermark), snapshot(lake, spec, head)  # each built once: checked, then diffed
@@ -305,68 +306,104 @@ def _from_change_feed(lake: Lake, spec: ViewSpec, watermark: int, head: int, col
     result = changes.TableSource(lake, f"view {spec.name}'s result", path)
     if not all(_feeds(commit) for commit in result.history(since, until)):  # read_counted reuses it
         return None
-    try:  # read_counted checks the range (a commit gone, the feed off, a column changed) and raises ChangeRangeError
-        rows, _ = result.read_counted(since, until, list(lake.schema_at(path, until)))
+    stored_columns = list(lake.schema_at(path, until))
+    try:  # check_readable: a commit gone, the feed off, a column changed raise ChangeRangeError
+        result.check_readable(since, until, stored_columns)
+        netted = result.netted_locally(since, until, stored_columns)
+        seen = None if netted is None else _seen_locally(lake, path, until, columns, netted=(maintainer.readable(ctx), netted))
+        if seen is not None:
+            return seen
+        rows, _ = result.read_counted(since, until, stored_columns)
         return _as_read(ctx, maintainer, rows, columns)
     except ChangeRangeError:  # the feed cannot be read (a column changed, files vacuumed): the difference may be
         return None
 
 
-def _from_stored_difference(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: list[str],
-                            stored: tuple | None = ...) -> DataFrame | None:
+def _from_stored_difference(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: list[str]) -> DataFrame | None:
     """``read_delta`` as the difference of the upstream's stored rows at its runs ``watermark`` and
-    ``head`` (the runs of ``_stored_results``), each read by delta-rs and the two netted by DuckDB in
-    this process where each holds at most ``limits.difference_rows`` rows of plain types: what the
-    feed would say had the runs MERGEd, for a result a recompute (or a small result's rewrite) wrote
-    whole -- Spark diffing two results of 20,000 rows costs a second. None: Spark diffs them."""
-    from lakeivm.sql import backquoted
-    from lakeivm.store import storage
+    ``head``, each read by delta-rs and taken as its run's kind has its readers see them
+    (``Maintainer.readable``), the two netted by DuckDB on ``columns`` in this process, where each
+    holds at most ``limits.difference_rows`` rows and those columns are of plain types: what the feed
+    would say had the runs MERGEd, for a result a recompute (or a small result's rewrite) wrote whole,
+    and across auto's switch between a kind and a full recompute -- Spark diffing two results of
+    20,000 rows costs a second. None: Spark diffs them."""
     from lakeivm.store.lake import read_with_delta_rs
-    from lakeivm.views.state import duckdb_query, quoted
 
-    stored = _stored_results(lake, spec, watermark, head) if stored is ... else stored
-    if stored is None:
+    ends = [run_at(lake, spec, watermark), *_runs(lake, spec, watermark, head)[-1:]]
+    if len(ends) != 2 or not all(_of_current_definition(r, spec) for r in ends):
         return None
-    ctx, maintainer, path, since, until = stored
-    most = lake.limits.difference_rows
+    sides = []
+    for row in ends:
+        ctx, maintainer = reader(lake, spec, row)
+        how = maintainer.readable(ctx) if hasattr(maintainer, "readable") else None
+        version = row.state_versions.get("result")
+        if how is None or version is None or maintainer.state_tables(ctx)["result"] != lake.view_path(spec.name):
+            return None
+        sides.append((how, version))
+    (old_how, since), (new_how, until) = sides
+    if until < since:  # the result was created anew (a rebuild) or rolled back: Spark reads through the log
+        return None
+    most, path = lake.limits.difference_rows, lake.view_path(spec.name)
     old = read_with_delta_rs(path, most, since)
     new = None if old is None else read_with_delta_rs(path, most, until)
-    if new is None or old[1].schema != new[1].schema or not all(_nets(field.type) for field in new[1].schema):
+    if new is None:
         return None
-    whole = maintainer.kind == FULL  # its stored rows are its result's: netted here on the reader's columns
-    kept = columns if whole else new[1].schema.names
-    if any(c not in new[1].schema.names for c in kept):
-        return None  # (a column the reader reads went away: Spark's difference says so)
-    names = ", ".join(quoted(name) for name in kept)
+    if any(c in old[1].schema.names and c in new[1].schema.names and old[1].schema.field(c).type != new[1].schema.field(c).type
+           for c in columns):
+        return None  # (a column the reader reads changed type: Spark's difference says so)
+    return _seen_locally(lake, path, until, columns, new=(new_how, new[1]), old=(old_how, old[1]))
+
+
+def _seen_locally(lake: Lake, path: str, version: int, columns: list[str], **sides) -> DataFrame | None:
+    """The netted changes of ``columns`` of what a reader sees, by DuckDB in this process, from
+    ``sides``: {"new" / "old": (Readable, stored rows as Arrow)}, counted once each (``old``
+    subtracted), or {"netted": (Readable, signed changes of the stored rows, with ``_lakeivm_m``)};
+    None where a kind cannot say them (a top-k), a column is missing, or DuckDB would not group a
+    column's type as Spark does (``_nets``)."""
+    from lakeivm.sql import backquoted
+    from lakeivm.store import storage
+    from lakeivm.views.state import duckdb_query, quoted
+
+    names = ", ".join(quoted(c) for c in columns)
+    seen = []
+    for side, (how, rows) in sides.items():
+        fields = {f.name: f.type for f in rows.schema}
+        if how is None or any(c not in fields or not _nets(fields[c]) for c in columns) or any(
+                c and c not in fields for c in (how.where, how.weight)):
+            return None
+        count = {"new": "1", "old": "-1", "netted": MULTIPLICITY}[side]
+        weight = f" * CAST({quoted(how.weight)} AS BIGINT)" if how.weight else ""
+        seen.append(f"SELECT {names}, {count}{weight} AS {MULTIPLICITY} FROM {side}" + (f" WHERE {quoted(how.where)}" if how.where else ""))
     netted = duckdb_query(f"SELECT {names}, CAST(SUM({MULTIPLICITY}) AS BIGINT) AS {MULTIPLICITY} FROM "
-                          f"(SELECT *, 1 AS {MULTIPLICITY} FROM new UNION ALL SELECT *, -1 FROM old) "
-                          f"GROUP BY {names} HAVING SUM({MULTIPLICITY}) <> 0", old=old[1], new=new[1])
-    types = storage.spark_columns(new[0])
-    rows = storage.local_rows(lake.spark, netted, ", ".join(f"{backquoted(c)} {types[c]}" for c in kept) + f", `{MULTIPLICITY}` bigint")
-    return rows if whole else _as_read(ctx, maintainer, rows, columns)
+                          f"({' UNION ALL '.join(seen)}) GROUP BY {names} HAVING SUM({MULTIPLICITY}) <> 0",
+                          **{side: rows for side, (_, rows) in sides.items()})
+    types = lake.schema_at(path, version)
+    return storage.local_rows(lake.spark, netted, ", ".join(f"{backquoted(c)} {types[c]}" for c in columns) + f", `{MULTIPLICITY}` bigint")
 
 
 def _stored_results(lake: Lake, spec: ViewSpec, watermark: int, head: int) -> tuple | None:
     """(context, maintainer, path, version at ``watermark``, version at ``head``) of the upstream's
     stored result, where the stored rows of both runs mean the same: every run over the range of its
-    current definition and of one kind, a kind whose result is its stored rows row by row
-    (``result_changes``). None otherwise."""
+    current definition and of one kind, a kind whose readers see its stored rows (``readable``).
+    None otherwise."""
     runs = [run_at(lake, spec, watermark), *_runs(lake, spec, watermark, head)]
     since, until = (r.state_versions.get("result") for r in (runs[0], runs[-1]))
     if since is None or until is None or until < since or any(not _of_current_definition(r, spec) or r.kind != runs[-1].kind for r in runs):
         return None
     ctx, maintainer = reader(lake, spec, runs[-1])  # the upstream's SQL classified: only once the log allows it
-    if not hasattr(maintainer, "result_changes"):
+    if not hasattr(maintainer, "readable"):
         return None
     return ctx, maintainer, maintainer.state_tables(ctx)["result"], since, until
 
 
 def _as_read(ctx: Context, maintainer: Maintainer, rows: DataFrame, columns: list[str]) -> DataFrame | None:
     """Signed changes of the stored rows -> the netted changes of ``columns`` of what a reader sees
-    (the kind's ``result_changes``); None where the kind cannot say them (a top-k)."""
+    (the kind's ``readable``); None where the kind cannot say them (a top-k)."""
     from pyspark.sql import functions as F
 
-    seen = maintainer.result_changes(ctx, rows)
+    from lakeivm.views.state import as_read_changes
+
+    seen = as_read_changes(rows, maintainer.readable(ctx))
     if seen is None or any(c not in seen.columns for c in columns):
         return None
     return (seen.groupBy(*columns).agg(F.sum(MULTIPLICITY).cast("bigint").alias(MULTIPLICITY))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakeivm.store import storage
@@ -455,21 +456,38 @@ def as_read(rows: DataFrame, query) -> DataFrame:
     return rows.orderBy(*order).limit(query.limit)
 
 
-def as_read_changes(changes: DataFrame, query, weight: str | None = None) -> DataFrame | None:
-    """``as_read`` of signed changes of the stored groups (their stored columns and ``_lakeivm_m``):
-    the changes of what the reader sees, each row weighted by its ``weight`` column (the copies of a
-    row a projection stores once); None for a top-k, whose k first rows no row's own change decides."""
+@dataclass(frozen=True)
+class Readable:
+    """How a kind's stored result rows are the rows its readers see (``Maintainer.readable``): those
+    whose ``where`` column holds, each standing for ``weight`` copies (a count column; else one), on
+    the stored columns not named ``_lakeivm_*``."""
+
+    where: str | None = None
+    weight: str | None = None
+
+
+def readable_groups(query, weight: str | None = None) -> Readable | None:
+    """``Readable`` of maintained groups (``as_read``): those that pass the view's HAVING, each
+    ``weight`` copies (a projection stores a row once with its count); None for a top-k, whose k
+    first rows no row's own change decides."""
+    from lakeivm.sql import HAVING
+
+    return None if query.limit is not None else Readable(HAVING if query.having else None, weight)
+
+
+def as_read_changes(changes: DataFrame, how: Readable | None) -> DataFrame | None:
+    """Signed changes of the stored rows (their stored columns and ``_lakeivm_m``) -> the changes of
+    what the reader sees (``how``); None where a kind cannot say them (``how`` None)."""
     from pyspark.sql import functions as F
 
     from lakeivm.columns import MULTIPLICITY
-    from lakeivm.sql import HAVING
 
-    if query.limit is not None:
+    if how is None:
         return None
-    if query.having:
-        changes = changes.where(F.col(HAVING))
-    if weight is not None:
-        changes = changes.withColumn(MULTIPLICITY, F.col(MULTIPLICITY) * F.col(weight))
+    if how.where:
+        changes = changes.where(F.col(how.where))
+    if how.weight:
+        changes = changes.withColumn(MULTIPLICITY, F.col(MULTIPLICITY) * F.col(how.weight))
     return changes.select(*[f"`{c}`" for c in changes.columns if not c.startswith("_lakeivm_")], MULTIPLICITY)
 
 

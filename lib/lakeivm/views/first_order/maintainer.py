@@ -46,7 +46,7 @@ from lakeivm.columns import MULTIPLICITY
 from lakeivm.sql import (COUNT, Aggregate, OuterJoin, Query, Relation, join_links, join_order, multiset_of_sql, multiset_sql, reduced_sql, rolled_up_sql,
                          recompute_sql, state_sql, thresholds)
 from lakeivm.views.base import Context
-from lakeivm.views.state import (AdditiveTable, as_frames, as_read, as_read_changes, duckdb_query, in_stored_types, keys_in, output_types,
+from lakeivm.views.state import (AdditiveTable, as_frames, Readable, as_read, readable_groups, duckdb_query, in_stored_types, keys_in, output_types,
                                  overwrite, quoted, read_if_small, read_result, union_all)
 
 if TYPE_CHECKING:
@@ -245,9 +245,9 @@ class FirstOrderMaintainer:
             df = df.withColumn(f"{HIDDEN}copy", F.explode(F.sequence(F.lit(1), F.col(COUNT).cast("int"))))
         return as_read(df, ctx.query).select(*visible)
 
-    def result_changes(self, ctx: Context, changes: DataFrame) -> DataFrame | None:
-        """The changes of ``result`` from signed changes of the stored rows (``as_read_changes``)."""
-        return as_read_changes(changes, ctx.query, COUNT if ctx.query.implicit_keys == "projection" else None)
+    def readable(self, ctx: Context) -> Readable | None:
+        """Its stored groups as its readers see them (``readable_groups``): a projection's row once, with its count."""
+        return readable_groups(ctx.query, COUNT if ctx.query.implicit_keys == "projection" else None)
 
     def _extrema(self, ctx: Context) -> dict[int, AdditiveTable]:
         """One multiset table per MIN/MAX aggregate: (group keys, value) -> count."""

@@ -39,7 +39,7 @@ from lakeivm.views.base import Context
 from lakeivm.views.fivm.payload import ALIVE
 from lakeivm.views.fivm.plan import FivmPlan, build_plan, leaf_weights
 from lakeivm.views.fivm.tree import View
-from lakeivm.views.state import (AdditiveTable, as_frames, as_read, as_read_changes, consolidate, output_types, overwrite, read_if_small,
+from lakeivm.views.state import (AdditiveTable, as_frames, Readable, as_read, readable_groups, consolidate, output_types, overwrite, read_if_small,
                                  read_result)
 
 if TYPE_CHECKING:
@@ -209,9 +209,9 @@ class FivmMaintainer:
         df = read_result(ctx, version)
         return as_read(df, ctx.query).select(*[c for c in df.columns if not c.startswith(HIDDEN)])
 
-    def result_changes(self, ctx: Context, changes: DataFrame) -> DataFrame | None:
-        """The changes of ``result`` from signed changes of the stored rows (``as_read_changes``)."""
-        return as_read_changes(changes, ctx.query)
+    def readable(self, ctx: Context) -> Readable | None:
+        """Its stored groups as its readers see them (``readable_groups``)."""
+        return readable_groups(ctx.query)
 
     # -- helpers ------------------------------------------------------------------------------
     def plan(self, ctx: Context) -> FivmPlan:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from lakeivm.store.lake import CDF
 from lakeivm.sql import as_written
 from lakeivm.views.base import Context
-from lakeivm.views.state import overwrite, read_result
+from lakeivm.views.state import Readable, overwrite, read_result
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -42,6 +42,6 @@ class FullMaintainer:
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         return read_result(ctx, version)
 
-    def result_changes(self, ctx: Context, changes: DataFrame) -> DataFrame:
-        """Signed changes of the stored rows are the result's: it stores the query's rows as they are."""
-        return changes
+    def readable(self, ctx: Context) -> Readable:
+        """Its stored rows are the result's row by row: it stores the query's rows as they are."""
+        return Readable()

@@ -15,11 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from lakeivm.columns import MULTIPLICITY
 from lakeivm.store.lake import CDF
 from lakeivm.sql import as_written, backquoted
 from lakeivm.views.base import Context
-from lakeivm.views.state import keys_in, overwrite, quoted, read_if_small, read_result
+from lakeivm.views.state import Readable, keys_in, overwrite, quoted, read_if_small, read_result
 from lakeivm.views.window.shape import Partition, partition_of
 
 if TYPE_CHECKING:
@@ -85,9 +84,9 @@ class WindowMaintainer:
     def result(self, ctx: Context, version: int | None = None) -> DataFrame:
         return read_result(ctx, version)
 
-    def result_changes(self, ctx: Context, changes: DataFrame) -> DataFrame | None:
-        """The changes of ``result``: the stored rows' own (a row is stored as the view has it)."""
-        return changes.select(*[f"`{c}`" for c in changes.columns if not c.startswith("_lakeivm_")], MULTIPLICITY)
+    def readable(self, ctx: Context) -> Readable:
+        """Its stored rows are the result's row by row (a row is stored as the view has it)."""
+        return Readable()
 
 
 def _replace_locally(ctx: Context, path: str, stored, keys: DataFrame, rows: DataFrame, p: Partition) -> bool:
