@@ -126,24 +126,31 @@ LOOKING_BACK = {  # every window ordered by ts alone, looking back: a change rew
 MARKET = ("SELECT k, ts AS day, v, MAX(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS hi3, "
           "AVG(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS avg2, "
           "ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts) AS n, LAG(v) OVER (PARTITION BY k ORDER BY ts) AS before FROM m")
+FRAMED = ("SELECT k, ts AS day, v, MIN(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS lo3, "
+          "SUM(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 3 PRECEDING AND 1 PRECEDING) AS prior3, "
+          "LAG(v, 2) OVER (PARTITION BY k ORDER BY ts) AS before2 FROM m")  # no window reads more than the 3 rows before a row
 
 
 @pytest.mark.heavy(120)
 def test_windows_looking_back_rewrite_from_the_first_changed_row_on(lake, spark, monkeypatch):
     """Ties, NULL ts and NULL keys on the delta-rs path; ROWS frames (ts unique per key, so that
-    ROW_NUMBER and the frames decide every tie) on the MERGE path, where an append deletes nothing."""
+    ROW_NUMBER and the frames decide every tie) on the MERGE path, where an append deletes nothing;
+    windows reading at most 3 rows back recompute from the 3 rows before the first changed one."""
     from lakeivm.catalog.registry import choose
     from lakeivm.views.window import maintainer
     from lakeivm.views.window.shape import partition_of
 
     rng = random.Random(11)
     lake.create_table("t", spark.createDataFrame(ROWS + [(0, None, 4), (None, None, 1)], "k int, ts int, v int"))
-    lake.create_table("m", spark.createDataFrame([(k, day, (k * 7 + day * 3) % 10) for k in range(3) for day in range(5)],
-                                                 "k int, ts int, v int"))
-    views = {name: spec(name, text) for name, text in {**LOOKING_BACK, "market": MARKET}.items()}
+    lake.create_table("m", spark.createDataFrame([(k, day, (k * 7 + day * 3) % 10) for k in range(3) for day in range(5)]
+                                                 + [(1, None, 4)], "k int, ts int, v int"))
+    views = {name: spec(name, text) for name, text in {**LOOKING_BACK, "market": MARKET, "framed": FRAMED}.items()}
     for view in views.values():
-        assert partition_of(choose(view, lake.table_schemas()).query).order in {("ts", "ts"), ("ts", "day")}, view.name
+        p = partition_of(choose(view, lake.table_schemas()).query)
+        assert p.order in {("ts", "ts"), ("ts", "day")} and p.reach == (3 if view.name == "framed" else None), (view.name, p)
         assert run_view(lake, view).kind == "window"
+    read, within_reach = [], maintainer._within_reach
+    monkeypatch.setattr(maintainer, "_within_reach", lambda *args: (lambda rows: read.append(rows.count()) or rows)(within_reach(*args)))
     merged, read_if_small = lake.view_path("market"), maintainer.read_if_small
     monkeypatch.setattr(maintainer, "read_if_small", lambda lake_, path: None if path == merged else read_if_small(lake_, path))
     days = {k: 5 for k in range(3)}
@@ -159,11 +166,14 @@ def test_windows_looking_back_rewrite_from_the_first_changed_row_on(lake, spark,
         else:  # appends only
             sql(lake, "INSERT INTO {t} VALUES " + ", ".join(f"({k}, {days[k] + i}, {rng.randrange(10)})" for i in range(2)), "m")
             days[k] += 2
+        read.clear()
         for view in views.values():
             row = run_view(lake, view)
             assert row is None or (row.kind == "window" and row.mode != "rebuild"), row.plan
             report = audit(lake, view)
             assert report.ok, f"{view.name}, round {round_}: {report}; missing {report.missing[:5]}, unexpected {report.unexpected[:5]}"
+        if round_ < 2:  # an append of 2 rows: read with the 3 rows before them, not the partition's history
+            assert read == [3 + 2], (round_, read)
         if round_ == 0:  # the append's MERGE inserted the two new rows and rewrote no other
             version = spark.sql(f"DESCRIBE HISTORY delta.`{merged}` LIMIT 1").first()["version"]
             changed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version).load(merged)

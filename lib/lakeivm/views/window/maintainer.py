@@ -7,8 +7,10 @@ relation's snapshot at the pin restricted to K (a LEFT SEMI JOIN before any wind
 and replaces the result rows of K with those rows in one commit (a small result rewritten by delta-rs,
 else a Delta MERGE). Where every window looks back along one ascending column O (``shape._looked_back``),
 a row before its partition's first changed O keeps its values, so only the rows from there on are
-replaced: an append rewrites the appended rows. Cost per run: the touched partitions' rows, read and
-windowed; the rows replaced, written; the rest of the result is not read.
+replaced: an append rewrites the appended rows; where no window reads more than N rows back
+(``shape._reach``), only those rows and the N before them are read and windowed. Cost per run: the
+touched partitions' rows, read and windowed; the rows replaced, written; the rest of the result is
+not read.
 """
 from __future__ import annotations
 
@@ -57,7 +59,10 @@ class WindowMaintainer:
         snapshot = ctx.spark.table(ctx.snapshot(table, ctx.pins[table])).alias("r")
         on = [F.col(f"r.`{c}`").eqNullSafe(F.col(f"k.`{c}`")) for c in p.columns]
         name = f"lakeivm_{ctx.view}_{table}_touched"
-        snapshot.join(touched.alias("k"), on, "left_semi").createOrReplaceTempView(name)
+        if p.order is None or p.reach is None:
+            snapshot.join(touched.alias("k"), on, "left_semi").createOrReplaceTempView(name)
+        else:
+            _within_reach(snapshot.join(touched.alias("k"), on), p).createOrReplaceTempView(name)
         rows = ctx.spark.sql(as_written(ctx.spec.sql, {table: name}))
         keys = touched.select(*[F.col(f"`{c}`").alias(o) for c, o in zip(p.columns, p.outputs)], *([_FROM] if p.order else []))
         if p.order is not None:  # only the rows from each partition's first changed O on can differ
@@ -87,6 +92,22 @@ class WindowMaintainer:
     def readable(self, ctx: Context) -> Readable:
         """Its stored rows are the result's row by row (a row is stored as the view has it)."""
         return Readable()
+
+
+def _within_reach(joined: DataFrame, p: Partition) -> DataFrame:
+    """The touched partitions' rows (``joined``: the relation ``r`` joined with each partition's first
+    changed O ``k``) a recompute of their rows from that O on reads, where no window reads more than
+    the N = ``p.reach`` rows before a row (``shape._reach``): those from the first changed O on and the
+    last N before it (their peers at the N-th too). A 52-week high windows a year of rows per symbol,
+    not its whole history, and Spark's sliding frame costs the frame's rows per row it computes."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    o = F.col(f"r.`{p.order[0]}`")
+    before = F.col(f"k.{_FROM}").isNotNull() & (o.isNull() | (o < F.col(f"k.{_FROM}")))
+    back = Window.partitionBy(*[F.col(f"r.`{c}`") for c in p.columns], before).orderBy(o.desc_nulls_last())
+    return (joined.withColumn("_lakeivm_back", F.when(before, F.rank().over(back)))
+            .where(~before | (F.col("_lakeivm_back") <= p.reach)).select("r.*"))
 
 
 def _replace_locally(ctx: Context, path: str, stored, keys: DataFrame, rows: DataFrame, p: Partition) -> bool:

@@ -25,12 +25,14 @@ WHOLE_TABLE = "recomputing a window over the whole table: no partition to confin
 @dataclass(frozen=True)
 class Partition:
     """P: the relation's partition ``columns`` and the result ``outputs`` holding them (same order);
-    ``order``: (O, its result column) where every window looks back along O (``_looked_back``)."""
+    ``order``: (O, its result column) where every window looks back along O (``_looked_back``);
+    ``reach``: N where, besides, no window reads more than the N rows before a row (``_reach``)."""
 
     table: str
     columns: tuple[str, ...]
     outputs: tuple[str, ...]
     order: tuple[str, str] | None = None
+    reach: int | None = None
 
     def __post_init__(self) -> None:
         if not self.columns or len(self.columns) != len(self.outputs):
@@ -71,7 +73,9 @@ def partition_of(query: Query, source: str = "<sql>") -> Partition:
         raise UnsupportedQuery(f"{source}: partition column {common[0]!r} is not a column of the result, so a changed "
                                f"partition cannot be found in the stored view; select it (e.g. `{common[0]}`)")
     order = _looked_back(windowed, columns)
-    return Partition(table, tuple(kept), tuple(outputs[c] for c in kept), (order, outputs[order]) if order in outputs else None)
+    if order not in outputs:
+        return Partition(table, tuple(kept), tuple(outputs[c] for c in kept))
+    return Partition(table, tuple(kept), tuple(outputs[c] for c in kept), (order, outputs[order]), _reach(windowed, columns, kept))
 
 
 def _check_select(tree: exp.Expression, source: str) -> None:
@@ -126,6 +130,33 @@ def _looked_back(select: exp.Select, columns: dict[str, str]) -> str | None:
             return None
         found.add(column)
     return found.pop() if len(found) == 1 else None
+
+
+def _reach(select: exp.Select, columns: dict[str, str], partition: list[str]) -> int | None:
+    """N, where every window of ``select`` (each looks back, ``_looked_back``) reads at most the N rows
+    before a row -- a ROWS frame from n PRECEDING, LAG(n) -- and is partitioned by exactly the columns
+    ``partition`` over every row of the relation (no WHERE): the rows from a partition's first changed
+    O on then need only the N rows before it. None where a window reads back without bound
+    (ROW_NUMBER, RANK, a running total, a RANGE frame) or over other partitions."""
+    if select.args.get("where"):
+        return None
+    reach = 0
+    for window in select.find_all(exp.Window):
+        if len(window.args["partition_by"]) != len(partition) or _partition_columns(window, columns) != set(partition):
+            return None
+        func, spec = window.this, window.args.get("spec")
+        while isinstance(func, (exp.IgnoreNulls, exp.RespectNulls)):
+            func = func.this
+        start = spec.args.get("start") if spec is not None else None
+        if isinstance(func, exp.Lag):
+            offset = func.args.get("offset")
+            reach = max(reach, 1 if offset is None else int(offset.this))
+        elif (isinstance(func, _FRAMED) and spec is not None and spec.args.get("kind") == "ROWS"
+              and spec.args.get("start_side") == "PRECEDING" and isinstance(start, exp.Literal) and start.is_int):
+            reach = max(reach, int(start.this))
+        else:
+            return None
+    return reach
 
 
 def _in_window(call: exp.Expression) -> bool:
