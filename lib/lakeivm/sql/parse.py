@@ -39,7 +39,7 @@ def parse_query(sql: str, schemas: Mapping[str, Mapping[str, str]], source: str 
     if tree.args.get("order") and not tree.args.get("limit"):  # a stored view has no order: the ORDER BY changes nothing
         tree.set("order", None)
         notes = ("ORDER BY ignored: a view's rows have no order; sort when reading it",)
-    top, limit = _top_k(tree, sql, source)
+    top, limit = top_k(tree, sql, source)
     if limit is not None:
         notes = (f"ORDER BY ... LIMIT {limit}: every group is maintained; reading the view takes the first {limit}",)
     if _having_as_column(tree):
@@ -194,7 +194,7 @@ def _having_as_column(tree: exp.Select) -> bool:
     return True
 
 
-def _top_k(tree: exp.Select, sql: str, source: str) -> tuple[tuple[tuple[str, bool, bool], ...], int | None]:
+def top_k(tree: exp.Select, sql: str, source: str) -> tuple[tuple[tuple[str, bool, bool], ...], int | None]:
     """A top-level ``ORDER BY ... LIMIT k`` over result columns, taken off the tree: ((column,
     descending, nulls first), ...) and k. The view keeps every group; its reader sorts and takes k
     (what Spark does to the same rows). Anything else is left for ``_reject_constructs``."""
