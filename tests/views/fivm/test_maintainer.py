@@ -110,8 +110,13 @@ def test_chain_random_streams_with_asymmetric_plans(lake, spark, monkeypatch):
     """The runs take turns (``alternate_paths``): on the local path the tables are small, so deltas
     propagate in DuckDB (``fivm.local``) and state is rewritten by delta-rs; on the Spark path no table
     counts as small nor is scanned by delta-rs, so every step is a Spark job and state is appended or
-    MERGEd, as for a view too large for the driver."""
-    turn = alternate_paths(lake, monkeypatch, Limits(rewrite_rows=0, scan_rows=0))
+    MERGEd, as for a view too large for the driver; on a third, the state is MERGEd but read by its
+    changed keys in this process (the result's touched groups: ``_stored_at_changed_keys``)."""
+    from lakeivm.views.fivm import maintainer
+
+    turn = alternate_paths(lake, monkeypatch, Limits(rewrite_rows=0, scan_rows=0), Limits(rewrite_rows=0))
+    read, stored_at = [], maintainer._stored_at_changed_keys
+    monkeypatch.setattr(maintainer, "_stored_at_changed_keys", lambda *args: (lambda rows: read.append(rows is not None) or rows)(stored_at(*args)))
     rng = random.Random(5)
     create(lake, spark, rng, CHAIN_TABLES)
     turn(1)
@@ -128,6 +133,7 @@ def test_chain_random_streams_with_asymmetric_plans(lake, spark, monkeypatch):
     run_view(lake, CHAIN)
     assert_exact(lake, CHAIN, definitions=False)
     assert lake.read(lake.view_path("chain")).count() == 0
+    assert any(read), read  # the third path read the result's touched groups by their keys
 
 
 @pytest.mark.slow  # CI budget: test_updatable_fact_table_only runs this view and stream shape, definitions checked

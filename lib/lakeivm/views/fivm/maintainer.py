@@ -164,6 +164,7 @@ class FivmMaintainer:
             else:  # one query reading the stored snapshot it replaces (Delta pins it at analysis)
                 rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
         else:  # the touched groups: stored state + delta, MERGEd (a group whose count reaches 0 is deleted)
+            stored = _stored_at_changed_keys(ctx, plan, path, self._root_deltas) or stored
             touched = change.select(*keys).distinct()
             on = F.expr(" AND ".join(f"o.`{k}` <=> t.`{k}`" for k in keys))
             old = root_rows(plan, stored).alias("o").join(touched.alias("t"), on, "left_semi")
@@ -350,6 +351,35 @@ def _render(plan: FivmPlan, root: DataFrame, types: Mapping[str, str], exact: Ma
             {c: F.col(c).cast(t) for c, t in exact.items()})
     visible = [f"CAST(({o.finalize_sql}) AS {types[o.name]}) AS `{o.name}`" for o in plan.query.outputs]
     return state.selectExpr(*visible, *dict.fromkeys(hidden))
+
+
+def _stored_at_changed_keys(ctx: Context, plan: FivmPlan, path: str, deltas: list) -> DataFrame | None:
+    """The stored result's rows of the groups the root ``deltas`` change, read by a key-filtered
+    delta-rs scan in this process and handed to Spark as local rows (a superset: each key column
+    filtered on its own; the semi-join that reads them is exact), where every delta is Arrow, the
+    gate admits the table, it holds at most ``limits.scan_rows`` rows and no key is a float (NaN
+    matches as Spark's ``<=>`` has it only there). None: Spark reads the result (a scan and a
+    shuffle of every group, most of a second for 30,000 groups)."""
+    from lakeivm.sources.changes import plain_field, plain_rows
+    from lakeivm.store import fastpath, storage
+    from lakeivm.views.state import key_filter
+
+    most = ctx.lake.limits.scan_rows
+    if not all(isinstance(d, pa.Table) for d in deltas):
+        return None
+    table = fastpath.load(path)
+    if table is None or storage.rows_in(table, unknown=most + 1) > most:
+        return None
+    dataset = table.to_pyarrow_dataset()
+    schema = pa.schema([plain_field(f) for f in dataset.schema])
+    names = dict((v, name) for name, v in reversed(plan.group_key_variables()))  # a variable's first group key
+    stored_keys = [names[v] for v in plan.tree.root.keys]
+    if any(pa.types.is_floating(schema.field(k).type) for k in stored_keys):
+        return None
+    wanted = pa.concat_tables([d.select(plan.tree.root.keys).rename_columns(stored_keys)
+                               .cast(pa.schema([schema.field(k) for k in stored_keys])) for d in deltas])
+    rows = plain_rows(dataset.to_table(filter=key_filter(wanted, stored_keys, schema))).cast(schema)
+    return storage.local_rows(ctx.spark, rows, storage.spark_ddl(table))
 
 
 def _merge_result(ctx: Context, plan: FivmPlan, rows: DataFrame) -> None:
