@@ -56,13 +56,13 @@ def audit(lake: Lake, spec: ViewSpec, latest: bool = True) -> Audit:
             rows, missing, unexpected = maintainer.audit_sample(ctx, expected, row.state_versions["result"])
             return Audit(spec.name, row.watermarks, rows, missing, unexpected)
         actual = bag(maintainer.result(ctx, row.state_versions["result"]))
-        if actual != expected and _a_pick_among_ties(lake, spec, row.watermarks, actual):
+        if actual != expected and _a_pick_among_ties(ctx, spec, row.watermarks, actual):
             expected = actual
         missing, unexpected = close_enough(list((expected - actual).elements()), list((actual - expected).elements()))
         return Audit(spec.name, row.watermarks, sum(actual.values()), missing, unexpected)
 
 
-def _a_pick_among_ties(lake: Lake, spec: ViewSpec, versions: Mapping[str, int], actual: Counter) -> bool:
+def _a_pick_among_ties(ctx, spec: ViewSpec, versions: Mapping[str, int], actual: Counter) -> bool:
     """Whether ``actual`` is one of the results the view's top-level ``ORDER BY ... LIMIT k`` may
     give on the snapshots at ``versions`` (``one_of_the_picks``): rows tied with the k-th on every
     ORDER BY column are taken in an order Spark leaves open, so the view and its recompute may keep
@@ -88,8 +88,7 @@ def _a_pick_among_ties(lake: Lake, spec: ViewSpec, versions: Mapping[str, int], 
     if k is None:
         return False
     tree.set("limit", None)
-    ctx, _ = prepare(lake, spec)
-    rows = lake.spark.sql(as_written(tree.sql(DIALECT), {t: ctx.snapshot(t, versions[t], oracle=True) for t in ctx.query.tables}))
+    rows = ctx.spark.sql(as_written(tree.sql(DIALECT), {t: ctx.snapshot(t, versions[t], oracle=True) for t in ctx.query.tables}))
     head = rows.limit(k).collect()
     if len(head) < k:
         return False

@@ -164,7 +164,8 @@ class FivmMaintainer:
             else:  # one query reading the stored snapshot it replaces (Delta pins it at analysis)
                 rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
         else:  # the touched groups: stored state + delta, MERGEd (a group whose count reaches 0 is deleted)
-            stored = _stored_at_changed_keys(ctx, plan, path, self._root_deltas) or stored
+            local = _stored_at_changed_keys(ctx, plan, path, self._root_deltas)
+            stored = stored if local is None else local
             touched = change.select(*keys).distinct()
             on = F.expr(" AND ".join(f"o.`{k}` <=> t.`{k}`" for k in keys))
             old = root_rows(plan, stored).alias("o").join(touched.alias("t"), on, "left_semi")

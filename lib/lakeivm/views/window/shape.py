@@ -117,9 +117,7 @@ def _looked_back(select: exp.Select, columns: dict[str, str]) -> str | None:
         keys = window.args["order"].expressions if window.args.get("order") else []
         if len(keys) != 1 or keys[0].args.get("desc") or not keys[0].args.get("nulls_first"):
             return None
-        func, spec = window.this, window.args.get("spec")
-        while isinstance(func, (exp.IgnoreNulls, exp.RespectNulls)):
-            func = func.this
+        func, spec = _function(window), window.args.get("spec")
         offset = func.args.get("offset") if isinstance(func, exp.Lag) else None
         ranking = isinstance(func, _RANKING) and (offset is None or (isinstance(offset, exp.Literal) and offset.is_int
                                                                      and int(offset.this) >= 0))
@@ -144,9 +142,7 @@ def _reach(select: exp.Select, columns: dict[str, str], partition: list[str]) ->
     for window in select.find_all(exp.Window):
         if len(window.args["partition_by"]) != len(partition) or _partition_columns(window, columns) != set(partition):
             return None
-        func, spec = window.this, window.args.get("spec")
-        while isinstance(func, (exp.IgnoreNulls, exp.RespectNulls)):
-            func = func.this
+        func, spec = _function(window), window.args.get("spec")
         start = spec.args.get("start") if spec is not None else None
         if isinstance(func, exp.Lag):
             offset = func.args.get("offset")
@@ -157,6 +153,14 @@ def _reach(select: exp.Select, columns: dict[str, str], partition: list[str]) ->
         else:
             return None
     return reach
+
+
+def _function(window: exp.Window) -> exp.Expression:
+    """The function a window computes, without its IGNORE / RESPECT NULLS."""
+    func = window.this
+    while isinstance(func, (exp.IgnoreNulls, exp.RespectNulls)):
+        func = func.this
+    return func
 
 
 def _in_window(call: exp.Expression) -> bool:
