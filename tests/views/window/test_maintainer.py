@@ -129,13 +129,19 @@ MARKET = ("SELECT k, ts AS day, v, MAX(v) OVER (PARTITION BY k ORDER BY ts ROWS 
 FRAMED = ("SELECT k, ts AS day, v, MIN(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS lo3, "
           "SUM(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 3 PRECEDING AND 1 PRECEDING) AS prior3, "
           "LAG(v, 2) OVER (PARTITION BY k ORDER BY ts) AS before2 FROM m")  # no window reads more than the 3 rows before a row
+SLIDING = ("SELECT k, ts AS day, v, MAX(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS hi3, "
+           "MIN(v + k) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) - 1 AS lo4, "
+           "AVG(CAST(v AS DECIMAL(6, 2))) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS avg2, "
+           "COUNT(*) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS n4, "
+           "SUM(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 0 PRECEDING AND CURRENT ROW) AS s1 FROM m")  # frames joined
 
 
 @pytest.mark.heavy(120)
 def test_windows_looking_back_rewrite_from_the_first_changed_row_on(lake, spark, monkeypatch):
     """Ties, NULL ts and NULL keys on the delta-rs path; ROWS frames (ts unique per key, so that
     ROW_NUMBER and the frames decide every tie) on the MERGE path, where an append deletes nothing;
-    windows reading at most 3 rows back recompute from the 3 rows before the first changed one."""
+    windows reading at most 3 rows back recompute from the 3 rows before the first changed one; where
+    each is an aggregate over a sliding frame, by a join of the new rows with their frames' rows."""
     from lakeivm.catalog.registry import choose
     from lakeivm.views.window import maintainer
     from lakeivm.views.window.shape import partition_of
@@ -144,13 +150,16 @@ def test_windows_looking_back_rewrite_from_the_first_changed_row_on(lake, spark,
     lake.create_table("t", spark.createDataFrame(ROWS + [(0, None, 4), (None, None, 1)], "k int, ts int, v int"))
     lake.create_table("m", spark.createDataFrame([(k, day, (k * 7 + day * 3) % 10) for k in range(3) for day in range(5)]
                                                  + [(1, None, 4)], "k int, ts int, v int"))
-    views = {name: spec(name, text) for name, text in {**LOOKING_BACK, "market": MARKET, "framed": FRAMED}.items()}
+    views = {name: spec(name, text) for name, text in {**LOOKING_BACK, "market": MARKET, "framed": FRAMED, "sliding": SLIDING}.items()}
     for view in views.values():
         p = partition_of(choose(view, lake.table_schemas()).query)
-        assert p.order in {("ts", "ts"), ("ts", "day")} and p.reach == (3 if view.name == "framed" else None), (view.name, p)
+        assert p.order in {("ts", "ts"), ("ts", "day")} and p.reach == (3 if view.name in ("framed", "sliding") else None), (view.name, p)
+        assert p.sliding == (view.name == "sliding"), (view.name, p)
         assert run_view(lake, view).kind == "window"
-    read, within_reach = [], maintainer._within_reach
-    monkeypatch.setattr(maintainer, "_within_reach", lambda *args: (lambda rows: read.append(rows.count()) or rows)(within_reach(*args)))
+    read, within_reach, joined, frames_joined = [], maintainer._within_reach, [], maintainer._frames_joined
+    monkeypatch.setattr(maintainer, "_within_reach",
+                        lambda *args, **kw: (lambda rows: read.append(rows.count()) or rows)(within_reach(*args, **kw)))
+    monkeypatch.setattr(maintainer, "_frames_joined", lambda rows, p, *args: joined.append(p.table) or frames_joined(rows, p, *args))
     merged, read_if_small = lake.view_path("market"), maintainer.read_if_small
     monkeypatch.setattr(maintainer, "read_if_small", lambda lake_, path: None if path == merged else read_if_small(lake_, path))
     days = {k: 5 for k in range(3)}
@@ -173,8 +182,45 @@ def test_windows_looking_back_rewrite_from_the_first_changed_row_on(lake, spark,
             report = audit(lake, view)
             assert report.ok, f"{view.name}, round {round_}: {report}; missing {report.missing[:5]}, unexpected {report.unexpected[:5]}"
         if round_ < 2:  # an append of 2 rows: read with the 3 rows before them, not the partition's history
-            assert read == [3 + 2], (round_, read)
+            assert read == [3 + 2, 3 + 2], (round_, read)
+        assert joined == ["m"] * (round_ + 1)  # the sliding frames' view, once per round
         if round_ == 0:  # the append's MERGE inserted the two new rows and rewrote no other
             version = spark.sql(f"DESCRIBE HISTORY delta.`{merged}` LIMIT 1").first()["version"]
             changed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version).load(merged)
             assert sorted((r.k, r.day, r._change_type) for r in changed.collect()) == [(k, 5, "insert"), (k, 6, "insert")]
+
+
+def test_sliding_frames_joined_equal_sparks_own_sliding_frames(spark):
+    """``_frames_joined`` against the window as Spark computes it over the whole relation: the same
+    rows and types (decimal AVG and SUM, COUNT of a column, NULL values, a NULL partition and a NULL
+    order first), from each partition's first changed row on."""
+    from decimal import Decimal
+
+    from pyspark.sql import functions as F
+
+    from lakeivm.sql import as_written, parse_full
+    from lakeivm.views.window import maintainer
+    from lakeivm.views.window.shape import partition_of
+
+    rng = random.Random(3)
+    rows = [(k, day or None, None if rng.random() < 0.1 else Decimal(f"{rng.uniform(1, 99):.2f}"), rng.randrange(100))
+            for k in (None, 0, 1, 2) for day in range(60) if rng.random() < 0.9]
+    relation = spark.createDataFrame(rows, "k int, d int, x decimal(8,2), v int")
+    text = ("SELECT k AS sym, d, x, MAX(x) OVER (PARTITION BY k ORDER BY d ROWS BETWEEN 20 PRECEDING AND CURRENT ROW) AS hi, "
+            "MIN(x) OVER (PARTITION BY k ORDER BY d ROWS BETWEEN 20 PRECEDING AND CURRENT ROW) AS lo, "
+            "AVG(x) OVER (PARTITION BY k ORDER BY d ROWS BETWEEN 6 PRECEDING AND CURRENT ROW) AS a7, "
+            "SUM(x * v) OVER (PARTITION BY k ORDER BY d ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS s4, "
+            "COUNT(x) OVER (PARTITION BY k ORDER BY d ROWS BETWEEN 9 PRECEDING AND CURRENT ROW) AS c10, "
+            "AVG(v) OVER (PARTITION BY k ORDER BY d ROWS BETWEEN 9 PRECEDING AND CURRENT ROW) AS av FROM t")
+    p = partition_of(parse_full(text, {"t": {"k": "int", "d": "int", "x": "decimal(8,2)", "v": "int"}}))
+    assert (p.reach, p.sliding) == (20, True)
+    relation.createOrReplaceTempView("lakeivm_test_whole")
+    whole = spark.sql(as_written(text, {"t": "lakeivm_test_whole"}))
+    for first in (None, 17, 45, 59):  # None: a change at a NULL d, the whole partition
+        touched = relation.select("k").distinct().withColumn(maintainer._FROM, F.lit(first).cast("int"))
+        restricted = maintainer._within_reach(relation.alias("r").join(touched.alias("k"), F.col("r.k").eqNullSafe(F.col("k.k"))),
+                                              p, flagged=True)
+        got = spark.sql(as_written(maintainer._frames_joined(restricted, p, text, "lakeivm_test_part"), {"t": "lakeivm_test_part"}))
+        want = whole if first is None else whole.where(f"d >= {first}")
+        assert got.schema == want.schema
+        assert sorted(got.collect(), key=repr) == sorted(want.collect(), key=repr), first

@@ -109,4 +109,6 @@ def test_the_latest_rows_per_partition_are_kept_whole_where_the_window_kind_take
     ("SELECT k, SUM(v) OVER (PARTITION BY k ORDER BY ts) AS l FROM t", None),
 ])
 def test_windows_that_look_back_along_one_ascending_column_name_it(sql, order):
-    assert partition_of(parse_full(sql, SCHEMAS)).order == order
+    p = partition_of(parse_full(sql, SCHEMAS))
+    assert p.order == order
+    assert p.sliding == ("364 PRECEDING" in sql)  # every window an aggregate over the n rows before a row and itself

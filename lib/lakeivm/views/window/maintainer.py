@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 _OP = "_lakeivm_op"  # in the MERGE's source: "d" a touched partition's key, "i" a recomputed row
 _FROM = "_lakeivm_from"  # a touched partition's first changed O, where the windows look back along O
+_NEW = "_lakeivm_new"  # a row from its partition's first changed O on (``_within_reach``)
+_ROW, _BUCKET, _FRAME = "_lakeivm_row", "_lakeivm_bucket", "_lakeivm_frame"  # ``_frames_joined``'s columns
 
 
 class WindowMaintainer:
@@ -59,13 +61,16 @@ class WindowMaintainer:
         snapshot = ctx.spark.table(ctx.snapshot(table, ctx.pins[table])).alias("r")
         on = [F.col(f"r.`{c}`").eqNullSafe(F.col(f"k.`{c}`")) for c in p.columns]
         name = f"lakeivm_{ctx.view}_{table}_touched"
+        sql = ctx.spec.sql
         if p.order is None or p.reach is None:
             snapshot.join(touched.alias("k"), on, "left_semi").createOrReplaceTempView(name)
+        elif p.sliding:
+            sql = _frames_joined(_within_reach(snapshot.join(touched.alias("k"), on), p, flagged=True), p, sql, name)
         else:
             _within_reach(snapshot.join(touched.alias("k"), on), p).createOrReplaceTempView(name)
-        rows = ctx.spark.sql(as_written(ctx.spec.sql, {table: name}))
+        rows = ctx.spark.sql(as_written(sql, {table: name}))
         keys = touched.select(*[F.col(f"`{c}`").alias(o) for c, o in zip(p.columns, p.outputs)], *([_FROM] if p.order else []))
-        if p.order is not None:  # only the rows from each partition's first changed O on can differ
+        if p.order is not None and not p.sliding:  # only the rows from each partition's first changed O on can differ
             on = [F.col(f"r.`{o}`").eqNullSafe(F.col(f"k.`{o}`")) for o in p.outputs]
             rows = rows.alias("r").join(keys.alias("k"), on).where(
                 F.col(f"k.{_FROM}").isNull() | (F.col(f"r.`{p.order[1]}`") >= F.col(f"k.{_FROM}"))).select("r.*")
@@ -94,20 +99,62 @@ class WindowMaintainer:
         return Readable()
 
 
-def _within_reach(joined: DataFrame, p: Partition) -> DataFrame:
+def _within_reach(joined: DataFrame, p: Partition, flagged: bool = False) -> DataFrame:
     """The touched partitions' rows (``joined``: the relation ``r`` joined with each partition's first
     changed O ``k``) a recompute of their rows from that O on reads, where no window reads more than
     the N = ``p.reach`` rows before a row (``shape._reach``): those from the first changed O on and the
     last N before it (their peers at the N-th too). A 52-week high windows a year of rows per symbol,
-    not its whole history, and Spark's sliding frame costs the frame's rows per row it computes."""
+    not its whole history. ``flagged``: with a column ``_NEW``, true on the rows from the first changed O on."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     o = F.col(f"r.`{p.order[0]}`")
     before = F.col(f"k.{_FROM}").isNotNull() & (o.isNull() | (o < F.col(f"k.{_FROM}")))
     back = Window.partitionBy(*[F.col(f"r.`{c}`") for c in p.columns], before).orderBy(o.desc_nulls_last())
-    return (joined.withColumn("_lakeivm_back", F.when(before, F.rank().over(back)))
-            .where(~before | (F.col("_lakeivm_back") <= p.reach)).select("r.*"))
+    kept = joined.withColumn("_lakeivm_back", F.when(before, F.rank().over(back))).where(~before | (F.col("_lakeivm_back") <= p.reach))
+    return kept.select("r.*", (~before).alias(_NEW)) if flagged else kept.select("r.*")
+
+
+def _frames_joined(rows: DataFrame, p: Partition, sql: str, name: str) -> str:
+    """``sql`` computing the rows ``_within_reach`` flags new, registered as ``name``, where every window
+    is an aggregate over the n rows before a row and itself (``Partition.sliding``): each new row is
+    joined with its frame's rows and the aggregates are taken over the join; ``sql`` reads them in
+    place of its windows. Spark's sliding frame re-aggregates the whole frame at every row it
+    computes, the N rows read before a partition's first change too: N^2/2 rows per partition (66,000
+    for a symbol's 52-week high, for one new day), against N per new row here. The same aggregate
+    functions over the same rows: the same values and types. Returns the SQL to run over ``name``."""
+    import sqlglot
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from sqlglot import exp
+
+    from lakeivm.sql import DIALECT, named_outputs
+    from lakeivm.views.window.shape import sliding_frames
+
+    tree = named_outputs(sqlglot.parse_one(sql, dialect=DIALECT))
+    frames = sliding_frames(tree)
+    partition = [F.col(f"`{c}`") for c in p.columns]
+    numbered = rows.withColumn(_ROW, F.row_number().over(Window.partitionBy(*partition).orderBy(F.col(f"`{p.order[0]}`").asc_nulls_first())))
+    width = p.reach + 1  # a frame's rows lie in the bucket of its row or the one before (buckets of N + 1 row numbers)
+    row = F.col(_ROW)
+    new = numbered.where(F.col(_NEW)).withColumn(_BUCKET, F.explode(F.array_distinct(F.array(
+        F.floor((row - p.reach) / width), F.floor(row / width)))))
+    frame_rows = numbered.withColumn(_BUCKET, F.floor(row / width))
+    on = [F.col(f"t.`{c}`").eqNullSafe(F.col(f"s.`{c}`")) for c in p.columns] + [
+        F.col(f"t.{_BUCKET}") == F.col(f"s.{_BUCKET}"), F.col(f"s.{_ROW}").between(F.col(f"t.{_ROW}") - p.reach, F.col(f"t.{_ROW}"))]
+    aggregates = []
+    for i, (window, func, n) in enumerate(frames):
+        argument = "1" if isinstance(func.this, exp.Star) else func.this.copy().transform(
+            lambda node: exp.column(node.name, table="s", quoted=True) if isinstance(node, exp.Column) else node).sql(DIALECT)
+        aggregates.append(F.expr(f"{func.key}(CASE WHEN s.{_ROW} >= t.{_ROW} - {n} THEN {argument} END)").alias(f"{_FRAME}{i}"))
+        window.replace(exp.column(f"{_FRAME}{i}"))
+    keys = [F.col(f"t.`{c}`").alias(f"{_FRAME}p{j}") for j, c in enumerate(p.columns)]
+    framed = (new.alias("t").join(frame_rows.alias("s"), on).groupBy(*keys, F.col(f"t.{_ROW}").alias(f"{_FRAME}row"))
+              .agg(*aggregates))
+    back = [F.col(f"n.`{c}`").eqNullSafe(F.col(f"f.{_FRAME}p{j}")) for j, c in enumerate(p.columns)]
+    (numbered.where(F.col(_NEW)).alias("n").join(framed.alias("f"), back + [F.col(f"n.{_ROW}") == F.col(f"f.{_FRAME}row")])
+     .select("n.*", *[f"f.{_FRAME}{i}" for i in range(len(frames))]).drop(_NEW, _ROW).createOrReplaceTempView(name))
+    return tree.sql(dialect=DIALECT)
 
 
 def _replace_locally(ctx: Context, path: str, stored, keys: DataFrame, rows: DataFrame, p: Partition) -> bool:

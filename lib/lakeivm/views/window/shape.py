@@ -26,13 +26,15 @@ WHOLE_TABLE = "recomputing a window over the whole table: no partition to confin
 class Partition:
     """P: the relation's partition ``columns`` and the result ``outputs`` holding them (same order);
     ``order``: (O, its result column) where every window looks back along O (``_looked_back``);
-    ``reach``: N where, besides, no window reads more than the N rows before a row (``_reach``)."""
+    ``reach``: N where, besides, no window reads more than the N rows before a row (``_reach``);
+    ``sliding``: where, besides, every window is an aggregate over such a frame (``sliding_frames``)."""
 
     table: str
     columns: tuple[str, ...]
     outputs: tuple[str, ...]
     order: tuple[str, str] | None = None
     reach: int | None = None
+    sliding: bool = False
 
     def __post_init__(self) -> None:
         if not self.columns or len(self.columns) != len(self.outputs):
@@ -45,7 +47,7 @@ def partition_of(query: Query, source: str = "<sql>") -> Partition:
     >>> from lakeivm.sql import parse_full
     >>> q = parse_full("SELECT k AS key, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v) AS rn FROM t", {"t": {"k": "int", "v": "int"}})
     >>> partition_of(q)
-    Partition(table='t', columns=('k',), outputs=('key',), order=None)
+    Partition(table='t', columns=('k',), outputs=('key',), order=None, reach=None, sliding=False)
     """
     tree = query.tree
     windowed = windowed_select(tree) or tree  # a top-rows-per-partition query: the SELECT it filters
@@ -75,7 +77,9 @@ def partition_of(query: Query, source: str = "<sql>") -> Partition:
     order = _looked_back(windowed, columns)
     if order not in outputs:
         return Partition(table, tuple(kept), tuple(outputs[c] for c in kept))
-    return Partition(table, tuple(kept), tuple(outputs[c] for c in kept), (order, outputs[order]), _reach(windowed, columns, kept))
+    reach = _reach(windowed, columns, kept)
+    return Partition(table, tuple(kept), tuple(outputs[c] for c in kept), (order, outputs[order]), reach,
+                     reach is not None and windowed is tree and sliding_frames(tree) is not None)
 
 
 def _check_select(tree: exp.Expression, source: str) -> None:
@@ -153,6 +157,27 @@ def _reach(select: exp.Select, columns: dict[str, str], partition: list[str]) ->
         else:
             return None
     return reach
+
+
+_SLIDING = (exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg)
+
+
+def sliding_frames(select: exp.Select) -> list[tuple[exp.Window, exp.AggFunc, int]] | None:
+    """(window, its aggregate, n) of each window of ``select``, where every one is SUM, COUNT, MIN,
+    MAX or AVG (not DISTINCT) over ``ROWS BETWEEN n PRECEDING AND CURRENT ROW``: a row's value is
+    then that aggregate over itself and the n rows before it, which a join of the row with those rows
+    computes as Spark's sliding frame would. None otherwise."""
+    found = []
+    for window in select.find_all(exp.Window):
+        func, spec = window.this, window.args.get("spec")
+        start = spec.args.get("start") if spec is not None else None
+        if (not isinstance(func, _SLIDING) or isinstance(func.this, exp.Distinct) or spec is None
+                or spec.args.get("kind") != "ROWS" or spec.args.get("start_side") != "PRECEDING"
+                or not (isinstance(start, exp.Literal) and start.is_int) or spec.args.get("end") != "CURRENT ROW"
+                or spec.args.get("exclude")):
+            return None
+        found.append((window, func, int(start.this)))
+    return found or None
 
 
 def _function(window: exp.Window) -> exp.Expression:
