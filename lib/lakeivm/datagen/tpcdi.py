@@ -99,6 +99,7 @@ class TpcdiChangeStream:
     _next: dict[str, int] = field(default_factory=dict)
     _pending: list[tuple] = field(default_factory=list)  # submitted trades: (t_id, ca_id, symbol, qty, type)
     _accounts: dict[int, int] = field(default_factory=dict)  # open account -> its customer
+    _account_ids: list[int] | None = None  # sorted(_accounts), kept until an account opens or closes
     _watches: list[tuple[int, str]] = field(default_factory=list)  # active (customer, symbol)
     _close: dict[str, Decimal] = field(default_factory=dict)  # each symbol's last close
 
@@ -169,7 +170,7 @@ class TpcdiChangeStream:
             rows["customer_mgmt"].append(self._new_customer(c_id, at))
             rows["account_mgmt"].append(self._new_account(c_id, at + timedelta(minutes=1)))
         if rng.random() < 0.3 and len(self._accounts) > 2:
-            ca_id = rng.choice(sorted(self._accounts))
+            ca_id = self._an_account()
             rows["account_mgmt"].append(self._account_update(ca_id, at, close=rng.random() < 0.3))
         if self.day % 5 == 0:
             cik = rng.randrange(self.companies)
@@ -219,13 +220,14 @@ class TpcdiChangeStream:
 
     def _new_account(self, c_id: int, at: datetime) -> tuple:
         ca_id = self._id("ca_id")
-        self._accounts[ca_id] = c_id
+        self._accounts[ca_id], self._account_ids = c_id, None
         return (self._id("action"), at, "ADDACCT", ca_id, c_id, self.rng.randrange(self.brokers),
                 f"Account {ca_id}", self.rng.choice([0, 1, 2]))
 
     def _account_update(self, ca_id: int, at: datetime, close: bool) -> tuple:
         if close:
             self._accounts.pop(ca_id)
+            self._account_ids = None
             return (self._id("action"), at, "CLOSEACCT", ca_id, None, None, None, None)
         return (self._id("action"), at, "UPDACCT", ca_id, None, self.rng.randrange(self.brokers), None, self.rng.choice([0, 1, 2]))
 
@@ -256,10 +258,17 @@ class TpcdiChangeStream:
         low = (close * Decimal(1 - rng.uniform(0, 0.03))).quantize(Decimal("0.01"))
         return (day, symbol, close, high, low, rng.randint(1000, 10**6))
 
+    def _an_account(self) -> int:
+        """An open account, drawn uniformly (sorting the accounts once per change to them, not per
+        trade: at 100,000 customers a sort per trade took the initial load over 15 minutes)."""
+        if self._account_ids is None:
+            self._account_ids = sorted(self._accounts)
+        return self.rng.choice(self._account_ids)
+
     def _submit(self, rows: dict[str, list], at: datetime) -> None:
         """A submitted trade (status SBMT) and its first history row."""
         rng = self.rng
-        t_id, ca_id = self._id("t_id"), rng.choice(sorted(self._accounts))
+        t_id, ca_id = self._id("t_id"), self._an_account()
         kind, symbol = rng.choice(_TRADE_TYPES)[0], rng.choice(self.symbols)
         qty = rng.randint(1, 20) * 10
         bid = self._close.get(symbol, Decimal("50.00"))
