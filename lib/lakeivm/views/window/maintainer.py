@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 _OP = "_lakeivm_op"  # in the MERGE's source: "d" a touched partition's key, "i" a recomputed row
 _FROM = "_lakeivm_from"  # a touched partition's first changed O, where the windows look back along O
-_NEW = "_lakeivm_new"  # a row from its partition's first changed O on (``_within_reach``)
-_ROW, _BUCKET, _FRAME = "_lakeivm_row", "_lakeivm_bucket", "_lakeivm_frame"  # ``_frames_joined``'s columns
+# ``_frames_joined``: a row from its partition's first changed O on, its number in the partition, the first such
+# row's number, a bucket of row numbers, an aggregate over a frame
+_NEW, _ROW, _FIRST, _BUCKET, _FRAME = "_lakeivm_new", "_lakeivm_row", "_lakeivm_first", "_lakeivm_bucket", "_lakeivm_frame"
 
 
 class WindowMaintainer:
@@ -65,7 +66,7 @@ class WindowMaintainer:
         if p.order is None or p.reach is None:
             snapshot.join(touched.alias("k"), on, "left_semi").createOrReplaceTempView(name)
         elif p.sliding:
-            sql = _frames_joined(_within_reach(snapshot.join(touched.alias("k"), on), p, flagged=True), p, sql, name)
+            sql = _frames_joined(snapshot.join(touched.alias("k"), on), p, sql, name)
         else:
             _within_reach(snapshot.join(touched.alias("k"), on), p).createOrReplaceTempView(name)
         rows = ctx.spark.sql(as_written(sql, {table: name}))
@@ -99,28 +100,37 @@ class WindowMaintainer:
         return Readable()
 
 
-def _within_reach(joined: DataFrame, p: Partition, flagged: bool = False) -> DataFrame:
+def _within_reach(joined: DataFrame, p: Partition) -> DataFrame:
     """The touched partitions' rows (``joined``: the relation ``r`` joined with each partition's first
     changed O ``k``) a recompute of their rows from that O on reads, where no window reads more than
     the N = ``p.reach`` rows before a row (``shape._reach``): those from the first changed O on and the
     last N before it (their peers at the N-th too). A 52-week high windows a year of rows per symbol,
-    not its whole history. ``flagged``: with a column ``_NEW``, true on the rows from the first changed O on."""
+    not its whole history."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    before = _before_first_change(p)
     o = F.col(f"r.`{p.order[0]}`")
-    before = F.col(f"k.{_FROM}").isNotNull() & (o.isNull() | (o < F.col(f"k.{_FROM}")))
     back = Window.partitionBy(*[F.col(f"r.`{c}`") for c in p.columns], before).orderBy(o.desc_nulls_last())
-    kept = joined.withColumn("_lakeivm_back", F.when(before, F.rank().over(back))).where(~before | (F.col("_lakeivm_back") <= p.reach))
-    return kept.select("r.*", (~before).alias(_NEW)) if flagged else kept.select("r.*")
+    return (joined.withColumn("_lakeivm_back", F.when(before, F.rank().over(back)))
+            .where(~before | (F.col("_lakeivm_back") <= p.reach)).select("r.*"))
 
 
-def _frames_joined(rows: DataFrame, p: Partition, sql: str, name: str) -> str:
-    """``sql`` computing the rows ``_within_reach`` flags new, registered as ``name``, where every window
-    is an aggregate over the n rows before a row and itself (``Partition.sliding``): each new row is
-    joined with its frame's rows and the aggregates are taken over the join; ``sql`` reads them in
-    place of its windows. Spark's sliding frame re-aggregates the whole frame at every row it
-    computes, the N rows read before a partition's first change too: N^2/2 rows per partition (66,000
+def _before_first_change(p: Partition):
+    """Whether a row of ``joined`` (``_within_reach``) lies before its partition's first changed O (NULLs first)."""
+    from pyspark.sql import functions as F
+
+    o = F.col(f"r.`{p.order[0]}`")
+    return F.col(f"k.{_FROM}").isNotNull() & (o.isNull() | (o < F.col(f"k.{_FROM}")))
+
+
+def _frames_joined(joined: DataFrame, p: Partition, sql: str, name: str) -> str:
+    """``sql`` computing the rows of ``joined`` (``_within_reach``) from each partition's first changed
+    O on, where every window is an aggregate over the n rows before a row and itself
+    (``Partition.sliding``): each of those rows is joined with the rows of its frame and the
+    aggregates are taken over the join, registered as ``name`` with the row's columns; ``sql`` reads
+    them in place of its windows. Spark's sliding frame aggregates the whole frame again at every row
+    it computes, the N rows before a partition's first change too: N^2/2 rows per partition (66,000
     for a symbol's 52-week high, for one new day), against N per new row here. The same aggregate
     functions over the same rows: the same values and types. Returns the SQL to run over ``name``."""
     import sqlglot
@@ -133,11 +143,15 @@ def _frames_joined(rows: DataFrame, p: Partition, sql: str, name: str) -> str:
 
     tree = named_outputs(sqlglot.parse_one(sql, dialect=DIALECT))
     frames = sliding_frames(tree)
-    partition = [F.col(f"`{c}`") for c in p.columns]
-    numbered = rows.withColumn(_ROW, F.row_number().over(Window.partitionBy(*partition).orderBy(F.col(f"`{p.order[0]}`").asc_nulls_first())))
-    width = p.reach + 1  # a frame's rows lie in the bucket of its row or the one before (buckets of N + 1 row numbers)
-    row = F.col(_ROW)
-    new = numbered.where(F.col(_NEW)).withColumn(_BUCKET, F.explode(F.array_distinct(F.array(
+    columns = joined.select("r.*").columns
+    partition = [F.col(f"r.`{c}`") for c in p.columns]
+    ordered = Window.partitionBy(*partition).orderBy(F.col(f"r.`{p.order[0]}`").asc_nulls_first())
+    new = ~_before_first_change(p)
+    numbered = (joined.select("r.*", new.alias(_NEW), F.row_number().over(ordered).alias(_ROW))
+                .withColumn(_FIRST, F.min(F.when(F.col(_NEW), F.col(_ROW))).over(Window.partitionBy(*[F.col(f"`{c}`") for c in p.columns])))
+                .where(F.col(_ROW) >= F.col(_FIRST) - p.reach))  # a new row's frame lies within the N rows before the first new one
+    width, row = p.reach + 1, F.col(_ROW)  # a frame's rows lie in its row's bucket of N + 1 row numbers or the one before
+    rows = numbered.where(F.col(_NEW)).withColumn(_BUCKET, F.explode(F.array_distinct(F.array(
         F.floor((row - p.reach) / width), F.floor(row / width)))))
     frame_rows = numbered.withColumn(_BUCKET, F.floor(row / width))
     on = [F.col(f"t.`{c}`").eqNullSafe(F.col(f"s.`{c}`")) for c in p.columns] + [
@@ -148,12 +162,11 @@ def _frames_joined(rows: DataFrame, p: Partition, sql: str, name: str) -> str:
             lambda node: exp.column(node.name, table="s", quoted=True) if isinstance(node, exp.Column) else node).sql(DIALECT)
         aggregates.append(F.expr(f"{func.key}(CASE WHEN s.{_ROW} >= t.{_ROW} - {n} THEN {argument} END)").alias(f"{_FRAME}{i}"))
         window.replace(exp.column(f"{_FRAME}{i}"))
-    keys = [F.col(f"t.`{c}`").alias(f"{_FRAME}p{j}") for j, c in enumerate(p.columns)]
-    framed = (new.alias("t").join(frame_rows.alias("s"), on).groupBy(*keys, F.col(f"t.{_ROW}").alias(f"{_FRAME}row"))
-              .agg(*aggregates))
-    back = [F.col(f"n.`{c}`").eqNullSafe(F.col(f"f.{_FRAME}p{j}")) for j, c in enumerate(p.columns)]
-    (numbered.where(F.col(_NEW)).alias("n").join(framed.alias("f"), back + [F.col(f"n.{_ROW}") == F.col(f"f.{_FRAME}row")])
-     .select("n.*", *[f"f.{_FRAME}{i}" for i in range(len(frames))]).drop(_NEW, _ROW).createOrReplaceTempView(name))
+    keys = [F.col(f"t.`{c}`").alias(c) for c in p.columns]
+    carried = [F.first(F.col(f"t.`{c}`")).alias(c) for c in columns if c not in p.columns]  # one row t per group
+    (rows.alias("t").join(frame_rows.alias("s"), on).groupBy(*keys, F.col(f"t.{_ROW}"))
+     .agg(*carried, *aggregates).select(*columns, *[f"{_FRAME}{i}" for i in range(len(frames))])
+     .createOrReplaceTempView(name))
     return tree.sql(dialect=DIALECT)
 
 
