@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 from lakeivm.spec import ViewSpec
+
+# The version of what a STDDEV or VARIANCE's state holds: 2 sums a wide DECIMAL's values scaled to
+# whole numbers, where 1 summed their doubles. A view whose state an older version built is rebuilt.
+VARIANCE_STATE = 2
+_VARIANCE = re.compile(r"\b(STDDEV|STDDEV_SAMP|STDDEV_POP|STD|VARIANCE|VAR_SAMP|VAR_POP)\s*\(", re.IGNORECASE)
 
 # Spec options that do not change what the state holds.
 SCHEDULING_OPTIONS = frozenset({"planner", "chain_planner", "cost_prior", "fit_costs", "headroom", "description", "retries", "retry_delay"})
@@ -28,6 +34,8 @@ def fingerprint(spec: ViewSpec) -> str:
     """
     options = {k: v for k, v in sorted(spec.options.items()) if k not in SCHEDULING_OPTIONS}
     definition = {"sql": normalized_sql(spec.sql), "kind": spec.kind, "options": options}
+    if _VARIANCE.search(definition["sql"]):  # the state a variance sums changed (``sql.parse._variance_value``): rebuilt
+        definition["variance_state"] = VARIANCE_STATE
     if spec.refresh_policy == "full":  # recomputed: another state (auto and incremental pick the same kind when both can)
         definition["refresh_policy"] = spec.refresh_policy
     payload = json.dumps(definition, sort_keys=True, default=str)

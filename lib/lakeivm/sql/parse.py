@@ -596,8 +596,8 @@ def _finalize(node: exp.Expression, by_sql: dict[str, str], aggs: dict, sql: str
     if (distinct := _count_distinct(node)) is not None:  # the number of values with a positive count in the multiset
         return sqlglot.parse_one(f"COALESCE(_lakeivm_s{state('DISTINCT', distinct.sql(DIALECT)).index}, 0)", dialect=DIALECT)
     if isinstance(node, exp.AggFunc) and AGGREGATES[type(node)].startswith(("STDDEV", "VAR")):
-        value = _variance_value(node.this)
-        return sqlglot.parse_one(_variance_sql(AGGREGATES[type(node)], state("SUM", value), state("SUM", f"{value} * {value}")),
+        value, scale = _variance_value(node.this)
+        return sqlglot.parse_one(_variance_sql(AGGREGATES[type(node)], state("SUM", value), state("SUM", f"{value} * {value}"), scale),
                                  dialect=DIALECT)
     if isinstance(node, exp.AggFunc):
         func = AGGREGATES[type(node)]
@@ -628,30 +628,36 @@ def _typed(tree: exp.Expression, schemas: Mapping[str, Mapping[str, str]]) -> ex
 _EXACT_INTEGERS = (exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT)
 
 
-def _variance_value(value: exp.Expression) -> str:
-    """What a variance's state sums for ``value``: the value itself as ``DECIMAL(38, s)`` where it is an
-    INT or a DECIMAL of at most 15 digits and scale 3 (its square, their sums and ``n·Σx² − (Σx)²``
-    then hold every digit: a group whose values are close together loses none of its variance to
-    cancellation), else a DOUBLE, as Spark computes the aggregate. ``value.type`` is sqlglot's
-    inference from the tables' columns (``_typed``)."""
+def _variance_value(value: exp.Expression) -> tuple[str, int]:
+    """What a variance's state sums for ``value``, and the power of ten it scales the value by: the
+    value itself as ``DECIMAL(38, s)`` where it is an INT or a DECIMAL of at most 15 digits and scale
+    3 (its square, their sums and ``n·Σx² − (Σx)²`` then hold every digit: a group whose values are
+    close together loses none of its variance to cancellation); a wider DECIMAL of scale s <= 6 (a
+    SUM of money, DECIMAL(20, 2)) as the DOUBLE of ``value * 10^s``, a whole number, so that its
+    square and their sums stay exact up to 2^53 and beyond round rather than overflow; else a DOUBLE,
+    as Spark computes the aggregate. ``value.type`` is sqlglot's inference from the tables' columns
+    (``_typed``)."""
     kind, text = value.type, value.sql(DIALECT)
     if kind is not None and kind.is_type(*_EXACT_INTEGERS):
-        return f"CAST({text} AS DECIMAL(38, 0))"
+        return f"CAST({text} AS DECIMAL(38, 0))", 0
     if kind is not None and kind.is_type(exp.DataType.Type.DECIMAL):
         precision, scale = ([int(param.this.name) for param in kind.expressions] + [10, 0])[:2] if kind.expressions else (10, 0)
         if precision <= 15 and scale <= 3:
-            return f"CAST({text} AS DECIMAL(38, {scale}))"
-    return f"CAST({text} AS DOUBLE)"
+            return f"CAST({text} AS DECIMAL(38, {scale}))", 0
+        if 0 < scale <= 6:
+            return f"CAST({text} * {10 ** scale} AS DOUBLE)", scale
+    return f"CAST({text} AS DOUBLE)", 0
 
 
-def _variance_sql(func: str, values: Aggregate, squares: Aggregate) -> str:
+def _variance_sql(func: str, values: Aggregate, squares: Aggregate, scale: int = 0) -> str:
     """SQL's ``VAR_SAMP``/``VAR_POP``/``STDDEV_SAMP``/``STDDEV_POP`` from the state: the sum of the values,
     of their squares and their count, ``(n * Σx² - (Σx)²) / (n (n - 1))`` (``n²`` for the population),
-    the difference exact where the state is (``_variance_value``), then in doubles; NULL over no value,
-    and a sample's over one. Clamped at 0: the rounding of a difference of doubles must not make a
+    the difference exact where the state is (``_variance_value``), then in doubles, divided by
+    ``10^(2 scale)`` where the state summed the values times ``10^scale``; NULL over no value, and a
+    sample's over one. Clamped at 0: the rounding of a difference of doubles must not make a
     constant group's variance negative."""
     s, n, s2 = f"_lakeivm_s{values.index}", f"_lakeivm_n{values.index}", f"_lakeivm_s{squares.index}"
-    difference = f"CAST(GREATEST({n} * {s2} - {s} * {s}, 0) AS DOUBLE)"
+    difference = f"CAST(GREATEST({n} * {s2} - {s} * {s}, 0) AS DOUBLE)" + (f" / 1E{2 * scale}" if scale else "")
     if func.endswith("SAMP"):
         variance = f"CASE WHEN {n} < 2 THEN NULL ELSE {difference} / ({n} * ({n} - 1)) END"
     else:
