@@ -112,3 +112,27 @@ def test_windows_that_look_back_along_one_ascending_column_name_it(sql, order):
     p = partition_of(parse_full(sql, SCHEMAS))
     assert p.order == order
     assert p.sliding == ("364 PRECEDING" in sql)  # every window an aggregate over the n rows before a row and itself
+
+
+@pytest.mark.parametrize("sql, top", [
+    ("WITH r AS (SELECT k, ts, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) SELECT k, ts AS day, v FROM r "
+     "WHERE rn = 1", ("ts", "day", True, False)),
+    ("SELECT k, ts FROM (SELECT k, ts, RANK() OVER (PARTITION BY k ORDER BY ts DESC NULLS FIRST) AS n FROM t WHERE v > 0) AS d "
+     "WHERE n <= 3", ("ts", "ts", True, True)),
+    ("SELECT k, ts FROM (SELECT k, ts, DENSE_RANK() OVER (PARTITION BY k ORDER BY ts NULLS LAST) AS n FROM t) AS d WHERE n < 3",
+     ("ts", "ts", False, False)),
+    # the kept rows' lowest O would not bound what a run reads: another filter, rank, order or partition, O not kept
+    ("SELECT k, ts FROM (SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) AS d WHERE rn = 2", None),
+    ("SELECT k, ts FROM (SELECT k, ts, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) AS d "
+     "WHERE rn = 1 AND v > 0", None),
+    ("SELECT k, ts FROM (SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC, v) AS rn FROM t) AS d WHERE rn = 1", None),
+    ("SELECT k, ts FROM (SELECT k, j, ts, ROW_NUMBER() OVER (PARTITION BY k, j ORDER BY ts DESC) AS rn FROM t) AS d WHERE rn = 1",
+     None),
+    ("SELECT k, v FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) AS d WHERE rn = 1", None),
+    ("SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t", None),
+    # ascending with NULLs first: the windows look back, rewritten from the first changed O on instead
+    ("SELECT k, ts FROM (SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts) AS rn FROM t) AS d WHERE rn = 1", None),
+])
+def test_the_top_rows_per_partition_by_one_column_are_read_from_the_lowest_kept_on(sql, top):
+    p = partition_of(parse_full(sql, SCHEMAS))
+    assert (None if p.top is None else (p.top.order, p.top.output, p.top.descending, p.top.nulls_first)) == top

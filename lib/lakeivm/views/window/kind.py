@@ -22,7 +22,8 @@ def _describe(spec: ViewSpec, query: Query) -> str:
     renamed = ", ".join(c if c == o else f"{c} (result column {o})" for c, o in zip(p.columns, p.outputs))
     return (f"window, partitioned by {renamed} of {p.table}: a change to rows of a partition changes only that "
             "partition's window outputs, so a run recomputes the view's SQL on the partitions its changes touch "
-            "(their rows at the pin) and replaces those partitions' result rows; its cost is the touched partitions' rows")
+            "(their rows at the pin) and replaces those partitions' result rows; its cost is the touched partitions' rows"
+            + (f" (where a change only inserts, those from each partition's lowest kept {p.top.order} on)" if p.top else ""))
 
 
 KIND = Kind(

@@ -30,6 +30,7 @@ _OP = "_lakeivm_op"  # in the MERGE's source: "d" a touched partition's key, "i"
 _FROM = "_lakeivm_from"  # a touched partition's first changed O, where the windows look back along O
 # ``_frames_joined``: a row from its partition's first changed O on, its number in the partition, the first such
 # row's number, a bucket of row numbers, an aggregate over a frame
+_BOUND = "_lakeivm_bound"  # ``_top_candidates``: a touched partition's lowest kept O (NULL: read it whole)
 _NEW, _ROW, _FIRST, _BUCKET, _FRAME = "_lakeivm_new", "_lakeivm_row", "_lakeivm_first", "_lakeivm_bucket", "_lakeivm_frame"
 
 
@@ -63,7 +64,9 @@ class WindowMaintainer:
         on = [F.col(f"r.`{c}`").eqNullSafe(F.col(f"k.`{c}`")) for c in p.columns]
         name = f"lakeivm_{ctx.view}_{table}_touched"
         sql = ctx.spec.sql
-        if p.order is None or p.reach is None:
+        if p.top is not None:
+            _top_candidates(ctx, snapshot, delta, p).createOrReplaceTempView(name)
+        elif p.order is None or p.reach is None:
             snapshot.join(touched.alias("k"), on, "left_semi").createOrReplaceTempView(name)
         elif p.sliding:
             sql = _frames_joined(snapshot.join(touched.alias("k"), on), p, sql, name)
@@ -98,6 +101,58 @@ class WindowMaintainer:
     def readable(self, ctx: Context) -> Readable:
         """Its stored rows are the result's row by row (a row is stored as the view has it)."""
         return Readable()
+
+
+def _top_candidates(ctx: Context, snapshot: DataFrame, delta: DataFrame, p: Partition) -> DataFrame:
+    """The rows of the touched partitions (``snapshot``, the relation at the pin, as ``r``) a recompute
+    of their top rows reads (``Partition.top``). A partition whose change only inserts rows or deletes
+    rows strictly below its kept ones keeps its first rows among those kept and those inserted: its
+    rows at or above its lowest kept O (the bound; ties too) and its inserted rows below it. Any other
+    partition (a kept row deleted or updated, a kept O NULL, nothing kept) is read whole. Where every
+    touched partition has a bound, the scan is filtered by the lowest one as a literal, so that Delta
+    skips the files of older rows: a new market day per symbol reads the last days' files, not the
+    history."""
+    from pyspark.sql import functions as F
+
+    from lakeivm.columns import MULTIPLICITY
+
+    top, columns = p.top, [F.col(f"`{c}`") for c in p.columns]
+    stored = read_result(ctx).select(*[F.col(f"`{o}`").alias(c) for c, o in zip(p.columns, p.outputs)],
+                                     F.col(f"`{top.output}`").alias(_BOUND))
+    touched = delta.select(*columns).distinct()
+    lowest = F.min(_BOUND) if top.descending else F.max(_BOUND)
+    bounds = (stored.join(touched, [stored[c].eqNullSafe(touched[c]) for c in p.columns], "left_semi").groupBy(*columns)
+              .agg(F.when(F.max(F.col(_BOUND).isNull()), F.lit(None)).otherwise(lowest).alias(_BOUND)))
+
+    def above(rows: str, keys: str):  # O at or above the partition's bound in the window's order
+        o, bound = F.col(f"{rows}.`{top.order}`"), F.col(f"{keys}.{_BOUND}")
+        return o.isNotNull() & (o >= bound if top.descending else o <= bound)
+
+    def on(rows: str, keys: str):
+        return [F.col(f"{rows}.`{c}`").eqNullSafe(F.col(f"{keys}.`{c}`")) for c in p.columns]
+
+    o, bound = F.col(f"d.`{top.order}`"), F.col(f"b.{_BOUND}")
+    below = o.isNotNull() & (o < bound if top.descending else o > bound)  # its deletion changes no kept row
+    keys = (delta.alias("d").join(bounds.alias("b"), on("d", "b"), "left")
+            .groupBy(*[F.col(f"d.`{c}`").alias(c) for c in p.columns])
+            .agg(F.when(F.max((F.col(f"d.{MULTIPLICITY}") < 0) & ~F.coalesce(below, F.lit(False))), F.lit(None))
+                 .otherwise(F.first(bound)).alias(_BOUND))
+            .localCheckpoint(eager=True))
+    whole, lowest_bound = keys.agg(F.max(F.col(_BOUND).isNull()), (F.min if top.descending else F.max)(F.col(_BOUND)).cast("string")).first()
+    if not whole and lowest_bound is not None:  # a literal Delta's file statistics can skip by
+        kind = snapshot.schema[top.order].dataType
+        literal = F.lit(lowest_bound).cast(kind)
+        o = F.col(f"r.`{top.order}`")
+        snapshot = snapshot.where(o >= literal if top.descending else o <= literal)
+    relation = [c for c in delta.columns if c != MULTIPLICITY]  # the columns the query reads
+    read = (snapshot.join(keys.alias("k"), on("r", "k")).where(F.col(f"k.{_BOUND}").isNull() | above("r", "k"))
+            .select(*[F.col(f"r.`{c}`") for c in relation]))
+    inserted = (delta.alias("d").join(keys.alias("k"), on("d", "k"))
+                .where(F.col(f"k.{_BOUND}").isNotNull() & ~F.coalesce(above("d", "k"), F.lit(False)) & (F.col(f"d.{MULTIPLICITY}") > 0))
+                .select(*[F.col(f"d.`{c}`") for c in relation],
+                        F.explode(F.sequence(F.lit(1), F.col(f"d.{MULTIPLICITY}").cast("int"))).alias(_BOUND))
+                .drop(_BOUND))
+    return read.unionByName(inserted)
 
 
 def _within_reach(joined: DataFrame, p: Partition) -> DataFrame:

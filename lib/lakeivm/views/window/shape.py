@@ -23,11 +23,27 @@ WHOLE_TABLE = "recomputing a window over the whole table: no partition to confin
 
 
 @dataclass(frozen=True)
+class Top:
+    """A query keeping each partition's first rows by one ranking over one column O (``_top_rows``):
+    ``ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn ... WHERE rn = 1`` (the latest row per
+    key), ``rn <= n``, ``RANK``, ``DENSE_RANK``; O in the result as ``output``. Where a change only
+    inserts rows, the new first rows are among the kept ones, those at or above the lowest kept O
+    (their ties too) and the inserted rows: a new latest row per key reads the rows from each key's
+    latest on, not its history."""
+
+    order: str
+    output: str
+    descending: bool
+    nulls_first: bool
+
+
+@dataclass(frozen=True)
 class Partition:
     """P: the relation's partition ``columns`` and the result ``outputs`` holding them (same order);
     ``order``: (O, its result column) where every window looks back along O (``_looked_back``);
     ``reach``: N where, besides, no window reads more than the N rows before a row (``_reach``);
-    ``sliding``: where, besides, every window is an aggregate over such a frame (``sliding_frames``)."""
+    ``sliding``: where, besides, every window is an aggregate over such a frame (``sliding_frames``);
+    ``top``: where the query keeps each partition's top rows by one ranking (``Top``)."""
 
     table: str
     columns: tuple[str, ...]
@@ -35,6 +51,7 @@ class Partition:
     order: tuple[str, str] | None = None
     reach: int | None = None
     sliding: bool = False
+    top: Top | None = None
 
     def __post_init__(self) -> None:
         if not self.columns or len(self.columns) != len(self.outputs):
@@ -76,7 +93,7 @@ def partition_of(query: Query, source: str = "<sql>") -> Partition:
                                f"partition cannot be found in the stored view; select it (e.g. `{common[0]}`)")
     order = _looked_back(windowed, columns)
     if order not in outputs:
-        return Partition(table, tuple(kept), tuple(outputs[c] for c in kept))
+        return Partition(table, tuple(kept), tuple(outputs[c] for c in kept), top=_top_rows(tree, windowed, columns, kept, outputs))
     reach = _reach(windowed, columns, kept)
     return Partition(table, tuple(kept), tuple(outputs[c] for c in kept), (order, outputs[order]), reach,
                      reach is not None and windowed is tree and sliding_frames(tree) is not None)
@@ -157,6 +174,38 @@ def _reach(select: exp.Select, columns: dict[str, str], partition: list[str]) ->
         else:
             return None
     return reach
+
+
+_TOP = (exp.RowNumber, exp.Rank, exp.DenseRank)
+
+
+def _top_rows(tree: exp.Select, windowed: exp.Select, columns: dict[str, str], partition: list[str],
+              outputs: dict[str, str]) -> Top | None:
+    """``Top`` where ``tree`` keeps, of ``windowed``'s rows, those whose one window -- ROW_NUMBER, RANK
+    or DENSE_RANK partitioned by exactly ``partition``, ordered by one column O of the result -- is at
+    most n (its WHERE exactly ``rn = 1``, ``rn <= n`` or ``rn < n``). Any other row filter
+    of the outer query would hide kept rows, whose lowest O is what a run reads from."""
+    windows = list(windowed.find_all(exp.Window))
+    where = tree.args.get("where")
+    if windowed is tree or len(windows) != 1 or where is None:
+        return None
+    window = windows[0]
+    keys = window.args["order"].expressions if window.args.get("order") else []
+    if (not isinstance(window.this, _TOP) or len(keys) != 1 or len(window.args["partition_by"]) != len(partition)
+            or _partition_columns(window, columns) != set(partition) or window.args.get("spec")):
+        return None
+    order = plain_column(keys[0].this, columns)
+    named = next((item.alias_or_name for item in windowed.expressions if item.unalias() is window), None)
+    test = where.this
+    if order is None or order not in outputs or named is None or not isinstance(test, (exp.EQ, exp.LTE, exp.LT)):
+        return None
+    rank, bound = test.this, test.expression
+    if not (isinstance(rank, exp.Column) and rank.name.lower() == named.lower() and isinstance(bound, exp.Literal)
+            and bound.is_int and int(bound.this) >= (2 if isinstance(test, exp.LT) else 1)):
+        return None
+    if isinstance(test, exp.EQ) and int(bound.this) != 1:  # rn = 2 keeps a row whose kept rows above it are not stored
+        return None
+    return Top(order, outputs[order], bool(keys[0].args.get("desc")), bool(keys[0].args.get("nulls_first")))
 
 
 _SLIDING = (exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg)
