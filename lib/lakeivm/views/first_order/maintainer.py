@@ -180,16 +180,16 @@ class FirstOrderMaintainer:
             touched = f"{touched} OR `{join.preserved_column}` IS NULL OR {null_changed}"
         restricted = f"lakeivm_{ctx.view}_{join.padded}_touched_{join.preserved}"
         versions = self._versions(ctx, table, join.padded)
-        local = _touched_locally(ctx, table, join, delta_view, versions[join.preserved])
+        local_preserved, local_padded = _touched_locally(ctx, table, join, delta_view, versions[join.preserved]) or (None, None)
         # the preserved relation whole only where Spark reads its touched rows (a Delta snapshot: a job)
-        sources = self._term_sources(ctx, table, join.padded, delta_view, skip=(join.preserved,) if local is not None else ())
-        if local is not None:
-            local[0].createOrReplaceTempView(restricted)
+        sources = self._term_sources(ctx, table, join.padded, delta_view, skip=(join.preserved,) if local_preserved is not None else ())
+        if local_preserved is not None:
+            local_preserved.createOrReplaceTempView(restricted)
         else:
             preserved = ctx.spark.sql(f"SELECT * FROM {sources[join.preserved]} WHERE {touched}")
             (preserved if join.how == "not_in" else preserved.localCheckpoint(eager=True)).createOrReplaceTempView(restricted)
         after = {**sources, join.preserved: restricted}
-        if local is None:
+        if local_padded is None:
             after[join.padded] = ctx.snapshot(table, ctx.pins[table])
         after.update(_reduced(ctx, {join.preserved: restricted}, sources.__getitem__, versions, self._relation_sizes(ctx),
                               keep=(join.padded,)))
@@ -198,8 +198,8 @@ class FirstOrderMaintainer:
         else:
             delta = ctx.spark.table(delta_view)  # every changed row has a touched key (one with a NULL key matches nothing)
             columns = [c for c in delta.columns if c != MULTIPLICITY]
-            if local is not None:
-                rows = local[1].select(*[f"`{c}`" for c in columns])
+            if local_padded is not None:
+                rows = local_padded.select(*[f"`{c}`" for c in columns])
             else:
                 own = f"`{join.column}` IN {changed_keys}"
                 if join.how == "full":  # S's unmatched rows are output too: those with a NULL key as well
@@ -428,34 +428,34 @@ def _columns_read(query: Query, alias: str) -> list[str] | None:
 
 
 def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
-                     preserved_version: int) -> tuple[DataFrame, DataFrame] | None:
+                     preserved_version: int) -> tuple[DataFrame | None, DataFrame | None] | None:
     """For a LEFT / RIGHT / SEMI / ANTI join's change (not FULL, not NOT IN: their NULL rules read
     more than the touched keys): (the preserved relation's rows with a touched key, as of
     ``preserved_version``; the padded table's rows with a touched key, as of its pin), each read by delta-rs
     with a key filter in this process and handed to Spark as local rows -- where Spark would scan
     both tables whole for a change touching a few keys (TPC-H Q13's customers and orders, Q4's and
-    Q21's lineitem). None, and Spark reads them, where either is not a base table the gate admits
-    (``fastpath``) of at most ``limits.scan_rows`` rows, or a key is a float (NaN matches only
-    under Spark's rules)."""
+    Q21's lineitem). Each side None, and Spark reads it, where it is not a base table the gate admits
+    (``fastpath``) of at most ``limits.scan_rows`` rows (a view's result: its readers' rows are not
+    its stored ones); None for both where a key is a float (NaN matches only under Spark's rules)."""
     from lakeivm.sources.changes import TableSource, source
 
     if join.how in ("full", "not_in"):
         return None
     preserved = _relation(ctx.query, join.preserved)
     sides = ((preserved.table, preserved_version, join.preserved_column), (table, ctx.pins[table], join.column))
-    if not all(isinstance(source(ctx.lake, name), TableSource) for name, _, _ in sides):
+    if not any(isinstance(source(ctx.lake, name), TableSource) for name, _, _ in sides):
         return None
     delta = ctx.spark.table(delta_view)
     keys = delta.where(f"`{join.column}` IS NOT NULL").select(f"`{join.column}`").distinct().toArrow().column(0)
+    if pa.types.is_floating(keys.type):
+        return None
     needed = (_columns_read(ctx.query, join.preserved),  # the preserved relation: the columns the query reads
               [c for c in delta.columns if c != MULTIPLICITY])  # the padded table: only the columns its change has
-    read = []
+    read: list[DataFrame | None] = []
     for (name, version, column), columns in zip(sides, needed):
-        found = _rows_with_keys(ctx, name, version, {column: [keys]}, columns)
-        if found is None:
-            return None
-        read.append(storage.local_rows(ctx.spark, *found))
-    return read[0], read[1]
+        found = _rows_with_keys(ctx, name, version, {column: [keys]}, columns) if isinstance(source(ctx.lake, name), TableSource) else None
+        read.append(None if found is None else storage.local_rows(ctx.spark, *found))
+    return None if read == [None, None] else (read[0], read[1])
 
 
 def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, Sequence[pa.Array]], columns: list[str] | None,
