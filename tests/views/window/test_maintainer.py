@@ -225,8 +225,10 @@ def test_windows_looking_back_rewrite_from_the_first_changed_row_on(lake, spark,
         if round_ < 2:  # an append of 2 rows: read with the 3 rows before them, not the partition's history
             assert read == [3 + 2], (round_, read)
         assert joined == ["m"] * (round_ + 1)  # the sliding frames' view, once per round
-        if round_ == 0:  # the append's MERGE inserted the two new rows and rewrote no other
-            version = spark.sql(f"DESCRIBE HISTORY delta.`{merged}` LIMIT 1").first()["version"]
+        if round_ == 0:  # rows after every row of their partition: appended, no other rewritten (no MERGE)
+            last = spark.sql(f"DESCRIBE HISTORY delta.`{merged}` LIMIT 1").first()
+            version = last["version"]
+            assert last["operation"] == "WRITE", last["operation"]
             changed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version).load(merged)
             assert sorted((r.k, r.day, r._change_type) for r in changed.collect()) == [(k, 5, "insert"), (k, 6, "insert")]
 

@@ -80,7 +80,7 @@ class WindowMaintainer:
                 F.col(f"k.{_FROM}").isNull() | (F.col(f"r.`{p.order[1]}`") >= F.col(f"k.{_FROM}"))).select("r.*")
         rows = rows.localCheckpoint(eager=True)
         ctx.spark.catalog.dropTempView(name)
-        self._pending.append((keys, rows))
+        self._pending.append((keys, rows, p.order is not None and p.one_to_one and _appended_at_the_end(delta, rows, p)))
 
     def flush(self, ctx: Context) -> None:
         """Replace the touched partitions' result rows with their recomputed rows in one commit: a small
@@ -88,7 +88,11 @@ class WindowMaintainer:
         rows it touches), a larger one by one MERGE."""
         pending, self._pending = self._pending, []
         path, p = ctx.lake.view_path(ctx.view), partition_of(ctx.query, ctx.spec.source)
-        for keys, rows in pending:  # one relation: one apply per run
+        for keys, rows, appended in pending:  # one relation: one apply per run
+            if appended:
+                _append(ctx, path, rows)
+                ctx.checkpoint("flush:result")
+                continue
             stored = read_if_small(ctx.lake, path)
             if stored is None or not _replace_locally(ctx, path, stored[1], keys, rows, p):
                 if not _merge_locally(ctx, path, keys, rows, p):
@@ -153,6 +157,47 @@ def _top_candidates(ctx: Context, snapshot: DataFrame, delta: DataFrame, p: Part
                         F.explode(F.sequence(F.lit(1), F.col(f"d.{MULTIPLICITY}").cast("int"))).alias(_BOUND))
                 .drop(_BOUND))
     return read.unionByName(inserted)
+
+
+def _appended_at_the_end(delta: DataFrame, rows: DataFrame, p: Partition) -> bool:
+    """Whether ``delta`` only inserts rows after every stored row of its partitions (a new market day
+    per symbol), so that replacing the rows from each partition's first changed O on deletes nothing
+    and appends ``rows``: the change inserts only, at non-NULL O, and the rows recomputed from the
+    first changed O on (one per relation row: ``Partition.one_to_one``) are as many as it inserts --
+    none of them was there before."""
+    from pyspark.sql import functions as F
+
+    from lakeivm.columns import MULTIPLICITY
+
+    m, o = F.col(MULTIPLICITY), F.col(f"`{p.order[0]}`")
+    inserted, least, null_order = delta.agg(F.sum(m), F.min(m), F.max(o.isNull())).first()
+    return least is not None and least > 0 and not null_order and rows.count() == inserted
+
+
+def _append(ctx: Context, path: str, rows: DataFrame) -> None:
+    """``rows`` appended to the result in one commit: by delta-rs in this process where the gate lets
+    it write the table and they are at most ``limits.merge_rows``, else by Spark."""
+    import pyarrow as pa
+
+    from lakeivm.store import fastpath
+
+    table = fastpath.load(path, write=True)
+    if table is not None:
+        schema = pa.schema(table.schema().to_arrow())
+        local = rows.limit(ctx.lake.limits.merge_rows + 1).toArrow()
+        if local.num_rows <= ctx.lake.limits.merge_rows:
+            try:
+                local = local.select(schema.names).cast(schema)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a type delta-rs does not write as Spark does: Spark writes
+                local = None
+            if local is not None:
+                try:
+                    ctx.lake.write_small(path, local, "append")
+                    return
+                except Exception:  # noqa: BLE001 -- a type delta-rs does not write, raised before its commit: Spark writes
+                    pass
+    columns = ctx.lake.read(path).columns
+    rows.select(*[f"`{c}`" for c in columns]).write.format("delta").mode("append").save(path)
 
 
 def _within_reach(joined: DataFrame, p: Partition) -> DataFrame:

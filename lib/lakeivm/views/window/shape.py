@@ -43,7 +43,10 @@ class Partition:
     ``order``: (O, its result column) where every window looks back along O (``_looked_back``);
     ``reach``: N where, besides, no window reads more than the N rows before a row (``_reach``);
     ``sliding``: where, besides, every window is an aggregate over such a frame (``sliding_frames``);
-    ``top``: where the query keeps each partition's top rows by one ranking (``Top``)."""
+    ``top``: where the query keeps each partition's top rows by one ranking (``Top``);
+    ``one_to_one``: where each row of the relation is one row of the result (no WHERE, DISTINCT,
+    QUALIFY or outer filter), so that a change appending rows after every touched partition's last
+    one is seen by counting the rows recomputed."""
 
     table: str
     columns: tuple[str, ...]
@@ -52,6 +55,7 @@ class Partition:
     reach: int | None = None
     sliding: bool = False
     top: Top | None = None
+    one_to_one: bool = False
 
     def __post_init__(self) -> None:
         if not self.columns or len(self.columns) != len(self.outputs):
@@ -95,8 +99,9 @@ def partition_of(query: Query, source: str = "<sql>") -> Partition:
     if order not in outputs:
         return Partition(table, tuple(kept), tuple(outputs[c] for c in kept), top=_top_rows(tree, windowed, columns, kept, outputs))
     reach = _reach(windowed, columns, kept)
+    one_to_one = windowed is tree and not any(tree.args.get(a) for a in ("where", "distinct", "qualify"))
     return Partition(table, tuple(kept), tuple(outputs[c] for c in kept), (order, outputs[order]), reach,
-                     reach is not None and windowed is tree and sliding_frames(tree) is not None)
+                     reach is not None and windowed is tree and sliding_frames(tree) is not None, one_to_one=one_to_one)
 
 
 def _check_select(tree: exp.Expression, source: str) -> None:
