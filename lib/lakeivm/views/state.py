@@ -216,6 +216,7 @@ class AdditiveTable:
         then a compaction)."""
         if self._replacement is not None:
             self._overwrite(self._replacement)  # deltas added after the replacement are rewritten onto it, not onto the old read
+        self._collect_small_deltas()
         rewritten = self._rewrite_if_small() if self._deltas else None
         if self._deltas and rewritten is None:
             if self.append_only:
@@ -263,6 +264,24 @@ class AdditiveTable:
         most = self.lake.limits.local_merge_rows
         return (storage.rows_in(self._delta_table(), unknown=most + 1) <= most
                 and not any(pa.types.is_floating(self.arrow_schema().field(k).type) for k in self.keys))
+
+    def _collect_small_deltas(self) -> None:
+        """The buffered Spark deltas brought here as Arrow where they hold at most ``limits.merge_rows``
+        rows in all and the table then merges in this process (``merges_locally``): one collecting job
+        each, where a Spark MERGE of a few thousand keys costs a snapshot and a dozen jobs (the MIN
+        and MAX multisets of a view whose change is too large to sum here)."""
+        import pyarrow as pa
+
+        from lakeivm.sources.changes import plain_rows
+
+        frames = [d for d in self._deltas if not isinstance(d, pa.Table)]
+        if not frames or self._replacement is not None or self.append_only:
+            return
+        deltas, self._deltas = self._deltas, []  # whether the stored table merges here, whatever the deltas
+        here = self.merges_locally()
+        self._deltas = deltas
+        if here and sum(d.count() for d in frames) <= self.lake.limits.merge_rows:
+            self._deltas = [d if isinstance(d, pa.Table) else plain_rows(d.toArrow()) for d in deltas]
 
     def _merge_locally(self) -> bool:
         """``merge_add`` in this process, for a table too large to rewrite (``_rewrite_if_small``) but

@@ -34,8 +34,10 @@ def test_min_max_match_sql_under_random_streams_and_asymmetric_runs(lake, spark,
     deltas are split and merged in this process (DuckDB) and written by delta-rs; on the Spark path
     nothing counts as small, so they are summed by Spark and MERGEd, as for a large view; on the
     third, nothing is small but everything is within ``local_merge_rows``: the changed groups' rows
-    are read by key and MERGEd by delta-rs, multisets too."""
-    turn = alternate_paths(lake, monkeypatch, Limits(rewrite_rows=0, local_merge_rows=0), Limits(rewrite_rows=0))
+    are read by key and MERGEd by delta-rs, multisets too; on the fourth, the change is summed by
+    Spark too, and the multisets' deltas are collected and MERGEd by delta-rs."""
+    turn = alternate_paths(lake, monkeypatch, Limits(rewrite_rows=0, local_merge_rows=0), Limits(rewrite_rows=0),
+                           Limits(rewrite_rows=0, small_delta_rows=0))
     turn(2)  # built with nothing small but within local_merge_rows: its tables get no deletion vectors
     rng = random.Random(11)
     lake.create_table("r", spark.createDataFrame([(0, 5), (0, 1), (1, None), (2, 7), (3, 2)], "a int, x int"))
@@ -46,15 +48,22 @@ def test_min_max_match_sql_under_random_streams_and_asymmetric_runs(lake, spark,
     sql(lake, "DELETE FROM {t} WHERE x = 1", "r")  # the minimum of group 0 goes: 5 must come back
     run_view(lake, SPEC)
     assert {r["g"]: r["lo"] for r in lake.read(lake.view_path("cheapest")).collect()}[0] == 5
-    for step in range(3):
+    for step in range(4):
         random_batch(lake, rng, "r", "a", "x")
         random_batch(lake, rng, "s", "a", "g", keys=3)
         path = turn(step)
+        if path == "more 2":  # values new to their groups: the multiset changes
+            sql(lake, "INSERT INTO {t} VALUES (1, 19), (2, 13)", "r")
+        before = DeltaTable(lake.view_path("cheapest", "aux/extremum_0")).version()
         run_view(lake, SPEC, tables=("r",) if step % 2 else None)
         assert audit(lake, SPEC).ok, str(audit(lake, SPEC))
         if path == "more 1":  # the view and its multisets MERGEd by delta-rs, none rewritten whole
             writers = {part: DeltaTable(lake.view_path("cheapest", part)).history(1)[0] for part in ("result", "aux/extremum_0")}
             assert all(w["operation"] == "MERGE" and w.get("clientVersion", "").startswith("delta-rs") for w in writers.values()), writers
+        if path == "more 2":  # the multiset's Spark delta collected and MERGEd by delta-rs
+            writer = DeltaTable(lake.view_path("cheapest", "aux/extremum_0")).history(1)[0]
+            assert writer["version"] > before and writer["operation"] == "MERGE", writer
+            assert writer.get("clientVersion", "").startswith("delta-rs"), writer
     for view in (GLOBAL, DISTINCT):  # COUNT(DISTINCT): the number of live values in each group's multiset
         run_view(lake, view)
         assert audit(lake, view).ok
