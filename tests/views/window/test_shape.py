@@ -116,11 +116,11 @@ def test_windows_that_look_back_along_one_ascending_column_name_it(sql, order):
 
 @pytest.mark.parametrize("sql, top", [
     ("WITH r AS (SELECT k, ts, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) SELECT k, ts AS day, v FROM r "
-     "WHERE rn = 1", ("ts", "day", True, False)),
+     "WHERE rn = 1", ("ts", "day", True)),
     ("SELECT k, ts FROM (SELECT k, ts, RANK() OVER (PARTITION BY k ORDER BY ts DESC NULLS FIRST) AS n FROM t WHERE v > 0) AS d "
-     "WHERE n <= 3", ("ts", "ts", True, True)),
+     "WHERE n <= 3", ("ts", "ts", True)),
     ("SELECT k, ts FROM (SELECT k, ts, DENSE_RANK() OVER (PARTITION BY k ORDER BY ts NULLS LAST) AS n FROM t) AS d WHERE n < 3",
-     ("ts", "ts", False, False)),
+     ("ts", "ts", False)),
     # the kept rows' lowest O would not bound what a run reads: another filter, rank, order or partition, O not kept
     ("SELECT k, ts FROM (SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) AS d WHERE rn = 2", None),
     ("SELECT k, ts FROM (SELECT k, ts, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) AS d "
@@ -135,4 +135,4 @@ def test_windows_that_look_back_along_one_ascending_column_name_it(sql, order):
 ])
 def test_the_top_rows_per_partition_by_one_column_are_read_from_the_lowest_kept_on(sql, top):
     p = partition_of(parse_full(sql, SCHEMAS))
-    assert (None if p.top is None else (p.top.order, p.top.output, p.top.descending, p.top.nulls_first)) == top
+    assert (None if p.top is None else (p.top.order, p.top.output, p.top.descending)) == top

@@ -34,7 +34,6 @@ class Top:
     order: str
     output: str
     descending: bool
-    nulls_first: bool
 
 
 @dataclass(frozen=True)
@@ -210,7 +209,7 @@ def _top_rows(tree: exp.Select, windowed: exp.Select, columns: dict[str, str], p
         return None
     if isinstance(test, exp.EQ) and int(bound.this) != 1:  # rn = 2 keeps a row whose kept rows above it are not stored
         return None
-    return Top(order, outputs[order], bool(keys[0].args.get("desc")), bool(keys[0].args.get("nulls_first")))
+    return Top(order, outputs[order], bool(keys[0].args.get("desc")))
 
 
 _SLIDING = (exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg)
