@@ -65,7 +65,7 @@ class WindowMaintainer:
         name = f"lakeivm_{ctx.view}_{table}_touched"
         sql = ctx.spec.sql
         if p.top is not None:
-            _top_candidates(ctx, snapshot, delta, p).createOrReplaceTempView(name)
+            _top_candidates(ctx, snapshot, delta, touched, p).createOrReplaceTempView(name)
         elif p.order is None or p.reach is None:
             snapshot.join(touched.alias("k"), on, "left_semi").createOrReplaceTempView(name)
         elif p.sliding:
@@ -107,8 +107,8 @@ class WindowMaintainer:
         return Readable()
 
 
-def _top_candidates(ctx: Context, snapshot: DataFrame, delta: DataFrame, p: Partition) -> DataFrame:
-    """The rows of the touched partitions (``snapshot``, the relation at the pin, as ``r``) a recompute
+def _top_candidates(ctx: Context, snapshot: DataFrame, delta: DataFrame, touched: DataFrame, p: Partition) -> DataFrame:
+    """The rows of the touched partitions (``touched``: their P; ``snapshot``, the relation at the pin, as ``r``) a recompute
     of their top rows reads (``Partition.top``). A partition whose change only inserts rows or deletes
     rows strictly below its kept ones keeps its first rows among those kept and those inserted: its
     rows at or above its lowest kept O (the bound; ties too) and its inserted rows below it. Any other
@@ -123,7 +123,6 @@ def _top_candidates(ctx: Context, snapshot: DataFrame, delta: DataFrame, p: Part
     top, columns = p.top, [F.col(f"`{c}`") for c in p.columns]
     stored = read_result(ctx).select(*[F.col(f"`{o}`").alias(c) for c, o in zip(p.columns, p.outputs)],
                                      F.col(f"`{top.output}`").alias(_BOUND))
-    touched = delta.select(*columns).distinct()
     lowest = F.min(_BOUND) if top.descending else F.max(_BOUND)
     bounds = (stored.join(touched, [stored[c].eqNullSafe(touched[c]) for c in p.columns], "left_semi").groupBy(*columns)
               .agg(F.when(F.max(F.col(_BOUND).isNull()), F.lit(None)).otherwise(lowest).alias(_BOUND)))
@@ -181,21 +180,15 @@ def _append(ctx: Context, path: str, rows: DataFrame) -> None:
 
     from lakeivm.store import fastpath
 
-    table = fastpath.load(path, write=True)
-    if table is not None:
+    table, most = fastpath.load(path, write=True), ctx.lake.limits.merge_rows
+    local = None if table is None else rows.limit(most + 1).toArrow()
+    if local is not None and local.num_rows <= most:
         schema = pa.schema(table.schema().to_arrow())
-        local = rows.limit(ctx.lake.limits.merge_rows + 1).toArrow()
-        if local.num_rows <= ctx.lake.limits.merge_rows:
-            try:
-                local = local.select(schema.names).cast(schema)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a type delta-rs does not write as Spark does: Spark writes
-                local = None
-            if local is not None:
-                try:
-                    ctx.lake.write_small(path, local, "append")
-                    return
-                except Exception:  # noqa: BLE001 -- a type delta-rs does not write, raised before its commit: Spark writes
-                    pass
+        try:
+            ctx.lake.write_small(path, local.select(schema.names).cast(schema), "append")
+            return
+        except Exception:  # noqa: BLE001 -- a type Arrow cannot cast or delta-rs does not write, raised before its commit
+            pass
     columns = ctx.lake.read(path).columns
     rows.select(*[f"`{c}`" for c in columns]).write.format("delta").mode("append").save(path)
 
