@@ -89,6 +89,15 @@ def test_one_batch_size_keeps_the_prior_slope() -> None:
     assert model.a == PRIOR.a and model.b == pytest.approx(6.0 - PRIOR.a * 50)
 
 
+def test_one_batch_size_cheaper_than_the_prior_slope_says_is_met_by_the_line() -> None:
+    """A prior slope steeper than the runs themselves (0.2 s for 20,000 rows against 1e-4 s a row)
+    would predict above the measured seconds at the measured size: the line goes through them."""
+    model = fit_cost_model([(20_000, 0.2)], LinearCost(1e-4, 2.0), min_observations=1)
+    assert model.fitted and model.predict(20_000) == pytest.approx(0.2)
+    assert model.predict(60_000) == pytest.approx(0.6)  # proportional, not 1e-4 * 60,000 = 6 s
+    _assert_monotone_subadditive(model)
+
+
 @pytest.mark.parametrize("run", [(-1, 1.0), (1, -1.0), (1, float("nan"))])
 def test_bad_observations_are_rejected(run: tuple[float, float]) -> None:
     with pytest.raises(InvalidInput, match="observation"):
