@@ -124,13 +124,16 @@ TOP = {  # a ROW_NUMBER view keeps no column a tie could tell apart: Spark break
             "WHERE v IS NOT NULL) AS d WHERE n <= 3",
     "first2": "SELECT k AS key, ts, v FROM (SELECT k, ts, v, DENSE_RANK() OVER (PARTITION BY k ORDER BY ts NULLS LAST) AS n FROM t) "
               "AS d WHERE n < 3",
+    "latest_by_two": "WITH r AS (SELECT k, ts, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC, v DESC) AS rn FROM t) "
+                     "SELECT k, ts, v FROM r WHERE rn = 1",  # a tie-breaker: no single O, read back from the result
 }
 
 
 @pytest.mark.heavy(100)
 def test_the_top_rows_per_key_are_read_from_the_lowest_kept_row_on(lake, spark, monkeypatch):
     """Appends (a later row for two keys, an earlier one for a third) read each touched key's rows
-    from its lowest kept O on and the rows inserted below it, not its history; random deletes and
+    from its lowest kept O on and the rows inserted below it, not its history (from the result, where
+    it holds every column the view reads); an update of a key's kept rows and random deletes and
     updates (kept rows among them, NULL keys and O) read their partitions whole. Each view equal to
     its SQL after every batch."""
     from lakeivm.views.window import maintainer
@@ -141,21 +144,39 @@ def test_the_top_rows_per_key_are_read_from_the_lowest_kept_row_on(lake, spark, 
     views = [spec(name, text) for name, text in TOP.items()]
     for view in views:
         assert run_view(lake, view).kind == "window"
-    read, candidates = [], maintainer._top_candidates
-    monkeypatch.setattr(maintainer, "_top_candidates", lambda *args: (lambda rows: read.append(rows.count()) or rows)(candidates(*args)))
+    read, relation_read = [], []
+
+    def counted(candidates):
+        def rows_read(ctx, snapshot, *args):  # the relation marked, to be found in the plan of the rows read
+            rows = candidates(ctx, snapshot.alias("relation_at_the_pin").alias("r"), *args)
+            relation_read.append("relation_at_the_pin" in rows._jdf.queryExecution().logical().toString())
+            read.append(rows.count())
+            return rows
+        return rows_read
+
+    for name in ("_top_candidates", "_top_from_result"):
+        monkeypatch.setattr(maintainer, name, counted(getattr(maintainer, name)))
     for round_ in range(4):
         if round_ % 2 == 0:
             sql(lake, f"INSERT INTO {{t}} VALUES (0, {40 + round_}, 1), (1, {41 + round_}, 2), (1, {41 + round_}, 3), (2, 0, 5)", "t")
+        elif round_ == 1:  # every row of key 1 updated: its kept rows lost, its partition read whole
+            sql(lake, "UPDATE {t} SET v = COALESCE(v, 0) + 10 WHERE k = 1", "t")
         else:
             batch(lake, rng)
         read.clear()
+        relation_read.clear()
         for view in views:
             row = run_view(lake, view)
             assert row is None or (row.kind == "window" and row.mode != "rebuild"), row.plan
             report = audit(lake, view)
             assert report.ok, f"{view.name}, round {round_}: {report}; missing {report.missing[:5]}, unexpected {report.unexpected[:5]}"
         if round_ == 0:  # of the three keys' 69 rows, each view reads their kept rows and the 4 inserted
-            assert read == [2 + 3 + 1 + 1, 4 + 5 + 4, 3 + 3 + 2 + 4], read
+            assert read == [2 + 3 + 1 + 1, 4 + 5 + 4, 3 + 3 + 2 + 4, 3 + 4], read
+            # "latest" reads t from each key's latest row on (it keeps no v); the others, whose results hold every
+            # column they read, read their kept rows back from the result
+            assert relation_read == [True, False, False, False], relation_read
+        if round_ == 1:
+            assert relation_read == [True] * 4, relation_read
 
 
 LOOKING_BACK = {  # every window ordered by ts alone, looking back: a change rewrites its partitions from its first ts on

@@ -125,7 +125,8 @@ def test_windows_that_look_back_along_one_ascending_column_name_it(sql, order):
     ("SELECT k, ts FROM (SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) AS d WHERE rn = 2", None),
     ("SELECT k, ts FROM (SELECT k, ts, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) AS d "
      "WHERE rn = 1 AND v > 0", None),
-    ("SELECT k, ts FROM (SELECT k, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC, v) AS rn FROM t) AS d WHERE rn = 1", None),
+    ("SELECT k, ts FROM (SELECT k, ts, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC, v) AS rn FROM t) AS d WHERE rn = 1",
+     None),
     ("SELECT k, ts FROM (SELECT k, j, ts, ROW_NUMBER() OVER (PARTITION BY k, j ORDER BY ts DESC) AS rn FROM t) AS d WHERE rn = 1",
      None),
     ("SELECT k, v FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) AS d WHERE rn = 1", None),
@@ -136,3 +137,17 @@ def test_windows_that_look_back_along_one_ascending_column_name_it(sql, order):
 def test_the_top_rows_per_partition_by_one_column_are_read_from_the_lowest_kept_on(sql, top):
     p = partition_of(parse_full(sql, SCHEMAS))
     assert (None if p.top is None else (p.top.order, p.top.output, p.top.descending)) == top
+
+
+@pytest.mark.parametrize("sql, stored", [
+    ("SELECT k AS key, ts, v FROM (SELECT k, ts, v, RANK() OVER (PARTITION BY k ORDER BY ts DESC) AS n FROM t) AS d WHERE n <= 3",
+     (("k", "key"), ("ts", "ts"), ("v", "v"))),  # j is not read
+    ("WITH r AS (SELECT k, ts AS day, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) SELECT k, day FROM r "
+     "WHERE rn = 1", None),  # v is read (and kept) but not in the result
+    ("SELECT k, ts FROM (SELECT k, ts, RANK() OVER (PARTITION BY k ORDER BY ts DESC) AS n FROM t WHERE v > 0) AS d WHERE n <= 3",
+     None),  # v filters the relation but is not in the result
+    ("WITH r AS (SELECT k, ts, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC, v DESC) AS rn FROM t) SELECT k, ts, v FROM r "
+     "WHERE rn = 1", (("k", "k"), ("ts", "ts"), ("v", "v"))),  # a tie-breaker: read back from the result only
+])
+def test_the_top_rows_are_read_back_from_the_result_where_it_holds_every_column_read(sql, stored):
+    assert partition_of(parse_full(sql, SCHEMAS)).top.stored == stored

@@ -65,7 +65,7 @@ class WindowMaintainer:
         name = f"lakeivm_{ctx.view}_{table}_touched"
         sql = ctx.spec.sql
         if p.top is not None:
-            _top_candidates(ctx, snapshot, delta, touched, p).createOrReplaceTempView(name)
+            (_top_from_result if p.top.stored is not None else _top_candidates)(ctx, snapshot, delta, touched, p).createOrReplaceTempView(name)
         elif p.order is None or p.reach is None:
             snapshot.join(touched.alias("k"), on, "left_semi").createOrReplaceTempView(name)
         elif p.sliding:
@@ -156,6 +156,39 @@ def _top_candidates(ctx: Context, snapshot: DataFrame, delta: DataFrame, touched
                         F.explode(F.sequence(F.lit(1), F.col(f"d.{MULTIPLICITY}").cast("int"))).alias(_BOUND))
                 .drop(_BOUND))
     return read.unionByName(inserted)
+
+
+def _top_from_result(ctx: Context, snapshot: DataFrame, delta: DataFrame, touched: DataFrame, p: Partition) -> DataFrame:
+    """The rows of the touched partitions a recompute of their top rows reads, where the result holds
+    every column the query reads (``Top.stored``). A partition none of whose kept rows the change
+    deletes keeps its first rows among its kept rows and its inserted rows (a row never kept stays
+    below n kept ones, whatever the order): those are read, its kept rows from the result. A
+    partition that loses a kept row is read whole from ``snapshot`` (the relation at the pin, as ``r``)."""
+    from pyspark.sql import functions as F
+
+    from lakeivm.columns import MULTIPLICITY
+
+    read = [c for c, _ in p.top.stored]
+    kept = (read_result(ctx).select(*[F.col(f"`{o}`").alias(c) for c, o in p.top.stored]).alias("r")
+            .join(touched.alias("k"), _same("r", "k", p.columns), "left_semi"))
+    m = F.col(f"d.{MULTIPLICITY}")
+    lost = (delta.alias("d").where(m < 0).join(kept.alias("r"), _same("d", "r", read), "left_semi")
+            .select(*[F.col(f"d.`{c}`").alias(c) for c in p.columns]).distinct().localCheckpoint(eager=True))
+    inserted = (delta.alias("d").where(m > 0)
+                .select(*[F.col(f"d.`{c}`") for c in read], F.explode(F.sequence(F.lit(1), m.cast("int"))).alias(MULTIPLICITY))
+                .drop(MULTIPLICITY))
+    rows = kept.unionByName(inserted)
+    if lost.isEmpty():
+        return rows
+    whole = snapshot.join(lost.alias("k"), _same("r", "k", p.columns), "left_semi").select(*[F.col(f"r.`{c}`") for c in read])
+    return rows.alias("r").join(lost.alias("k"), _same("r", "k", p.columns), "left_anti").unionByName(whole)
+
+
+def _same(left: str, right: str, columns) -> list:
+    """``left``'s ``columns`` equal ``right``'s, NULL matching NULL."""
+    from pyspark.sql import functions as F
+
+    return [F.col(f"{left}.`{c}`").eqNullSafe(F.col(f"{right}.`{c}`")) for c in columns]
 
 
 def _appended_at_the_end(delta: DataFrame, rows: DataFrame, p: Partition) -> bool:

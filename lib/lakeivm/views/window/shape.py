@@ -26,14 +26,17 @@ WHOLE_TABLE = "recomputing a window over the whole table: no partition to confin
 class Top:
     """A query keeping each partition's first rows by one ranking over one column O (``_top_rows``):
     ``ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn ... WHERE rn = 1`` (the latest row per
-    key), ``rn <= n``, ``RANK``, ``DENSE_RANK``; O in the result as ``output``. Where a change only
-    inserts rows, the new first rows are among the kept ones, those at or above the lowest kept O
-    (their ties too) and the inserted rows: a new latest row per key reads the rows from each key's
-    latest on, not its history."""
+    key), ``rn <= n``, ``RANK``, ``DENSE_RANK``. A partition whose change deletes none of its kept
+    rows keeps its first rows among those kept and those inserted: a new latest row per key reads the
+    key's latest row, not its history. ``stored``: (relation column, result column) of every column
+    the windowed SELECT reads, where each is a result column unchanged: the kept rows are then read
+    from the result, whatever the ORDER BY. Else the window orders by one column O, in the result as
+    ``output``, and a run reads the relation's rows at or above the lowest kept O."""
 
-    order: str
-    output: str
+    order: str | None  # None: ordered otherwise (several columns, an expression), and ``stored``
+    output: str | None
     descending: bool
+    stored: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -186,22 +189,23 @@ _TOP = (exp.RowNumber, exp.Rank, exp.DenseRank)
 def _top_rows(tree: exp.Select, windowed: exp.Select, columns: dict[str, str], partition: list[str],
               outputs: dict[str, str]) -> Top | None:
     """``Top`` where ``tree`` keeps, of ``windowed``'s rows, those whose one window -- ROW_NUMBER, RANK
-    or DENSE_RANK partitioned by exactly ``partition``, ordered by one column O of the result -- is at
-    most n (its WHERE exactly ``rn = 1``, ``rn <= n`` or ``rn < n``). Any other row filter
-    of the outer query would hide kept rows, whose lowest O is what a run reads from."""
+    or DENSE_RANK partitioned by exactly ``partition`` -- is at most n (its WHERE exactly ``rn = 1``,
+    ``rn <= n`` or ``rn < n``), and either the result holds every column ``windowed`` reads (``stored``:
+    any ORDER BY) or the window is ordered by one column O of the result. Any other row filter of the
+    outer query would hide kept rows, which a run reads instead of the relation, or from whose lowest
+    O it reads the relation."""
     windows = list(windowed.find_all(exp.Window))
     where = tree.args.get("where")
     if windowed is tree or len(windows) != 1 or where is None:
         return None
     window = windows[0]
     keys = window.args["order"].expressions if window.args.get("order") else []
-    if (not isinstance(window.this, _TOP) or len(keys) != 1 or len(window.args["partition_by"]) != len(partition)
+    if (not isinstance(window.this, _TOP) or not keys or len(window.args["partition_by"]) != len(partition)
             or _partition_columns(window, columns) != set(partition) or window.args.get("spec")):
         return None
-    order = plain_column(keys[0].this, columns)
     named = next((item.alias_or_name for item in windowed.expressions if item.unalias() is window), None)
     test = where.this
-    if order is None or order not in outputs or named is None or not isinstance(test, (exp.EQ, exp.LTE, exp.LT)):
+    if named is None or not isinstance(test, (exp.EQ, exp.LTE, exp.LT)):
         return None
     rank, bound = test.this, test.expression
     if not (isinstance(rank, exp.Column) and rank.name.lower() == named.lower() and isinstance(bound, exp.Literal)
@@ -209,7 +213,13 @@ def _top_rows(tree: exp.Select, windowed: exp.Select, columns: dict[str, str], p
         return None
     if isinstance(test, exp.EQ) and int(bound.this) != 1:  # rn = 2 keeps a row whose kept rows above it are not stored
         return None
-    return Top(order, outputs[order], bool(keys[0].args.get("desc")))
+    star = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)) for e in windowed.expressions)
+    read = [c for c in columns.values() if star or any(col.name.lower() == c.lower() for col in windowed.find_all(exp.Column))]
+    stored = tuple((c, outputs[c]) for c in read) if all(c in outputs for c in read) else None
+    order = plain_column(keys[0].this, columns) if len(keys) == 1 else None
+    if order is None or order not in outputs:
+        return None if stored is None else Top(None, None, False, stored)
+    return Top(order, outputs[order], bool(keys[0].args.get("desc")), stored)
 
 
 _SLIDING = (exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg)
