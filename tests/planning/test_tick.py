@@ -20,7 +20,7 @@ def test_costs_are_fitted_from_the_log_with_the_prior_until_the_first_run():
     history = [run(1, "bootstrap")]
     assert planner_inputs(history, {"r": 5}, {}).costs["r"].predict(10) == DEFAULT_PRIOR(10)
     history += [run(i, rows={"r": k}, seconds={"r": 2.0 + 0.01 * k}) for i, k in enumerate([10, 100, 1000, 50], 2)]
-    model = planner_inputs(history, {"r": 5}, {}).costs["r"]
+    model = planner_inputs(history, {"r": 5}, {}).costs["r"].small  # the large read path: not measured, the prior
     assert model.fitted and model.a == pytest.approx(0.01) and model.b == pytest.approx(2.0)
     declared = {"cost_prior": {"r": {"per_row": 1.0, "fixed": 0.5}}, "fit_costs": False}
     assert planner_inputs(history, {"r": 5}, declared).costs["r"].predict(10) == pytest.approx(10.5)
@@ -32,7 +32,9 @@ def test_the_first_measured_run_replaces_the_default_prior_a_calibrated_one_stay
     declared prior is itself measured: it gives way to MIN_OBSERVATIONS runs."""
     history = [run(1, "bootstrap"), run(2, rows={"r": 1000}, seconds={"r": 0.15})]
     model = planner_inputs(history, {"r": 1000}, {}).costs["r"]
-    assert model.fitted and model.predict(1000) == pytest.approx(0.15)  # one batch size: the prior's slope, b fitted
+    assert model.small.fitted and model(1000) == pytest.approx(0.15)  # one batch size: the prior's slope, b fitted
+    assert model(3000) == pytest.approx(0.35)  # the small read path's line ...
+    assert model(60_000) == pytest.approx(DEFAULT_PRIOR(60_000))  # ... the large path (Spark's) the prior until measured
     calibrated = {"r": LinearCost(1e-3, 0.5)}
     assert planner_inputs(history, {"r": 1000}, {}, calibrated).costs["r"].predict(1000) == pytest.approx(1.5)
     declared = {"cost_prior": {"r": {"per_row": 0.001, "fixed": 0.5}}}
