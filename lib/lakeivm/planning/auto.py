@@ -7,8 +7,8 @@ the view's own maintenance log, never from a guess in code:
   view's incremental runs, plus their shared run seconds; ``lakeivm.planning.tick``). No switch is
   considered before one incremental run has been measured.
 - **full**: the median seconds of the view's last full recomputes; before the first one, a
-  *probe* -- the view's SQL timed on the run's snapshots without writing (Spark's ``noop`` sink),
-  plus the run's own shared seconds less its state's flush -- or, before a probe, the seconds of the view's last build
+  *probe* -- the view's SQL timed on the run's snapshots, its rows written to a scratch table as a
+  recompute writes its result, plus the run's own shared seconds less its state's flush -- or, before a probe, the seconds of the view's last build
   from snapshots. A build writes every state table, a recompute only the result, so the build
   over-estimates: when it is cheaper than the incremental prediction auto switches at once; when it
   is within ``PROBE_RATIO`` of it, an incremental run also probes a recompute once, to learn. The
@@ -19,8 +19,8 @@ A full run leaves the incremental state behind (recovery removes it at the next 
 back costs a rebuild: from full, auto returns to incremental maintenance only if the rebuild plus
 ``HORIZON`` incremental runs cost less than ``HORIZON + 1`` recomputations. For the same reason it
 leaves incremental maintenance only for a recompute predicted ``SWITCH_GAIN`` cheaper or more: a
-smaller gain is within the predictions' noise (a probe does not write the result, so it understates
-what a full run costs) and may cost a full run and that rebuild for nothing.
+smaller gain is within the predictions' noise (a probe writes to a new table, not over the result)
+and may cost a full run and that rebuild for nothing.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 FULL = "full"
 HORIZON = 5  # runs a rebuild is amortized over when auto returns from full to incremental
-PROBE = "(full)"  # the table_seconds key of a probe: the view's SQL timed without writing its rows
+PROBE = "(full)"  # the table_seconds key of a probe: the view's SQL timed, its rows written to a scratch table
 FLUSH = "(flush)"  # ... and, in a probing run, of writing its incremental state: work a recompute does not do
 PROBE_RATIO = 4.0  # a build this many times the incremental prediction or more: no probe (a recompute will not win)
 RECENT = 5  # full recomputations the full estimate is the median of

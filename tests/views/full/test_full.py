@@ -238,6 +238,26 @@ def test_a_probe_stops_at_its_limit_and_reports_a_lower_bound(lake, spark, capfd
     assert "ERROR" not in printed.err + printed.out, printed.err[-2000:]
 
 
+def test_a_probe_writes_the_rows_a_recompute_writes_and_leaves_nothing(lake, spark, monkeypatch):
+    """A probe times the write of the view's rows too (a recompute pays it), to a scratch table it deletes."""
+    import os
+    from types import SimpleNamespace
+
+    from lakeivm.run.engine import _probe, prepare
+    from lakeivm.sources import changes
+    from lakeivm.views import state
+
+    lake.create_table("r", spark.range(50).selectExpr("CAST(id AS INT) AS a", "CAST(id % 7 AS INT) AS x"))
+    ctx, _ = prepare(lake, spec("probed", "SELECT x, SUM(a) AS sa FROM r GROUP BY x"))
+    ctx.pins, ctx.lease = changes.pin(lake, ctx.query.tables), SimpleNamespace(run_id="probe-test")
+    written, overwrite = [], state.overwrite
+    monkeypatch.setattr(state, "overwrite", lambda lake_, rows, path, **kw: written.append((path, overwrite(lake_, rows, path, **kw))))
+    said = []
+    assert _probe(ctx, 60.0, said.append) > 0 and "probed a full recompute" in said[0]
+    [(path, rows)] = written
+    assert path.startswith(f"{lake.root}/_system/probe/") and rows == 7 and not os.path.exists(path)
+
+
 def test_a_probe_that_fails_on_its_own_raises_instead_of_reporting_a_lower_bound(lake, spark):
     """A probe that fails (a data file it cannot read) raises: an error the user must see, not a
     recompute slower than the incremental run -- also once past its limit, when it was interrupted
