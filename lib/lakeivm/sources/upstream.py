@@ -189,6 +189,25 @@ def snapshot(lake: Lake, spec: ViewSpec, seq: int) -> DataFrame:
     return maintainer.result(ctx, row.state_versions["result"])
 
 
+def stored_rows(lake: Lake, spec: ViewSpec, seq: int) -> tuple[str, int] | None:
+    """(its result table, the version its committed run ``seq`` left) where the upstream's rows at
+    that run are the table's stored rows one by one (a kind whose ``readable`` is ``Readable()``: no
+    HAVING column, no count of copies), their columns not named ``_lakeivm_*``: a reader may then
+    filter them by key in its own process. None otherwise (and where ``snapshot`` would refuse the run)."""
+    from lakeivm.views.state import Readable
+
+    try:
+        row = run_at(lake, spec, seq)
+        ctx, maintainer = reader(lake, spec, row)
+    except ChangeRangeError:
+        return None
+    if not _of_current_definition(row, spec) or getattr(maintainer, "kind", row.kind) != row.kind:
+        return None
+    version = row.state_versions.get("result")
+    seen = maintainer.readable(ctx) if hasattr(maintainer, "readable") else None
+    return (maintainer.state_tables(ctx)["result"], version) if version is not None and seen == Readable() else None
+
+
 def schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
     """{column: Spark SQL type} of the upstream's result (at its pin): what the downstream's SQL sees.
     An upstream that has not run yet (or not with its current definition): the columns its SQL

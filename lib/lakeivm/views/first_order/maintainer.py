@@ -434,16 +434,14 @@ def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
     ``preserved_version``; the padded table's rows with a touched key, as of its pin), each read by delta-rs
     with a key filter in this process and handed to Spark as local rows -- where Spark would scan
     both tables whole for a change touching a few keys (TPC-H Q13's customers and orders, Q4's and
-    Q21's lineitem). Each side None, and Spark reads it, where it is not a base table the gate admits
-    (``fastpath``) of at most ``limits.scan_rows`` rows (a view's result: its readers' rows are not
-    its stored ones); None for both where a key is a float (NaN matches only under Spark's rules)."""
-    from lakeivm.sources.changes import TableSource, source
-
+    Q21's lineitem). Each side None, and Spark reads it, where it is neither a base table nor a view
+    whose readers see its stored rows (``_located``) the gate admits (``fastpath``) of at most
+    ``limits.scan_rows`` rows; None for both where a key is a float (NaN matches only under Spark's rules)."""
     if join.how in ("full", "not_in"):
         return None
     preserved = _relation(ctx.query, join.preserved)
     sides = ((preserved.table, preserved_version, join.preserved_column), (table, ctx.pins[table], join.column))
-    if not any(isinstance(source(ctx.lake, name), TableSource) for name, _, _ in sides):
+    if all(_located(ctx, name, version) is None for name, version, _ in sides):
         return None
     delta = ctx.spark.table(delta_view)
     keys = delta.where(f"`{join.column}` IS NOT NULL").select(f"`{join.column}`").distinct().toArrow().column(0)
@@ -453,14 +451,26 @@ def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
               [c for c in delta.columns if c != MULTIPLICITY])  # the padded table: only the columns its change has
     read: list[DataFrame | None] = []
     for (name, version, column), columns in zip(sides, needed):
-        found = _rows_with_keys(ctx, name, version, {column: [keys]}, columns) if isinstance(source(ctx.lake, name), TableSource) else None
+        found = _rows_with_keys(ctx, name, version, {column: [keys]}, columns)
         read.append(None if found is None else storage.local_rows(ctx.spark, *found))
     return None if read == [None, None] else (read[0], read[1])
 
 
+def _located(ctx: Context, table: str, version: int) -> tuple[str, int] | None:
+    """(Delta table, version) holding ``table``'s rows at ``version`` as stored rows: a base table's
+    own; a view's result where its readers see its stored rows one by one (``upstream.stored_rows``;
+    ``version`` is then its run's seq); else None."""
+    from lakeivm.sources import upstream
+
+    if table not in ctx.lake.upstreams:
+        return ctx.lake.table_path(table), version
+    return upstream.stored_rows(ctx.lake, ctx.lake.upstreams[table].spec, version)
+
+
 def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, Sequence[pa.Array]], columns: list[str] | None,
                     within: Callable[[pa.Schema], pc.Expression | None] | None = None) -> tuple[pa.Table, str] | None:
-    """The rows of ``table`` at ``version`` whose every column of ``keys`` is in each of its Arrow
+    """The rows of ``table`` at ``version`` (a base table, or a view whose readers see its stored rows:
+    ``_located``) whose every column of ``keys`` is in each of its Arrow
     arrays (without NULLs: SQL's IN matches none) and that pass ``within`` (an Arrow filter made for
     the table's schema; None from it: Spark reads them), ``columns`` of them (None: all), read by delta-rs
     as ``Lake.read_small`` reads, with their Spark DDL (the table's own types); or None where the
@@ -469,11 +479,16 @@ def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, S
 
     from lakeivm.store import fastpath
 
+    located = _located(ctx, table, version)
+    if located is None:
+        return None
     try:
-        found = DeltaTable(ctx.lake.table_path(table), version=version)
+        found = DeltaTable(located[0], version=located[1])
         if not fastpath.admits(found) or storage.rows_in(found, unknown=ctx.lake.limits.scan_rows + 1) > ctx.lake.limits.scan_rows:
             return None
         schema = pa.schema(found.schema().to_arrow())
+        if columns is None and table in ctx.lake.upstreams:  # a view's readers see its stored columns but its own
+            columns = [name for name in schema.names if not name.startswith(HIDDEN)]
         condition = None if within is None else within(schema)
         if within is not None and condition is None:
             return None
