@@ -20,6 +20,7 @@ VIEWS = {
             "FROM r FULL JOIN s ON r.a = s.a GROUP BY COALESCE(r.a, s.a)",
     "full_then_inner": "SELECT u.c, COUNT(*) AS n, COUNT(r.x) AS nx, SUM(s.g) AS sg FROM r FULL JOIN s ON r.a = s.a "
                        "JOIN u ON u.x = COALESCE(s.g, r.x) GROUP BY u.c",  # u's changes by the delta rule
+    "unmatched_or_null": "SELECT r.a, r.x FROM r JOIN u ON r.x = u.x LEFT JOIN s ON r.a = s.a WHERE s.g IS NULL",
 }
 # A row of s with a NULL key matches nothing: a FULL JOIN outputs it padded, as its own group.
 NULL_KEY_STEPS = ("INSERT INTO {t} VALUES (NULL, 6)", "UPDATE {t} SET g = 8 WHERE a IS NULL", "DELETE FROM {t} WHERE a IS NULL")
@@ -32,18 +33,22 @@ def test_left_and_right_joins_match_sql_under_random_streams_and_asymmetric_plan
     lake.create_table("s", spark.createDataFrame([(0, 0), (1, 4), (2, 7), (2, 3)], "a int, g int"))
     lake.create_table("u", spark.createDataFrame([(x, x % 2) for x in range(10)], "x int, c int"))
     specs = bootstrap_incremental(lake, VIEWS, "first_order")
-    # touched keys read by delta-rs and the change merged here, or both by Spark (a MERGE)
-    turn = alternate_paths(lake, monkeypatch, Limits(scan_rows=0, rewrite_rows=0))
-    local_reads, collected = [], []
-    read_locally, collect = maintainer._touched_locally, maintainer._collected
+    # touched keys read by delta-rs and the change merged here, or both by Spark (a MERGE), or every table large
+    # enough to be reduced to the rows of the keys a change can join (the padded side by delta-rs, by keys only)
+    turn = alternate_paths(lake, monkeypatch, Limits(scan_rows=0, rewrite_rows=0), Limits(snapshot_rows=0))
+    local_reads, collected, reduced = [], [], []
+    read_locally, collect, reduce = maintainer._touched_locally, maintainer._collected, maintainer._reduced
     monkeypatch.setattr(maintainer, "_touched_locally", lambda *args: local_reads.append(read_locally(*args)) or local_reads[-1])
     monkeypatch.setattr(maintainer, "_collected", lambda *args: collected.append(collect(*args)) or collected[-1])
+    monkeypatch.setattr(maintainer, "_reduced", lambda ctx, *args, **kw: reduced.append((ctx.view, reduce(ctx, *args, **kw))) or reduced[-1][1])
     padded_keys = [_padded_keys(lake)]
     for _ in audited_rounds(lake, rng, specs, NULL_KEY_STEPS, turn):
         padded_keys.append(_padded_keys(lake))
     assert len(set(padded_keys)) > 1 and any(padded_keys), f"the stream never changed which keys are NULL-padded: {padded_keys}"
     assert any(read is not None for read in local_reads) and any(read is None for read in local_reads), local_reads
     assert any(rows is not None for rows in collected), "no padded change was merged in this process"
+    padded_reduced = {view for view, out in reduced if "s" in out}  # by u's change, on the path that reduces (r's is behind)
+    assert {"rows_3way", "unmatched_or_null"} <= padded_reduced, reduced
 
 
 @pytest.mark.heavy(60)

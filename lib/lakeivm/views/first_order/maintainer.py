@@ -134,15 +134,17 @@ class FirstOrderMaintainer:
             self._extrema(ctx)[agg.index].add(typed(rows, _lakeivm_v=f"_lakeivm_v{agg.index}", _lakeivm_cnt=COUNT))
 
     def _relation_sizes(self, ctx: Context) -> dict[str, tuple[int, dict[str, int]]]:
-        """{alias: ``_sizes`` of its table} for each relation over a base table."""
-        return {r.alias: self._sizes(ctx, r.table) for r in ctx.query.relations if r.table not in ctx.lake.upstreams}
+        """{alias: ``_sizes`` of its table or view} for each relation."""
+        return {r.alias: self._sizes(ctx, r.table) for r in ctx.query.relations}
 
     def _sizes(self, ctx: Context, table: str) -> tuple[int, dict[str, int]]:
-        """Base table ``table``'s rows and distinct-value bounds (``storage.distinct_bounds``), read
-        once per run; unknown (a table delta-rs cannot read) as too many rows to reduce."""
+        """Base table ``table``'s rows and distinct-value bounds (``storage.distinct_bounds``), or a
+        view's stored result's (an estimate of its rows: a HAVING's or a projection's stored rows are
+        not its readers'), read once per run; unknown (a table delta-rs cannot read) as too many rows to reduce."""
         if table not in self._counted:
             try:
-                self._counted[table] = storage.distinct_bounds(ctx.lake.table_path(table))
+                path = ctx.lake.view_path(table) if table in ctx.lake.upstreams else ctx.lake.table_path(table)
+                self._counted[table] = storage.distinct_bounds(path)
             except Exception:  # noqa: BLE001 -- a table feature delta-rs lacks: no estimate, Spark reads it whole
                 self._counted[table] = (math.inf, {})
         return self._counted[table]
@@ -300,17 +302,23 @@ def _reduced(ctx: Context, seeds: Mapping[str, str], source: Callable[[str], str
     one Spark scan with the keys broadcast. Without this, Spark plans the join of a base table with
     the change's partial join (its size unknown, estimated as a product) as a sort-merge join:
     TPC-H Q5's orders term at SF 1 shuffled all of lineitem, 9 of its 13 s. Not in a query with a
-    UNION (its branches) or a LEFT, FULL or NOT IN join (a padded or NULL-matched row depends on
-    more than its keys; EXISTS, NOT EXISTS and IN are reduced), nor for a view read as a source."""
+    UNION (its branches) or a FULL or NOT IN join (a NULL-matched row depends on more than its
+    keys; EXISTS, NOT EXISTS and IN are reduced). With a LEFT JOIN, a relation is reduced only by
+    the keys of the relations it must match, as delta-rs reads them: the preserved side's relations
+    not by the padded side's keys (their rows stay, matched or padded), and no relation by its own
+    filters (Spark's reduction), which would pad a row that the query's WHERE drops (``WHERE s.v IS
+    NULL`` keeps the rows no row of s matches, not those whose match has v set) or drop a preserved
+    row an ON condition only pads."""
     query, most = ctx.query, ctx.lake.limits.reduced_rows
-    if any(j.how not in ("semi", "anti") for j in query.outer) or query.branches:
+    if any(j.how not in ("semi", "anti", "left") for j in query.outer) or query.branches:
         return {}
+    padded = {j.padded for j in query.outer if j.how == "left"}
     out, reducers = {}, dict(seeds)
     held: dict[str, pa.Table] = {}  # each reducer's rows, once brought here
     for alias in join_order(query, list(seeds), sizes)[len(seeds):]:
         if alias in keep or alias not in sizes or sizes[alias][0] <= ctx.lake.limits.snapshot_rows:
             continue
-        links = join_links(query, alias, reducers)
+        links = {other: pairs for other, pairs in join_links(query, alias, reducers).items() if alias in padded or other not in padded}
         if not links:
             continue
         relation = _relation(query, alias)
@@ -322,6 +330,8 @@ def _reduced(ctx: Context, seeds: Mapping[str, str], source: Callable[[str], str
             for mine, theirs in pairs:
                 keys.setdefault(mine, []).append(pc.drop_null(held[other].column(theirs)))
         read = _rows_with_keys(ctx, relation.table, versions[alias], keys, columns)
+        if read is None and padded:
+            continue
         if read is None:
             frame = ctx.spark.sql(reduced_sql(query, alias, source(alias), reducers))
             read = frame.limit(most + 1).toArrow(), frame.schema
