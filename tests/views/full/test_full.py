@@ -238,6 +238,19 @@ def test_a_probe_stops_at_its_limit_and_reports_a_lower_bound(lake, spark, capfd
     assert "ERROR" not in printed.err + printed.out, printed.err[-2000:]
 
 
+def test_a_delta_write_cancelled_at_its_limit_prints_nothing(lake, spark, capfd):
+    """A probe cancelled while Spark writes its rows (a result too large for delta-rs) is no error
+    to show: Delta's writer logs its aborted job at ERROR with a stack trace (log4j2.properties)."""
+    from lakeivm.spark import cancelled, interrupted_after
+
+    with pytest.raises(Exception) as raised:
+        with interrupted_after(spark, 1.0, "lakeivm-test-cancelled-write"):
+            spark.range(200_000_000).selectExpr("id", "id * 2 AS twice").write.format("delta").save(f"{lake.root}/_system/probe/w")
+    assert cancelled(raised.value), raised.value
+    printed = capfd.readouterr()
+    assert "ERROR" not in printed.err + printed.out, printed.err[-2000:]
+
+
 def test_a_probe_writes_the_rows_a_recompute_writes_and_leaves_nothing(lake, spark, monkeypatch):
     """A probe times the write of the view's rows too (a recompute pays it), to a scratch table it deletes."""
     import os

@@ -24,7 +24,7 @@ WHOLE_TABLE = "recomputing a window over the whole table: no partition to confin
 
 @dataclass(frozen=True)
 class Top:
-    """A query keeping each partition's first rows by one ranking over one column O (``_top_rows``):
+    """A query keeping each partition's first rows by one ranking (``_top_rows``):
     ``ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn ... WHERE rn = 1`` (the latest row per
     key), ``rn <= n``, ``RANK``, ``DENSE_RANK``. A partition whose change deletes none of its kept
     rows keeps its first rows among those kept and those inserted: a new latest row per key reads the
