@@ -38,6 +38,8 @@ from lakeivm.views.base import Context, Maintainer
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from lakeivm.views.state import Readable
+
     from lakeivm.store.commit import LogRow
     from lakeivm.store.lake import Lake
     from lakeivm.spec import ViewSpec
@@ -189,13 +191,12 @@ def snapshot(lake: Lake, spec: ViewSpec, seq: int) -> DataFrame:
     return maintainer.result(ctx, row.state_versions["result"])
 
 
-def stored_rows(lake: Lake, spec: ViewSpec, seq: int) -> tuple[str, int] | None:
-    """(its result table, the version its committed run ``seq`` left) where the upstream's rows at
-    that run are the table's stored rows one by one (a kind whose ``readable`` is ``Readable()``: no
-    HAVING column, no count of copies), their columns not named ``_lakeivm_*``: a reader may then
-    filter them by key in its own process. None otherwise (and where ``snapshot`` would refuse the run)."""
-    from lakeivm.views.state import Readable
-
+def stored_rows(lake: Lake, spec: ViewSpec, seq: int) -> tuple[str, int, Readable] | None:
+    """(its result table, the version its committed run ``seq`` left, how its readers see the stored
+    rows) where the upstream's rows at that run are the table's stored rows as its kind's ``readable``
+    says (those passing a HAVING column, each a count of copies), their columns not named
+    ``_lakeivm_*``: a reader may then filter them by key in its own process. None otherwise (a top-k,
+    a kind without ``readable``, and where ``snapshot`` would refuse the run)."""
     try:
         row = run_at(lake, spec, seq)
         ctx, maintainer = reader(lake, spec, row)
@@ -205,7 +206,7 @@ def stored_rows(lake: Lake, spec: ViewSpec, seq: int) -> tuple[str, int] | None:
         return None
     version = row.state_versions.get("result")
     seen = maintainer.readable(ctx) if hasattr(maintainer, "readable") else None
-    return (maintainer.state_tables(ctx)["result"], version) if version is not None and seen == Readable() else None
+    return None if version is None or seen is None else (maintainer.state_tables(ctx)["result"], version, seen)
 
 
 def schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:

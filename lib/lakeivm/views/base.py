@@ -46,6 +46,7 @@ class Context:
     chain: Any = None  # a run after its chain's views: when the chain started and its prediction (``run.chains.ChainRun``)
     spark_reads_result: bool = False  # the audit: the stored result read by Spark's Delta reader, as a Spark user reads it
     _snapshots: set[str] = field(default_factory=set, repr=False)  # the temp views ``snapshot`` registered in this run
+    located: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)  # views' stored rows found this run (``upstream.stored_rows``)
 
     @property
     def spark(self) -> SparkSession:

@@ -9,7 +9,7 @@ import pytest
 
 from lakeivm.limits import Limits
 from lakeivm.views.first_order import maintainer
-from tests.helpers import alternate_paths, audited_rounds, bootstrap_incremental, random_batch
+from tests.helpers import alternate_paths, audited_rounds, bootstrap_incremental, random_batch, sql
 
 VIEWS = {
     "per_key": "SELECT r.a, COUNT(*) AS c, COUNT(s.g) AS ng, SUM(s.g) AS sg, MIN(s.g) AS mg, AVG(r.x) AS ax "
@@ -55,22 +55,28 @@ def test_left_and_right_joins_match_sql_under_random_streams_and_asymmetric_plan
 def test_a_left_join_of_a_view_reads_the_rows_of_the_keys_it_changes_locally(lake, spark, tmp_path, monkeypatch):
     """A LEFT JOIN whose padded side is a view (the TPC-DI pipeline's dim_trade over its trades'
     lifecycle): a change of the view reads the base table's rows of the keys it touches by delta-rs,
-    and the view's own rows of those keys too where its readers see its stored rows one by one (not
-    behind a HAVING: Spark reads those); equal to its SQL after random streams on both tables."""
+    and the view's own rows of those keys too, as its readers see its stored rows (those passing its
+    HAVING, a projection's row as many times as it counts), but a top-k's (Spark reads those); equal
+    to its SQL after random streams on both tables."""
     from lakeivm.catalog.registry import load_specs
     from lakeivm.run.audit import audit
     from lakeivm.run.engine import run_view
 
     rng = random.Random(8)
     lake.create_table("r", spark.createDataFrame([(0, 1), (1, None), (2, 5), (2, 5), (3, 2)], "a int, x int"))
-    lake.create_table("s", spark.createDataFrame([(0, 0), (1, 4), (2, 7), (2, 3)], "a int, g int"))
+    lake.create_table("s", spark.createDataFrame([(0, 0), (1, 4), (2, 7), (2, 3), (2, 7)], "a int, g int"))  # s_rows: (2, 7) twice
     for name, text in {"s_sum": "SELECT a, SUM(g) AS g, COUNT(*) AS n FROM s GROUP BY a",
                        "s_many": "SELECT a, SUM(g) AS g FROM s GROUP BY a HAVING COUNT(*) > 1",
+                       "s_rows": "SELECT a, g FROM s WHERE g IS NOT NULL",
+                       "s_top": "SELECT a, g FROM s ORDER BY g DESC, a LIMIT 3",
                        "joined": "SELECT r.a, r.x, l.g, l.n FROM r LEFT JOIN s_sum l ON l.a = r.a",
-                       "joined_many": "SELECT r.a, r.x, m.g FROM r LEFT JOIN s_many m ON m.a = r.a"}.items():
+                       "joined_many": "SELECT r.a, r.x, m.g FROM r LEFT JOIN s_many m ON m.a = r.a",
+                       "joined_rows": "SELECT r.a, r.x, w.g FROM r LEFT JOIN s_rows w ON w.a = r.a",
+                       "joined_top": "SELECT r.a, r.x, t.g FROM r LEFT JOIN s_top t ON t.a = r.a",
+                       "rows_joined": "SELECT w.a, w.g, r.x FROM s_rows w LEFT JOIN r ON r.a = w.a"}.items():
         (tmp_path / f"{name}.yaml").write_text(f"name: {name}\ndeadline: 60s\nrefresh_policy: incremental\nsql: |\n  {text}\n")
     specs = load_specs(tmp_path)
-    joined = [specs["joined"], specs["joined_many"]]
+    joined = [specs[name] for name in ("joined", "joined_many", "joined_rows", "joined_top", "rows_joined")]
     assert all(run_view(lake, spec).kind == "first_order" for spec in joined)
     local_reads, read_locally = {}, maintainer._touched_locally
 
@@ -80,15 +86,19 @@ def test_a_left_join_of_a_view_reads_the_rows_of_the_keys_it_changes_locally(lak
 
     monkeypatch.setattr(maintainer, "_touched_locally", recorded)
     for round_ in range(3):
+        if round_ == 0:  # r's key 2 changes: s_rows' stored (2, 7) counts 2, read as two preserved rows
+            sql(lake, "INSERT INTO {t} VALUES (2, 9)", "r")
         random_batch(lake, rng, "s", "a", "g")
         random_batch(lake, rng, "r", "a", "x")
         for spec in joined:
-            run_view(lake, spec)  # s_sum, s_many first
+            run_view(lake, spec)  # the view it reads first
         for spec in specs.values():
             report = audit(lake, spec)
             assert report.ok, f"{spec.name}, round {round_}: {report}; missing {report.missing[:5]}, unexpected {report.unexpected[:5]}"
-    assert any(read is not None and read[0] is not None and read[1] is not None for read in local_reads["joined"]), local_reads
-    assert any(read is not None and read[0] is not None and read[1] is None for read in local_reads["joined_many"]), local_reads
+    for name in ("joined", "joined_many", "joined_rows"):
+        assert any(read is not None and read[0] is not None and read[1] is not None for read in local_reads[name]), local_reads
+    assert any(read is not None and read[0] is not None and read[1] is None for read in local_reads["joined_top"]), local_reads
+    assert any(read is not None and read[0] is not None for read in local_reads["rows_joined"]), local_reads
 
 
 def _padded_keys(lake) -> frozenset[int]:

@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -466,15 +467,17 @@ def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
     return None if read == [None, None] else (read[0], read[1])
 
 
-def _located(ctx: Context, table: str, version: int) -> tuple[str, int] | None:
-    """(Delta table, version) holding ``table``'s rows at ``version`` as stored rows: a base table's
-    own; a view's result where its readers see its stored rows one by one (``upstream.stored_rows``;
-    ``version`` is then its run's seq); else None."""
+def _located(ctx: Context, table: str, version: int) -> tuple[str, int, Readable | None] | None:
+    """(Delta table, version, how its rows are read: None as they are) holding ``table``'s rows at
+    ``version``: a base table's own; a view's result where its readers see its stored rows by its
+    kind's ``readable`` (``upstream.stored_rows``; ``version`` is then its run's seq); else None."""
     from lakeivm.sources import upstream
 
     if table not in ctx.lake.upstreams:
-        return ctx.lake.table_path(table), version
-    return upstream.stored_rows(ctx.lake, ctx.lake.upstreams[table].spec, version)
+        return ctx.lake.table_path(table), version, None
+    if (table, version) not in ctx.located:  # asked per side and per read: its reader classifies the view's SQL
+        ctx.located[table, version] = upstream.stored_rows(ctx.lake, ctx.lake.upstreams[table].spec, version)
+    return ctx.located[table, version]
 
 
 def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, Sequence[pa.Array]], columns: list[str] | None,
@@ -492,12 +495,13 @@ def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, S
     located = _located(ctx, table, version)
     if located is None:
         return None
+    path, version, how = located
     try:
-        found = DeltaTable(located[0], version=located[1])
+        found = DeltaTable(path, version=version)
         if not fastpath.admits(found) or storage.rows_in(found, unknown=ctx.lake.limits.scan_rows + 1) > ctx.lake.limits.scan_rows:
             return None
         schema = pa.schema(found.schema().to_arrow())
-        if columns is None and table in ctx.lake.upstreams:  # a view's readers see its stored columns but its own
+        if columns is None and how is not None:  # a view's readers see its stored columns but its own
             columns = [name for name in schema.names if not name.startswith(HIDDEN)]
         condition = None if within is None else within(schema)
         if within is not None and condition is None:
@@ -509,7 +513,13 @@ def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, S
                     return None
                 one = storage.is_in(column, pc.unique(array), kind)
                 condition = one if condition is None else condition & one
-        rows = found.to_pyarrow_dataset().to_table(columns=columns, filter=condition)
+        if how is not None and how.where is not None:
+            condition = pc.field(how.where) if condition is None else condition & pc.field(how.where)
+        weight = None if how is None else how.weight
+        extra = [weight] if weight is not None and (columns is None or weight not in columns) else []
+        rows = found.to_pyarrow_dataset().to_table(columns=None if columns is None else columns + extra, filter=condition)
+        if weight is not None:  # each stored row stands for its count of copies
+            rows = rows.take(np.repeat(np.arange(rows.num_rows), rows[weight].to_numpy(zero_copy_only=False))).drop_columns(extra)
     except Exception:  # noqa: BLE001 -- a type Arrow cannot cast or compare, a file delta-rs cannot read: Spark reads it
         return None
     types = storage.spark_columns(found)
