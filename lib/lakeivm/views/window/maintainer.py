@@ -61,7 +61,7 @@ class WindowMaintainer:
             o = F.col(f"`{p.order[0]}`")
             touched = delta.groupBy(*columns).agg(F.when(F.max(o.isNull()), F.lit(None)).otherwise(F.min(o)).alias(_FROM))
         snapshot = ctx.spark.table(ctx.snapshot(table, ctx.pins[table])).alias("r")
-        on = [F.col(f"r.`{c}`").eqNullSafe(F.col(f"k.`{c}`")) for c in p.columns]
+        on = _same("r", "k", p.columns)
         name = f"lakeivm_{ctx.view}_{table}_touched"
         sql = ctx.spec.sql
         if p.top is not None:
@@ -75,7 +75,7 @@ class WindowMaintainer:
         rows = ctx.spark.sql(as_written(sql, {table: name}))
         keys = touched.select(*[F.col(f"`{c}`").alias(o) for c, o in zip(p.columns, p.outputs)], *([_FROM] if p.order else []))
         if p.order is not None and not p.sliding:  # only the rows from each partition's first changed O on can differ
-            on = [F.col(f"r.`{o}`").eqNullSafe(F.col(f"k.`{o}`")) for o in p.outputs]
+            on = _same("r", "k", p.outputs)
             rows = rows.alias("r").join(keys.alias("k"), on).where(
                 F.col(f"k.{_FROM}").isNull() | (F.col(f"r.`{p.order[1]}`") >= F.col(f"k.{_FROM}"))).select("r.*")
         rows = rows.localCheckpoint(eager=True)
@@ -131,12 +131,9 @@ def _top_candidates(ctx: Context, snapshot: DataFrame, delta: DataFrame, touched
         o, bound = F.col(f"{rows}.`{top.order}`"), F.col(f"{keys}.{_BOUND}")
         return o.isNotNull() & (o >= bound if top.descending else o <= bound)
 
-    def on(rows: str, keys: str):
-        return [F.col(f"{rows}.`{c}`").eqNullSafe(F.col(f"{keys}.`{c}`")) for c in p.columns]
-
     o, bound = F.col(f"d.`{top.order}`"), F.col(f"b.{_BOUND}")
     below = o.isNotNull() & (o < bound if top.descending else o > bound)  # its deletion changes no kept row
-    keys = (delta.alias("d").join(bounds.alias("b"), on("d", "b"), "left")
+    keys = (delta.alias("d").join(bounds.alias("b"), _same("d", "b", p.columns), "left")
             .groupBy(*[F.col(f"d.`{c}`").alias(c) for c in p.columns])
             .agg(F.when(F.max((F.col(f"d.{MULTIPLICITY}") < 0) & ~F.coalesce(below, F.lit(False))), F.lit(None))
                  .otherwise(F.first(bound)).alias(_BOUND))
@@ -148,9 +145,9 @@ def _top_candidates(ctx: Context, snapshot: DataFrame, delta: DataFrame, touched
         o = F.col(f"r.`{top.order}`")
         snapshot = snapshot.where(o >= literal if top.descending else o <= literal)
     relation = [c for c in delta.columns if c != MULTIPLICITY]  # the columns the query reads
-    read = (snapshot.join(keys.alias("k"), on("r", "k")).where(F.col(f"k.{_BOUND}").isNull() | above("r", "k"))
+    read = (snapshot.join(keys.alias("k"), _same("r", "k", p.columns)).where(F.col(f"k.{_BOUND}").isNull() | above("r", "k"))
             .select(*[F.col(f"r.`{c}`") for c in relation]))
-    inserted = (delta.alias("d").join(keys.alias("k"), on("d", "k"))
+    inserted = (delta.alias("d").join(keys.alias("k"), _same("d", "k", p.columns))
                 .where(F.col(f"k.{_BOUND}").isNotNull() & ~F.coalesce(above("d", "k"), F.lit(False)) & (F.col(f"d.{MULTIPLICITY}") > 0))
                 .select(*[F.col(f"d.`{c}`") for c in relation],
                         F.explode(F.sequence(F.lit(1), F.col(f"d.{MULTIPLICITY}").cast("int"))).alias(_BOUND))
@@ -280,7 +277,7 @@ def _frames_joined(joined: DataFrame, p: Partition, sql: str, name: str) -> str:
     rows = numbered.where(F.col(_NEW)).withColumn(_BUCKET, F.explode(F.array_distinct(F.array(
         F.floor((row - p.reach) / width), F.floor(row / width)))))
     frame_rows = numbered.withColumn(_BUCKET, F.floor(row / width))
-    on = [F.col(f"t.`{c}`").eqNullSafe(F.col(f"s.`{c}`")) for c in p.columns] + [
+    on = _same("t", "s", p.columns) + [
         F.col(f"t.{_BUCKET}") == F.col(f"s.{_BUCKET}"), F.col(f"s.{_ROW}").between(F.col(f"t.{_ROW}") - p.reach, F.col(f"t.{_ROW}"))]
     aggregates = []
     for i, (window, func, n) in enumerate(frames):
