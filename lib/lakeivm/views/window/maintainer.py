@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 _OP = "_lakeivm_op"  # in the MERGE's source: "d" a touched partition's key, "i" a recomputed row
 _FROM = "_lakeivm_from"  # a touched partition's first changed O, where the windows look back along O
 # ``_frames_joined``: a row from its partition's first changed O on, its number in the partition, the first such
-# row's number, a bucket of row numbers, an aggregate over a frame
+# row's number, the last row's number, the number of the new row whose frame a repeat of a row is in, an aggregate over a frame
 _BOUND = "_lakeivm_bound"  # ``_top_candidates``: a touched partition's lowest kept O (NULL: read it whole)
-_NEW, _ROW, _FIRST, _BUCKET, _FRAME = "_lakeivm_new", "_lakeivm_row", "_lakeivm_first", "_lakeivm_bucket", "_lakeivm_frame"
+_NEW, _ROW, _FIRST, _LAST, _TARGET, _FRAME = (
+    "_lakeivm_new", "_lakeivm_row", "_lakeivm_first", "_lakeivm_last", "_lakeivm_target", "_lakeivm_frame")
 
 
 class WindowMaintainer:
@@ -250,12 +251,15 @@ def _before_first_change(p: Partition):
 def _frames_joined(joined: DataFrame, p: Partition, sql: str, name: str) -> str:
     """``sql`` computing the rows of ``joined`` (``_within_reach``) from each partition's first changed
     O on, where every window is an aggregate over the n rows before a row and itself
-    (``Partition.sliding``): each of those rows is joined with the rows of its frame and the
-    aggregates are taken over the join, registered as ``name`` with the row's columns; ``sql`` reads
+    (``Partition.sliding``): the rows are numbered in their partition, each row within N rows of the
+    first new one is repeated once for every new row whose frame holds it, and the aggregates are
+    taken per new row over its repeats, registered as ``name`` with the row's columns; ``sql`` reads
     them in place of its windows. Spark's sliding frame aggregates the whole frame again at every row
     it computes, the N rows before a partition's first change too: N^2/2 rows per partition (66,000
-    for a symbol's 52-week high, for one new day), against N per new row here. The same aggregate
-    functions over the same rows: the same values and types. Returns the SQL to run over ``name``."""
+    for a symbol's 52-week high, for one new day), against N per new row here, in one aggregation (a
+    join of each new row with its frame's rows shuffled both sides: twice the time). The same
+    aggregate functions over the same rows: the same values and types. Returns the SQL to run over
+    ``name``."""
     import sqlglot
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -269,26 +273,22 @@ def _frames_joined(joined: DataFrame, p: Partition, sql: str, name: str) -> str:
     columns = joined.select("r.*").columns
     partition = [F.col(f"r.`{c}`") for c in p.columns]
     ordered = Window.partitionBy(*partition).orderBy(F.col(f"r.`{p.order[0]}`").asc_nulls_first())
+    whole = Window.partitionBy(*[F.col(f"`{c}`") for c in p.columns])
     new = ~_before_first_change(p)
+    row, first, target = F.col(_ROW), F.col(_FIRST), F.col(_TARGET)
     numbered = (joined.select("r.*", new.alias(_NEW), F.row_number().over(ordered).alias(_ROW))
-                .withColumn(_FIRST, F.min(F.when(F.col(_NEW), F.col(_ROW))).over(Window.partitionBy(*[F.col(f"`{c}`") for c in p.columns])))
-                .where(F.col(_ROW) >= F.col(_FIRST) - p.reach))  # a new row's frame lies within the N rows before the first new one
-    width, row = p.reach + 1, F.col(_ROW)  # a frame's rows lie in its row's bucket of N + 1 row numbers or the one before
-    rows = numbered.where(F.col(_NEW)).withColumn(_BUCKET, F.explode(F.array_distinct(F.array(
-        F.floor((row - p.reach) / width), F.floor(row / width)))))
-    frame_rows = numbered.withColumn(_BUCKET, F.floor(row / width))
-    on = _same("t", "s", p.columns) + [
-        F.col(f"t.{_BUCKET}") == F.col(f"s.{_BUCKET}"), F.col(f"s.{_ROW}").between(F.col(f"t.{_ROW}") - p.reach, F.col(f"t.{_ROW}"))]
+                .withColumn(_FIRST, F.min(F.when(F.col(_NEW), row)).over(whole))  # the rows from the first new one on are new
+                .withColumn(_LAST, F.max(row).over(whole))
+                .where(row >= first - p.reach))  # a new row's frame lies within the N rows before the first new one
+    repeated = numbered.withColumn(_TARGET, F.explode(F.sequence(F.greatest(first, row), F.least(F.col(_LAST), row + p.reach))))
     aggregates = []
     for i, (window, func, n) in enumerate(frames):
-        argument = "1" if isinstance(func.this, exp.Star) else func.this.copy().transform(
-            lambda node: exp.column(node.name, table="s", quoted=True) if isinstance(node, exp.Column) else node).sql(DIALECT)
-        aggregates.append(F.expr(f"{func.key}(CASE WHEN s.{_ROW} >= t.{_ROW} - {n} THEN {argument} END)").alias(f"{_FRAME}{i}"))
+        argument = "1" if isinstance(func.this, exp.Star) else func.this.sql(DIALECT)
+        aggregates.append(F.expr(f"{func.key}(CASE WHEN {_ROW} >= {_TARGET} - {n} THEN {argument} END)").alias(f"{_FRAME}{i}"))
         window.replace(exp.column(f"{_FRAME}{i}"))
-    keys = [F.col(f"t.`{c}`").alias(c) for c in p.columns]
-    carried = [F.first(F.col(f"t.`{c}`")).alias(c) for c in columns if c not in p.columns]  # one row t per group
-    (rows.alias("t").join(frame_rows.alias("s"), on).groupBy(*keys, F.col(f"t.{_ROW}"))
-     .agg(*carried, *aggregates).select(*columns, *[f"{_FRAME}{i}" for i in range(len(frames))])
+    carried = [F.first(F.when(row == target, F.col(f"`{c}`")), ignorenulls=True).alias(c) for c in columns if c not in p.columns]
+    (repeated.groupBy(*[F.col(f"`{c}`") for c in p.columns], target).agg(*carried, *aggregates)
+     .select(*[f"`{c}`" for c in columns], *[f"{_FRAME}{i}" for i in range(len(frames))])
      .createOrReplaceTempView(name))
     return tree.sql(dialect=DIALECT)
 
