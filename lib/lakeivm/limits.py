@@ -7,7 +7,7 @@ Below each limit a run reads, nets, merges or rewrites in its own process (delta
 ``lake.limits`` when a path is chosen. Example::
 
     >>> Limits().small_delta_rows
-    20000
+    200000
     >>> Limits.everything_on_spark().merge_rows
     0
     >>> limits_from({"merge_rows": 5}, {"LAKEIVM_LIMIT_MERGE_ROWS": "7"}, "lakeivm.toml").merge_rows
@@ -27,7 +27,7 @@ class Limits:
 
     Each is "at most this many rows", 0 or more: 0 leaves only empty inputs local."""
 
-    small_delta_rows: int = 20_000  # a change range of at most this many change-feed rows is read and netted locally (changes)
+    small_delta_rows: int = 200_000  # a change range of at most this many change-feed rows is read and netted locally (changes)
     snapshot_rows: int = 20_000  # a base table this small is read by delta-rs for a run (views.base.Context.snapshot)
     rewrite_rows: int = 20_000  # a result or state table this small is rewritten whole by delta-rs rather than MERGEd (views.state)
     merge_rows: int = 200_000  # a MERGE source this small is merged, a recomputed result this small written, by delta-rs in the run's process

@@ -34,7 +34,7 @@ def test_the_first_measured_run_replaces_the_default_prior_a_calibrated_one_stay
     model = planner_inputs(history, {"r": 1000}, {}).costs["r"]
     assert model.small.fitted and model(1000) == pytest.approx(0.15)  # one batch size: the prior's slope, b fitted
     assert model(3000) == pytest.approx(0.35)  # the small read path's line ...
-    assert model(60_000) == pytest.approx(DEFAULT_PRIOR(60_000))  # ... the large path (Spark's) the prior until measured
+    assert model(300_000) == pytest.approx(DEFAULT_PRIOR(300_000))  # ... the large path (Spark's) the prior until measured
     calibrated = {"r": LinearCost(1e-3, 0.5)}
     assert planner_inputs(history, {"r": 1000}, {}, calibrated).costs["r"].predict(1000) == pytest.approx(1.5)
     declared = {"cost_prior": {"r": {"per_row": 0.001, "fixed": 0.5}}}
