@@ -130,13 +130,19 @@ TOP = {  # a ROW_NUMBER view keeps no column a tie could tell apart: Spark break
 
 
 @pytest.mark.heavy(100)
-def test_the_top_rows_per_key_are_read_from_the_lowest_kept_row_on(lake, spark, monkeypatch):
+@pytest.mark.parametrize("stored_read", ["delta-rs", "spark"])
+def test_the_top_rows_per_key_are_read_from_the_lowest_kept_row_on(lake, spark, monkeypatch, stored_read):
     """Appends (a later row for two keys, an earlier one for a third) read each touched key's rows
     from its lowest kept O on and the rows inserted below it, not its history (from the result, where
     it holds every column the view reads); an update of a key's kept rows and random deletes and
     updates (kept rows among them, NULL keys and O) read their partitions whole. Each view equal to
-    its SQL after every batch."""
+    its SQL after every batch. The touched keys' stored rows are read by delta-rs filtered by the
+    keys, or by Spark whole (``limits.scan_rows`` 0): the same rows."""
+    from lakeivm.limits import Limits
     from lakeivm.views.window import maintainer
+
+    if stored_read == "spark":
+        monkeypatch.setattr(lake, "limits", Limits(scan_rows=0))
 
     rng = random.Random(5)
     history = [(k, ts, (ts * (k + 2)) % 7) for k in range(3) for ts in range(10, 30)]

@@ -48,7 +48,7 @@ from lakeivm.sql import (COUNT, Aggregate, OuterJoin, Query, Relation, join_link
                          recompute_sql, state_sql, thresholds)
 from lakeivm.views.base import Context
 from lakeivm.views.state import (AdditiveTable, as_frames, Readable, as_read, readable_groups, duckdb_query, in_stored_types, keys_in, output_types,
-                                 overwrite, quoted, read_if_small, read_result, union_all)
+                                 overwrite, quoted, read_if_small, read_result, stored_matching, union_all)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -583,7 +583,7 @@ def merge_state(ctx: Context, change: DataFrame, stored: tuple[DataFrame, object
     small, rows = stored or (None, None)
     on = " AND ".join(f"c.`{k}` <=> d.`{k}`" for k in keys) or "true"
     added = [f"COALESCE(c.`{s}`, 0) + COALESCE(d.`{s}`, 0) AS `{s}`" for s in query.additive_columns]
-    joined = change.alias("d").join((small if small is not None else _stored_matching(ctx, path, change, keys)).alias("c"),
+    joined = change.alias("d").join((small if small is not None else stored_matching(ctx, path, change, keys)).alias("c"),
                                     on=F.expr(on), how="left")
     touched = joined.selectExpr(*[f"d.`{k}` AS `{k}`" for k in keys], *added)
     for agg, multiset in multisets.items():
@@ -605,29 +605,6 @@ def merge_state(ctx: Context, change: DataFrame, stored: tuple[DataFrame, object
     else:
         clauses = ("WHEN MATCHED THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *")
     ctx.lake.merge(path, updated, on, *clauses)
-
-
-def _stored_matching(ctx: Context, path: str, change: DataFrame, keys: list[str]) -> DataFrame:
-    """The stored view's rows that may match ``change``'s groups: a delta-rs scan in this process
-    filtered by each key column's changed values (a superset; the join that reads it is exact),
-    handed to Spark as local rows -- where Spark would scan the whole view to join a few thousand
-    changed groups, most of a run's time for a large view. The whole view through Spark where the
-    gate refuses it (``fastpath``), over the lake's ``limits.scan_rows`` rows, with no keys, or with
-    a float key (a NaN matches as Spark's ``<=>`` has it only there)."""
-    from deltalake import DeltaTable
-
-    from lakeivm.store import fastpath, storage
-    from lakeivm.sources.changes import plain_rows
-    from lakeivm.views import state
-
-    table = DeltaTable(path)
-    schema = pa.schema(table.schema().to_arrow())
-    if (not keys or not fastpath.admits(table) or any(pa.types.is_floating(schema.field(k).type) for k in keys)
-            or storage.rows_in(table, unknown=ctx.lake.limits.scan_rows + 1) > ctx.lake.limits.scan_rows):
-        return ctx.lake.read(path)
-    changed = change.select(*[f"`{k}`" for k in keys]).toArrow()
-    rows = table.to_pyarrow_dataset().to_table(filter=state.key_filter(changed, keys, schema))
-    return storage.local_rows(ctx.spark, plain_rows(rows))
 
 
 def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, object] | None,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from lakeivm.store.lake import CDF
 from lakeivm.sql import as_written, backquoted
 from lakeivm.views.base import Context
-from lakeivm.views.state import Readable, keys_in, overwrite, quoted, read_if_small, read_result
+from lakeivm.views.state import Readable, keys_in, overwrite, quoted, read_if_small, read_result, stored_matching
 from lakeivm.views.window.shape import Partition, partition_of
 
 if TYPE_CHECKING:
@@ -122,8 +122,9 @@ def _top_candidates(ctx: Context, snapshot: DataFrame, delta: DataFrame, touched
     from lakeivm.columns import MULTIPLICITY
 
     top, columns = p.top, [F.col(f"`{c}`") for c in p.columns]
-    stored = read_result(ctx).select(*[F.col(f"`{o}`").alias(c) for c, o in zip(p.columns, p.outputs)],
-                                     F.col(f"`{top.output}`").alias(_BOUND))
+    keys = touched.select(*[F.col(f"`{c}`").alias(o) for c, o in zip(p.columns, p.outputs)])
+    stored = stored_matching(ctx, ctx.lake.view_path(ctx.view), keys, p.outputs).select(
+        *[F.col(f"`{o}`").alias(c) for c, o in zip(p.columns, p.outputs)], F.col(f"`{top.output}`").alias(_BOUND))
     lowest = F.min(_BOUND) if top.descending else F.max(_BOUND)
     bounds = (stored.join(touched, [stored[c].eqNullSafe(touched[c]) for c in p.columns], "left_semi").groupBy(*columns)
               .agg(F.when(F.max(F.col(_BOUND).isNull()), F.lit(None)).otherwise(lowest).alias(_BOUND)))
@@ -160,14 +161,17 @@ def _top_from_result(ctx: Context, snapshot: DataFrame, delta: DataFrame, touche
     """The rows of the touched partitions a recompute of their top rows reads, where the result holds
     every column the query reads (``Top.stored``). A partition none of whose kept rows the change
     deletes keeps its first rows among its kept rows and its inserted rows (a row never kept stays
-    below n kept ones, whatever the order): those are read, its kept rows from the result. A
-    partition that loses a kept row is read whole from ``snapshot`` (the relation at the pin, as ``r``)."""
+    below n kept ones, whatever the order): those are read, its kept rows from the result (a delta-rs
+    scan filtered by the touched keys: ``stored_matching``). A partition that loses a kept row is
+    read whole from ``snapshot`` (the relation at the pin, as ``r``)."""
     from pyspark.sql import functions as F
 
     from lakeivm.columns import MULTIPLICITY
 
     read = [c for c, _ in p.top.stored]
-    kept = (read_result(ctx).select(*[F.col(f"`{o}`").alias(c) for c, o in p.top.stored]).alias("r")
+    keys = touched.select(*[F.col(f"`{c}`").alias(o) for c, o in zip(p.columns, p.outputs)])
+    stored = stored_matching(ctx, ctx.lake.view_path(ctx.view), keys, p.outputs)
+    kept = (stored.select(*[F.col(f"`{o}`").alias(c) for c, o in p.top.stored]).alias("r")
             .join(touched.alias("k"), _same("r", "k", p.columns), "left_semi"))
     m = F.col(f"d.{MULTIPLICITY}")
     lost = (delta.alias("d").where(m < 0).join(kept.alias("r"), _same("d", "r", read), "left_semi")
