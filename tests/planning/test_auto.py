@@ -55,6 +55,21 @@ def test_a_build_within_the_probe_ratio_asks_for_a_probe_once_and_the_probe_deci
     assert mode.full and not mode.probe and "a probe" in mode.reason
 
 
+def test_a_probe_stopped_at_its_limit_cannot_make_auto_switch():
+    """A probe interrupted at ``probe_limit`` of the prediction says only "at least that": with any
+    shared seconds on top, auto stays incremental -- so running it longer could not have changed the
+    choice. Just under the limit (and no shared seconds) it switches."""
+    from lakeivm.planning.auto import PROBE, probe_limit
+
+    def probed(seconds: float) -> LogRow:
+        return LogRow(view="v", seq=0, status="committed", mode="refresh", kind="fivm", pins={}, watermarks={},
+                      state_versions={}, consistent=True, seconds=2.0 + seconds, table_seconds={"t": 2.0, PROBE: seconds})
+
+    assert probe_limit(2.0) < 2.0
+    assert not choose_mode([BUILD, probed(probe_limit(2.0))], "fivm", 2.0, in_full=False).full
+    assert choose_mode([BUILD, probed(0.99 * probe_limit(2.0))], "fivm", 2.0, in_full=False).full
+
+
 def test_auto_leaves_incremental_only_for_a_recompute_predicted_clearly_cheaper():
     """A recompute within SWITCH_GAIN of the incremental prediction is noise, and switching to it may cost a
     full run and a rebuild back: auto stays."""

@@ -12,8 +12,8 @@ the view's own maintenance log, never from a guess in code:
   from snapshots. A build writes every state table, a recompute only the result, so the build
   over-estimates: when it is cheaper than the incremental prediction auto switches at once; when it
   is within ``PROBE_RATIO`` of it, an incremental run also probes a recompute once, to learn. The
-  probe is stopped at the incremental prediction (past it a recompute cannot win), so learning
-  costs at most one incremental run's seconds.
+  probe is stopped where a recompute could no longer make auto switch (``probe_limit``), so learning
+  costs less than one incremental run's seconds.
 
 A full run leaves the incremental state behind (recovery removes it at the next run), so going
 back costs a rebuild: from full, auto returns to incremental maintenance only if the rebuild plus
@@ -49,6 +49,12 @@ class Mode:
     full: bool
     reason: str
     probe: bool = False  # maintain incrementally, and time a recompute too (without writing it)
+
+
+def probe_limit(incremental_seconds: float) -> float:
+    """The seconds a probe may run: past them a recompute would not save ``SWITCH_GAIN`` of the
+    incremental prediction, so auto would not switch to it whatever the probe's end said."""
+    return (1 - SWITCH_GAIN) * incremental_seconds
 
 
 def full_seconds(history: Sequence[LogRow], kind: str) -> tuple[float, str] | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from lakeivm.planning.auto import probe_limit
 from lakeivm.sources import changes, upstream
 from lakeivm.store import commit
 from lakeivm.run import chains, recovery
@@ -302,7 +303,7 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
         applied, flushed = _apply(ctx, maintainer, plan, pending, progress)
     except ChangeRangeError as err:
         return _unreadable(ctx, maintainer, last, seq, err, started, progress)
-    probed = (_probe(ctx, plan.predicted_seconds or 0.0, progress), flushed) if probe else None
+    probed = (_probe(ctx, probe_limit(plan.predicted_seconds or 0.0), progress), flushed) if probe else None
     return _commit(ctx, maintainer, seq, mode, plan, applied, started, probe=probed)
 
 
@@ -312,8 +313,8 @@ def _probe(ctx: Context, limit: float, progress: Callable[[str], None]) -> float
     (``planning.auto``), learned once. Its rows are written, not only computed: without the write a
     probe said 1.1 s for a recompute that took 2.5 s (an SCD2 history of 100,000 customers), and auto
     recomputed it for more than its incremental runs cost. It is interrupted after ``limit`` seconds
-    (the incremental prediction: past it a recompute cannot win), and then its seconds are a lower
-    bound, which is all auto needs."""
+    (``auto.probe_limit``: past them a recompute cannot make auto switch), and then its seconds are a
+    lower bound, which is all auto needs."""
     from lakeivm.spark import cancelled, interrupted_after
     from lakeivm.sql import as_written
     from lakeivm.views.state import overwrite
