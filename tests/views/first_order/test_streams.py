@@ -137,7 +137,7 @@ def test_delta_terms_over_reduced_relations_match_sql(lake, spark, monkeypatch):
     paths = {"delta-rs": Limits(snapshot_rows=0), "spark semi join": Limits(snapshot_rows=0, scan_rows=0),
              "unreduced": Limits.everything_on_spark()}
     calls = {"delta-rs": [], "spark semi join": []}
-    for name, function in (("delta-rs", "_rows_with_keys"), ("spark semi join", "reduced_sql")):
+    for name, function in (("delta-rs", "rows_with_keys"), ("spark semi join", "reduced_sql")):
         def spy(*a, real=getattr(maintainer, function), name=name):
             made = real(*a)
             if made is not None:  # (the delta-rs read declines under scan_rows 0)

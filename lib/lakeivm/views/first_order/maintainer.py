@@ -37,23 +37,22 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakeivm.store import storage
 from lakeivm.store.lake import CDF
-from lakeivm.columns import MULTIPLICITY
+from lakeivm.columns import HIDDEN, MULTIPLICITY
 from lakeivm.sql import (COUNT, Aggregate, OuterJoin, Query, Relation, join_links, join_order, multiset_of_sql, multiset_sql, reduced_sql, rolled_up_sql,
                          recompute_sql, state_sql, thresholds)
 from lakeivm.views.base import Context
+from lakeivm.views.by_key import located, rows_with_keys
 from lakeivm.views.state import (AdditiveTable, as_frames, Readable, as_read, readable_groups, duckdb_query, in_stored_types, keys_in, output_types,
                                  overwrite, quoted, read_if_small, read_result, stored_matching, union_all)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-HIDDEN = "_lakeivm_"
 
 
 class FirstOrderMaintainer:
@@ -299,7 +298,7 @@ def _reduced(ctx: Context, seeds: Mapping[str, str], source: Callable[[str], str
     ``join_order``, by ``join_links``), as local rows: at most ``limits.reduced_rows``, else it is
     read whole. The term is then joined over small relations. ``source`` names an alias' whole
     relation, ``versions`` its version; ``keep`` are left as they are. Each is read by delta-rs with
-    the linking keys as a filter (``_rows_with_keys``: a superset, every key of each link), else by
+    the linking keys as a filter (``rows_with_keys``: a superset, every key of each link), else by
     one Spark scan with the keys broadcast. Without this, Spark plans the join of a base table with
     the change's partial join (its size unknown, estimated as a product) as a sort-merge join:
     TPC-H Q5's orders term at SF 1 shuffled all of lineitem, 9 of its 13 s. Not in a query with a
@@ -330,7 +329,7 @@ def _reduced(ctx: Context, seeds: Mapping[str, str], source: Callable[[str], str
                 held[other] = ctx.spark.table(reducers[other]).toArrow()  # a seed: small
             for mine, theirs in pairs:
                 keys.setdefault(mine, []).append(pc.drop_null(held[other].column(theirs)))
-        read = _rows_with_keys(ctx, relation.table, versions[alias], keys, columns)
+        read = rows_with_keys(ctx, relation.table, versions[alias], keys, columns)
         if read is None and padded:
             continue
         if read is None:
@@ -404,7 +403,7 @@ def _between_on_spark(ctx: Context, relation: str, source: str, bounds: Sequence
 
 def _widened_locally(ctx: Context, relation: str, version: int, bounds: Sequence[tuple]) -> tuple[pa.Table, str] | None:
     """The rows of base table ``relation`` at ``version`` with some compared column within its bounds
-    widened to whole numbers, by delta-rs (``_rows_with_keys``): a superset of the rows Spark would
+    widened to whole numbers, by delta-rs (``rows_with_keys``): a superset of the rows Spark would
     find, so the same term; None where a compared value is not a plain column or Arrow cannot compare."""
     import sqlglot
 
@@ -425,7 +424,7 @@ def _widened_locally(ctx: Context, relation: str, version: int, bounds: Sequence
             found = one if found is None else found | one
         return found
 
-    return _rows_with_keys(ctx, _relation(ctx.query, relation).table, version, {}, _columns_read(ctx.query, relation), within)
+    return rows_with_keys(ctx, _relation(ctx.query, relation).table, version, {}, _columns_read(ctx.query, relation), within)
 
 
 def _relation(query: Query, alias: str) -> Relation:
@@ -446,13 +445,13 @@ def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
     with a key filter in this process and handed to Spark as local rows -- where Spark would scan
     both tables whole for a change touching a few keys (TPC-H Q13's customers and orders, Q4's and
     Q21's lineitem). Each side None, and Spark reads it, where it is neither a base table nor a view
-    whose readers see its stored rows (``_located``) the gate admits (``fastpath``) of at most
+    whose readers see its stored rows (``located``) the gate admits (``fastpath``) of at most
     ``limits.scan_rows`` rows; None for both where a key is a float (NaN matches only under Spark's rules)."""
     if join.how in ("full", "not_in"):
         return None
     preserved = _relation(ctx.query, join.preserved)
     sides = ((preserved.table, preserved_version, join.preserved_column), (table, ctx.pins[table], join.column))
-    if all(_located(ctx, name, version) is None for name, version, _ in sides):
+    if all(located(ctx, name, version) is None for name, version, _ in sides):
         return None
     delta = ctx.spark.table(delta_view)
     keys = delta.where(f"`{join.column}` IS NOT NULL").select(f"`{join.column}`").distinct().toArrow().column(0)
@@ -462,68 +461,9 @@ def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
               [c for c in delta.columns if c != MULTIPLICITY])  # the padded table: only the columns its change has
     read: list[DataFrame | None] = []
     for (name, version, column), columns in zip(sides, needed):
-        found = _rows_with_keys(ctx, name, version, {column: [keys]}, columns)
+        found = rows_with_keys(ctx, name, version, {column: [keys]}, columns)
         read.append(None if found is None else storage.local_rows(ctx.spark, *found))
     return None if read == [None, None] else (read[0], read[1])
-
-
-def _located(ctx: Context, table: str, version: int) -> tuple[str, int, Readable | None] | None:
-    """(Delta table, version, how its rows are read: None as they are) holding ``table``'s rows at
-    ``version``: a base table's own; a view's result where its readers see its stored rows by its
-    kind's ``readable`` (``upstream.stored_rows``; ``version`` is then its run's seq); else None."""
-    from lakeivm.sources import upstream
-
-    if table not in ctx.lake.upstreams:
-        return ctx.lake.table_path(table), version, None
-    if (table, version) not in ctx.located:  # asked per side and per read: its reader classifies the view's SQL
-        ctx.located[table, version] = upstream.stored_rows(ctx.lake, ctx.lake.upstreams[table].spec, version)
-    return ctx.located[table, version]
-
-
-def _rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, Sequence[pa.Array]], columns: list[str] | None,
-                    within: Callable[[pa.Schema], pc.Expression | None] | None = None) -> tuple[pa.Table, str] | None:
-    """The rows of ``table`` at ``version`` (a base table, or a view whose readers see its stored rows:
-    ``_located``) whose every column of ``keys`` is in each of its Arrow
-    arrays (without NULLs: SQL's IN matches none) and that pass ``within`` (an Arrow filter made for
-    the table's schema; None from it: Spark reads them), ``columns`` of them (None: all), read by delta-rs
-    as ``Lake.read_small`` reads, with their Spark DDL (the table's own types); or None where the
-    gate, its size or a key's type leave it to Spark."""
-    from deltalake import DeltaTable
-
-    from lakeivm.store import fastpath
-
-    located = _located(ctx, table, version)
-    if located is None:
-        return None
-    path, version, how = located
-    try:
-        found = DeltaTable(path, version=version)
-        if not fastpath.admits(found) or storage.rows_in(found, unknown=ctx.lake.limits.scan_rows + 1) > ctx.lake.limits.scan_rows:
-            return None
-        schema = pa.schema(found.schema().to_arrow())
-        if columns is None and how is not None:  # a view's readers see its stored columns but its own
-            columns = [name for name in schema.names if not name.startswith(HIDDEN)]
-        condition = None if within is None else within(schema)
-        if within is not None and condition is None:
-            return None
-        for column, arrays in keys.items():
-            kind = schema.field(column).type
-            for array in arrays:
-                if pa.types.is_floating(kind) or pa.types.is_floating(array.type):
-                    return None
-                one = storage.is_in(column, pc.unique(array), kind)
-                condition = one if condition is None else condition & one
-        if how is not None and how.where is not None:
-            condition = pc.field(how.where) if condition is None else condition & pc.field(how.where)
-        weight = None if how is None else how.weight
-        extra = [weight] if weight is not None and (columns is None or weight not in columns) else []
-        rows = found.to_pyarrow_dataset().to_table(columns=None if columns is None else columns + extra, filter=condition)
-        if weight is not None:  # each stored row stands for its count of copies
-            rows = rows.take(np.repeat(np.arange(rows.num_rows), rows[weight].to_numpy(zero_copy_only=False))).drop_columns(extra)
-    except Exception:  # noqa: BLE001 -- a type Arrow cannot cast or compare, a file delta-rs cannot read: Spark reads it
-        return None
-    types = storage.spark_columns(found)
-    return rows, ", ".join(f"`{name}` {types[name]}" for name in rows.column_names)
 
 
 def _collected(frame: DataFrame, most: int) -> pa.Table | None:

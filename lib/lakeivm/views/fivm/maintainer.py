@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from lakeivm.store.lake import CDF
-from lakeivm.columns import MULTIPLICITY
+from lakeivm.columns import HIDDEN, MULTIPLICITY
 from lakeivm.sql import COUNT, recompute_sql, state_sql, typed_empty_sql
 from lakeivm.views.base import Context
 from lakeivm.views.fivm.payload import ALIVE
@@ -45,7 +45,6 @@ from lakeivm.views.state import (AdditiveTable, as_frames, Readable, as_read, re
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-HIDDEN = "_lakeivm_"
 COFACTOR = "_lakeivm_cof_"
 
 

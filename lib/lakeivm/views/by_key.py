@@ -1,0 +1,81 @@
+"""A relation's rows of a few key values, read by delta-rs with a key filter in the run's process.
+
+Where a run needs the rows of the keys its change touches -- a LEFT JOIN's preserved and padded
+rows (first_order), a window's touched partitions (window) -- Spark would scan the relation whole
+for a few thousand keys. These read a base table, or a view whose readers see its stored rows one
+by one (``upstream.stored_rows``), filtered by the keys, as ``Lake.read_small`` reads
+(``docs/design/local-fast-paths.md``); None leaves the read to Spark.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakeivm.columns import HIDDEN
+from lakeivm.store import storage
+
+if TYPE_CHECKING:
+    from lakeivm.views.base import Context
+    from lakeivm.views.state import Readable
+
+def located(ctx: Context, table: str, version: int) -> tuple[str, int, Readable | None] | None:
+    """(Delta table, version, how its rows are read: None as they are) holding ``table``'s rows at
+    ``version``: a base table's own; a view's result where its readers see its stored rows by its
+    kind's ``readable`` (``upstream.stored_rows``; ``version`` is then its run's seq); else None."""
+    from lakeivm.sources import upstream
+
+    if table not in ctx.lake.upstreams:
+        return ctx.lake.table_path(table), version, None
+    if (table, version) not in ctx.located:  # asked per side and per read: its reader classifies the view's SQL
+        ctx.located[table, version] = upstream.stored_rows(ctx.lake, ctx.lake.upstreams[table].spec, version)
+    return ctx.located[table, version]
+
+
+def rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, Sequence[pa.Array]], columns: list[str] | None,
+                   within: Callable[[pa.Schema], pc.Expression | None] | None = None) -> tuple[pa.Table, str] | None:
+    """The rows of ``table`` at ``version`` (a base table, or a view whose readers see its stored rows:
+    ``located``) whose every column of ``keys`` is in each of its Arrow
+    arrays (without NULLs: SQL's IN matches none) and that pass ``within`` (an Arrow filter made for
+    the table's schema; None from it: Spark reads them), ``columns`` of them (None: all), read by delta-rs
+    as ``Lake.read_small`` reads, with their Spark DDL (the table's own types); or None where the
+    gate, its size or a key's type leave it to Spark."""
+    from deltalake import DeltaTable
+
+    from lakeivm.store import fastpath
+
+    where = located(ctx, table, version)
+    if where is None:
+        return None
+    path, version, how = where
+    try:
+        found = DeltaTable(path, version=version)
+        if not fastpath.admits(found) or storage.rows_in(found, unknown=ctx.lake.limits.scan_rows + 1) > ctx.lake.limits.scan_rows:
+            return None
+        schema = pa.schema(found.schema().to_arrow())
+        if columns is None and how is not None:  # a view's readers see its stored columns but its own
+            columns = [name for name in schema.names if not name.startswith(HIDDEN)]
+        condition = None if within is None else within(schema)
+        if within is not None and condition is None:
+            return None
+        for column, arrays in keys.items():
+            kind = schema.field(column).type
+            for array in arrays:
+                if pa.types.is_floating(kind) or pa.types.is_floating(array.type):
+                    return None
+                one = storage.is_in(column, pc.unique(array), kind)
+                condition = one if condition is None else condition & one
+        if how is not None and how.where is not None:
+            condition = pc.field(how.where) if condition is None else condition & pc.field(how.where)
+        weight = None if how is None else how.weight
+        extra = [weight] if weight is not None and (columns is None or weight not in columns) else []
+        rows = found.to_pyarrow_dataset().to_table(columns=None if columns is None else columns + extra, filter=condition)
+        if weight is not None:  # each stored row stands for its count of copies
+            rows = rows.take(np.repeat(np.arange(rows.num_rows), rows[weight].to_numpy(zero_copy_only=False))).drop_columns(extra)
+    except Exception:  # noqa: BLE001 -- a type Arrow cannot cast or compare, a file delta-rs cannot read: Spark reads it
+        return None
+    types = storage.spark_columns(found)
+    return rows, ", ".join(f"`{name}` {types[name]}" for name in rows.column_names)
