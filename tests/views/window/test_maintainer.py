@@ -117,6 +117,50 @@ def test_a_window_over_a_view_and_the_latest_rows_kept_whole_follow_random_batch
             assert report.ok, f"{spec_.name}, round {round_}: {report}; missing {report.missing[:5]}, unexpected {report.unexpected[:5]}"
 
 
+@pytest.mark.heavy(90)
+def test_the_touched_partitions_of_a_table_or_view_are_read_by_key(lake, spark, monkeypatch, tmp_path):
+    """A change touching a few of 40 keys: the window reads those partitions' rows of the table, and
+    of a view over it, by delta-rs filtered by the keys (``_touched_rows``), not by a Spark scan; a
+    change at a NULL key (a key filter matches none) and one touching most keys are read by Spark.
+    Each view equal to its SQL after every batch."""
+    from lakeivm.views import by_key
+
+    rows = [(k, ts, (k * ts) % 7 or None) for k in range(40) for ts in range(5)]
+    lake.create_table("t", spark.createDataFrame(rows, "k int, ts int, v int"))
+    for name, text in {"bronze": "SELECT k, ts, v FROM t WHERE ts > 0", "scd2_t": VIEWS["scd2"],
+                       "scd2_bronze": VIEWS["scd2"].replace("FROM t", "FROM bronze")}.items():
+        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\ndeadline: 60s\nrefresh_policy: incremental\nsql: |\n  {text}\n")
+    specs = load_specs(tmp_path)
+    views = [specs[name] for name in ("bronze", "scd2_t", "scd2_bronze")]
+    for view in views:
+        run_view(lake, view)
+    read = []
+
+    def spy(ctx, table, *args, real=by_key.rows_with_keys):
+        found = real(ctx, table, *args)
+        read.append((table, None if found is None else found[0].num_rows))
+        return found
+
+    monkeypatch.setattr(by_key, "rows_with_keys", spy)
+    for change, local in (("INSERT INTO {t} VALUES (3, 9, 1), (7, 9, NULL)", True),
+                          ("UPDATE {t} SET v = COALESCE(v, 0) + 1 WHERE k = 11 AND ts = 2", True),
+                          ("DELETE FROM {t} WHERE k IN (3, 12) AND ts = 4", True),
+                          ("INSERT INTO {t} VALUES (NULL, 1, 1), (5, 1, 1)", False),
+                          ("UPDATE {t} SET v = 0 WHERE k < 30", False)):
+        sql(lake, change, "t")
+        read.clear()
+        for view in views:
+            row = run_view(lake, view)
+            assert row is None or row.mode != "rebuild", row.plan
+        for view in views:
+            report = audit(lake, view)
+            assert report.ok, f"{view.name} after {change}: {report}; missing {report.missing[:5]}, unexpected {report.unexpected[:5]}"
+        if local:  # each window view read its relation's touched partitions here, 5-6 rows a key
+            assert sorted(table for table, n in read if n is not None) == ["bronze", "t"] and all(0 < n <= 14 for _, n in read), read
+        else:
+            assert not read, read
+
+
 TOP = {  # a ROW_NUMBER view keeps no column a tie could tell apart: Spark breaks its ties arbitrarily
     "latest": "WITH r AS (SELECT k, ts, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn FROM t) "
               "SELECT k, ts AS day FROM r WHERE rn = 1",

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from lakeivm.store import storage
 from lakeivm.store.lake import CDF
 from lakeivm.sql import as_written, backquoted
 from lakeivm.views.base import Context
@@ -61,7 +62,8 @@ class WindowMaintainer:
         else:  # each partition's first changed O (NULL: a change at a NULL O, the whole partition)
             o = F.col(f"`{p.order[0]}`")
             touched = delta.groupBy(*columns).agg(F.when(F.max(o.isNull()), F.lit(None)).otherwise(F.min(o)).alias(_FROM))
-        snapshot = ctx.spark.table(ctx.snapshot(table, ctx.pins[table])).alias("r")
+        local = _touched_rows(ctx, table, touched, p)
+        snapshot = (local if local is not None else ctx.spark.table(ctx.snapshot(table, ctx.pins[table]))).alias("r")
         on = _same("r", "k", p.columns)
         name = f"lakeivm_{ctx.view}_{table}_touched"
         sql = ctx.spec.sql
@@ -106,6 +108,34 @@ class WindowMaintainer:
     def readable(self, ctx: Context) -> Readable:
         """Its stored rows are the result's row by row (a row is stored as the view has it)."""
         return Readable()
+
+
+def _touched_rows(ctx: Context, table: str, touched: DataFrame, p: Partition) -> DataFrame | None:
+    """The relation's rows at the pin of the partitions ``touched`` names (their P, as relation
+    columns), read by delta-rs filtered by those P values (``by_key.rows_with_keys``: a superset,
+    each column filtered on its own; the joins that read them are exact) and handed to Spark as local
+    rows -- where Spark would scan the relation whole for the few thousand customers an SCD2 history's
+    batch touches. None, and Spark reads the relation, where a touched P is NULL (a key filter
+    matches none), where its first column's statistics put the rows read above
+    ``limits.reduced_rows`` or half the relation (every symbol's new market day: Spark's scan costs no
+    more) or say nothing (not an integer column), or where ``rows_with_keys`` declines."""
+    from lakeivm.views.by_key import located, rows_with_keys
+
+    where = located(ctx, table, ctx.pins[table])
+    if where is None:
+        return None
+    try:
+        rows, bounds = storage.distinct_bounds(where[0])
+    except Exception:  # noqa: BLE001 -- a table delta-rs cannot read: Spark reads it
+        return None
+    keys = touched.select(*[f"`{c}`" for c in p.columns]).toArrow()
+    distinct = bounds.get(p.columns[0])
+    if not distinct or any(keys[c].null_count for c in p.columns):
+        return None
+    if rows * keys.num_rows / distinct > min(ctx.lake.limits.reduced_rows, rows / 2):
+        return None
+    found = rows_with_keys(ctx, table, ctx.pins[table], {c: [keys[c]] for c in p.columns}, None)
+    return None if found is None else storage.local_rows(ctx.spark, *found)
 
 
 def _top_candidates(ctx: Context, snapshot: DataFrame, delta: DataFrame, touched: DataFrame, p: Partition) -> DataFrame:
@@ -328,7 +358,7 @@ def _merge_locally(ctx: Context, path: str, keys: DataFrame, rows: DataFrame, p:
     order column is a float (NaN compares as Spark has it only there)."""
     import pyarrow as pa
 
-    from lakeivm.store import fastpath, storage
+    from lakeivm.store import fastpath
 
     limits = ctx.lake.limits
     table = fastpath.load(path, write=True)
