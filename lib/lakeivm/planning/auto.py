@@ -10,8 +10,9 @@ the view's own maintenance log, never from a guess in code:
   *probe* -- the view's SQL timed on the run's snapshots, its rows written to a scratch table as a
   recompute writes its result, plus the run's own shared seconds less its state's flush -- or, before a probe, the seconds of the view's last build
   from snapshots. A build writes every state table, a recompute only the result, so the build
-  over-estimates: when it is cheaper than the incremental prediction auto switches at once; when it
-  is within ``PROBE_RATIO`` of it, an incremental run also probes a recompute once, to learn. The
+  over-estimates: when it is ``SWITCH_GAIN`` cheaper than the incremental prediction auto switches at
+  once; otherwise, when it is under ``PROBE_RATIO`` times it, an incremental run also probes a
+  recompute once, to learn (a build just under the prediction too: it is only an upper bound). The
   probe is stopped where a recompute could no longer make auto switch (``probe_limit``), so learning
   costs less than one incremental run's seconds.
 
@@ -99,12 +100,12 @@ def choose_mode(history: Sequence[LogRow], kind: str, incremental_seconds: float
     if not in_full:
         if seconds < (1 - SWITCH_GAIN) * incremental_seconds:
             return Mode(True, f"auto: full, predicted {seconds:.2f} s ({source}) < incremental {incremental_seconds:.2f} s")
+        if source.startswith("its last build") and seconds < PROBE_RATIO * incremental_seconds:  # an upper bound: learn
+            return Mode(False, f"auto: incremental, predicted {incremental_seconds:.2f} s; a recompute is probed (its build "
+                               f"took {seconds:.2f} s, under {PROBE_RATIO:g}x that)", probe=True)
         if seconds < incremental_seconds:
             return Mode(False, f"auto: incremental, predicted {incremental_seconds:.2f} s; full {seconds:.2f} s ({source}) "
                                f"saves under {SWITCH_GAIN:.0%}, not worth a switch and a rebuild back")
-        if source.startswith("its last build") and seconds < PROBE_RATIO * incremental_seconds:
-            return Mode(False, f"auto: incremental, predicted {incremental_seconds:.2f} s; a recompute is probed (its build "
-                               f"took {seconds:.2f} s, under {PROBE_RATIO:g}x that)", probe=True)
         return Mode(False, f"auto: incremental, predicted {incremental_seconds:.2f} s <= full {seconds:.2f} s ({source})")
     rebuild = rebuild_seconds(history, kind) or seconds
     back = rebuild + HORIZON * incremental_seconds
