@@ -1,10 +1,11 @@
 """A relation's rows of a few key values, read by delta-rs with a key filter in the run's process.
 
 Where a run needs the rows of the keys its change touches -- a LEFT JOIN's preserved and padded
-rows (first_order), a window's touched partitions (window) -- Spark would scan the relation whole
-for a few thousand keys. These read a base table, or a view whose readers see its stored rows one
-by one (``upstream.stored_rows``), filtered by the keys, as ``Lake.read_small`` reads
-(``docs/design/local-fast-paths.md``); None leaves the read to Spark.
+rows (first_order), a window's touched partitions (window), the stored groups a change updates, a
+partition's kept top rows -- Spark would scan the relation or the result whole for a few thousand
+keys. ``rows_with_keys`` reads a base table, or a view whose readers see its stored rows one by one
+(``upstream.stored_rows``), ``stored_matching`` a view's own stored result, filtered by the keys as
+``Lake.read_small`` reads (``docs/design/local-fast-paths.md``); else Spark reads them.
 """
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ from lakeivm.columns import HIDDEN
 from lakeivm.store import storage
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from lakeivm.views.base import Context
     from lakeivm.views.state import Readable
+
 
 def located(ctx: Context, table: str, version: int) -> tuple[str, int, Readable | None] | None:
     """(Delta table, version, how its rows are read: None as they are) holding ``table``'s rows at
@@ -79,3 +83,26 @@ def rows_with_keys(ctx: Context, table: str, version: int, keys: Mapping[str, Se
         return None
     types = storage.spark_columns(found)
     return rows, ", ".join(f"`{name}` {types[name]}" for name in rows.column_names)
+
+
+def stored_matching(ctx: Context, path: str, change: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """The stored rows of the table at ``path`` that may match ``change`` on ``keys``: a delta-rs scan
+    in this process filtered by each key column's changed values (a superset; the join that reads it
+    is exact), handed to Spark as local rows -- where Spark would scan a whole view to join a few
+    thousand changed groups, most of a run's time for a large view. The whole table through Spark
+    where the gate refuses it (``fastpath``), over the lake's ``limits.scan_rows`` rows, with no
+    keys, or with a float key (a NaN matches as Spark's ``<=>`` has it only there)."""
+    from deltalake import DeltaTable
+
+    from lakeivm.sources.changes import plain_rows
+    from lakeivm.store import fastpath
+    from lakeivm.views.state import key_filter
+
+    table = DeltaTable(path)
+    schema = pa.schema(table.schema().to_arrow())
+    if (not keys or not fastpath.admits(table) or any(pa.types.is_floating(schema.field(k).type) for k in keys)
+            or storage.rows_in(table, unknown=ctx.lake.limits.scan_rows + 1) > ctx.lake.limits.scan_rows):
+        return ctx.lake.read(path)
+    changed = change.select(*[f"`{k}`" for k in keys]).toArrow()
+    rows = table.to_pyarrow_dataset().to_table(filter=key_filter(changed, keys, schema))
+    return storage.local_rows(ctx.spark, plain_rows(rows))

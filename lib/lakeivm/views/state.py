@@ -528,29 +528,6 @@ def read_result(ctx: Context, version: int | None = None) -> DataFrame:
     return small[0] if small is not None else ctx.lake.read(path, version)
 
 
-def stored_matching(ctx: Context, path: str, change: DataFrame, keys: Sequence[str]) -> DataFrame:
-    """The stored rows of the table at ``path`` that may match ``change`` on ``keys``: a delta-rs scan
-    in this process filtered by each key column's changed values (a superset; the join that reads it
-    is exact), handed to Spark as local rows -- where Spark would scan a whole view to join a few
-    thousand changed groups, most of a run's time for a large view. The whole table through Spark
-    where the gate refuses it (``fastpath``), over the lake's ``limits.scan_rows`` rows, with no
-    keys, or with a float key (a NaN matches as Spark's ``<=>`` has it only there)."""
-    import pyarrow as pa
-    from deltalake import DeltaTable
-
-    from lakeivm.sources.changes import plain_rows
-    from lakeivm.store import fastpath
-
-    table = DeltaTable(path)
-    schema = pa.schema(table.schema().to_arrow())
-    if (not keys or not fastpath.admits(table) or any(pa.types.is_floating(schema.field(k).type) for k in keys)
-            or storage.rows_in(table, unknown=ctx.lake.limits.scan_rows + 1) > ctx.lake.limits.scan_rows):
-        return ctx.lake.read(path)
-    changed = change.select(*[f"`{k}`" for k in keys]).toArrow()
-    rows = table.to_pyarrow_dataset().to_table(filter=key_filter(changed, keys, schema))
-    return storage.local_rows(ctx.spark, plain_rows(rows))
-
-
 def output_types(spark, sql: str) -> dict[str, str]:
     """{column: Spark SQL type} of ``sql`` (analysed, not run): a view's result keeps its SQL's own
     types whichever way a run computed it, so that a switch to a recompute changes no column."""

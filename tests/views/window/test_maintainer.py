@@ -123,7 +123,7 @@ def test_the_touched_partitions_of_a_table_or_view_are_read_by_key(lake, spark, 
     of a view over it, by delta-rs filtered by the keys (``_touched_rows``), not by a Spark scan; a
     change at a NULL key (a key filter matches none) and one touching most keys are read by Spark.
     Each view equal to its SQL after every batch."""
-    from lakeivm.views import by_key
+    from lakeivm.views.window import maintainer
 
     rows = [(k, ts, (k * ts) % 7 or None) for k in range(40) for ts in range(5)]
     lake.create_table("t", spark.createDataFrame(rows, "k int, ts int, v int"))
@@ -136,12 +136,12 @@ def test_the_touched_partitions_of_a_table_or_view_are_read_by_key(lake, spark, 
         run_view(lake, view)
     read = []
 
-    def spy(ctx, table, *args, real=by_key.rows_with_keys):
+    def spy(ctx, table, *args, real=maintainer.rows_with_keys):
         found = real(ctx, table, *args)
         read.append((table, None if found is None else found[0].num_rows))
         return found
 
-    monkeypatch.setattr(by_key, "rows_with_keys", spy)
+    monkeypatch.setattr(maintainer, "rows_with_keys", spy)
     for change, local in (("INSERT INTO {t} VALUES (3, 9, 1), (7, 9, NULL)", True),
                           ("UPDATE {t} SET v = COALESCE(v, 0) + 1 WHERE k = 11 AND ts = 2", True),
                           ("DELETE FROM {t} WHERE k IN (3, 12) AND ts = 4", True),

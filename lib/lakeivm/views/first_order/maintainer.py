@@ -46,13 +46,12 @@ from lakeivm.columns import HIDDEN, MULTIPLICITY
 from lakeivm.sql import (COUNT, Aggregate, OuterJoin, Query, Relation, join_links, join_order, multiset_of_sql, multiset_sql, reduced_sql, rolled_up_sql,
                          recompute_sql, state_sql, thresholds)
 from lakeivm.views.base import Context
-from lakeivm.views.by_key import located, rows_with_keys
+from lakeivm.views.by_key import located, rows_with_keys, stored_matching
 from lakeivm.views.state import (AdditiveTable, as_frames, Readable, as_read, readable_groups, duckdb_query, in_stored_types, keys_in, output_types,
-                                 overwrite, quoted, read_if_small, read_result, stored_matching, union_all)
+                                 overwrite, quoted, read_if_small, read_result, union_all)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
 
 
 class FirstOrderMaintainer:

@@ -21,7 +21,8 @@ from lakeivm.store import storage
 from lakeivm.store.lake import CDF
 from lakeivm.sql import as_written, backquoted
 from lakeivm.views.base import Context
-from lakeivm.views.state import Readable, keys_in, overwrite, quoted, read_if_small, read_result, stored_matching
+from lakeivm.views.by_key import located, rows_with_keys, stored_matching
+from lakeivm.views.state import Readable, keys_in, overwrite, quoted, read_if_small, read_result
 from lakeivm.views.window.shape import Partition, partition_of
 
 if TYPE_CHECKING:
@@ -119,8 +120,6 @@ def _touched_rows(ctx: Context, table: str, touched: DataFrame, p: Partition) ->
     matches none), where its first column's statistics put the rows read above
     ``limits.reduced_rows`` or half the relation (every symbol's new market day: Spark's scan costs no
     more) or say nothing (not an integer column), or where ``rows_with_keys`` declines."""
-    from lakeivm.views.by_key import located, rows_with_keys
-
     where = located(ctx, table, ctx.pins[table])
     if where is None:
         return None
