@@ -127,9 +127,11 @@ def _touched_rows(ctx: Context, table: str, touched: DataFrame, p: Partition) ->
         rows, bounds = storage.distinct_bounds(where[0])
     except Exception:  # noqa: BLE001 -- a table delta-rs cannot read: Spark reads it
         return None
-    keys = touched.select(*[f"`{c}`" for c in p.columns]).toArrow()
     distinct = bounds.get(p.columns[0])
-    if not distinct or any(keys[c].null_count for c in p.columns):
+    if not distinct:  # decided before the keys are collected: no Spark job for a partition column without bounds
+        return None
+    keys = touched.select(*[f"`{c}`" for c in p.columns]).toArrow()
+    if any(keys[c].null_count for c in p.columns):
         return None
     if rows * keys.num_rows / distinct > min(ctx.lake.limits.reduced_rows, rows / 2):
         return None
