@@ -210,6 +210,36 @@ def test_a_view_over_views_is_classified_before_its_upstreams_have_run(lake, spa
     assert not any(spark.catalog.tableExists(f"lakeivm_declared_{name}") for name in declared)
 
 
+def test_an_upstreams_columns_are_read_from_its_log_as_spark_reads_its_rows(lake, spark, monkeypatch):
+    """Once an upstream has run, the columns a reader's SQL is checked against come from its stored
+    table's Delta schema (delta-rs): the same as Spark's read of its rows, for each kind whose readers
+    see its stored columns, with no Spark read; a top-k's from Spark's read of its rows."""
+    from lakeivm.sources import upstream
+
+    lake.create_table("r", spark.sql("SELECT id % 3 AS g, CAST(id AS DECIMAL(9, 2)) AS x, TIMESTAMP'2026-01-01' + "
+                                     "make_interval(0, 0, 0, id) AS at, named_struct('a', id, 'b', 'x') AS s "
+                                     "FROM range(6)"))
+    specs, _ = link_upstreams({
+        "grouped": spec("grouped", "SELECT g, AVG(x) AS mean, MAX(at) AS last FROM r GROUP BY g HAVING COUNT(*) > 1",
+                        refresh_policy="incremental"),
+        "distinct_rows": spec("distinct_rows", "SELECT DISTINCT g, s FROM r", refresh_policy="incremental"),
+        "numbered": spec("numbered", "SELECT g, at, ROW_NUMBER() OVER (PARTITION BY g ORDER BY at) AS n FROM r",
+                         refresh_policy="incremental"),
+        "whole": spec("whole", "SELECT g, x, s FROM r", refresh_policy="full"),
+        "top": spec("top", "SELECT g, SUM(x) AS total FROM r GROUP BY g ORDER BY total DESC LIMIT 2",
+                    refresh_policy="incremental")})
+    for one in specs.values():
+        run_view(lake, one)
+    derived, snapshot = [], upstream.snapshot
+    monkeypatch.setattr(upstream, "snapshot", lambda lake_, one, seq: derived.append(one.name) or snapshot(lake_, one, seq))
+    monkeypatch.setattr(lake, "limits", Limits(rewrite_rows=0))  # the stored rows read by Spark's Delta reader
+    for name, one in specs.items():
+        lake.cache.clear()
+        seen = upstream.schema(lake, one)
+        assert seen == dict(upstream._types(snapshot(lake, one, upstream.pin(lake, one)))), name
+    assert derived == ["top"]
+
+
 def test_a_view_over_views_outside_first_order_and_fivm_is_recomputed_under_auto():
     upstream = spec("edges_v", "SELECT src, dst FROM e")
     triangles = spec("tri", "SELECT COUNT(*) AS n FROM edges_v a JOIN edges_v b ON a.dst = b.src "

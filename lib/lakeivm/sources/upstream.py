@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from lakeivm.columns import MULTIPLICITY
+from lakeivm.columns import HIDDEN, MULTIPLICITY
 from lakeivm.errors import ChangeRangeError, LakeIVMError, StateError, analysed_as
 from lakeivm.spec import FULL
 from lakeivm.views.base import Context, Maintainer
@@ -213,16 +213,33 @@ def schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
     """{column: Spark SQL type} of the upstream's result (at its pin): what the downstream's SQL sees.
     An upstream that has not run yet (or not with its current definition): the columns its SQL
     declares (``declared_schema``), so that a view over it can be explained and checked before."""
-    from lakeivm.fingerprint import fingerprint
-
     try:
         seq = pin(lake, spec)
     except StateError:
         return declared_schema(lake, spec)
-    key = ("result schema", spec.name, seq, fingerprint(spec))  # a committed run's result never changes
+    return types_at(lake, spec, seq)
+
+
+def types_at(lake: Lake, spec: ViewSpec, seq: int) -> dict[str, str]:
+    """{column: Spark SQL type} of the upstream's rows as its committed run ``seq`` left them
+    (``snapshot``'s, and its ChangeRangeError); kept per run: a committed run's result never changes."""
+    from lakeivm.fingerprint import fingerprint
+
+    key = ("result schema", spec.name, seq, fingerprint(spec))
     if key not in lake.cache:
-        lake.cache[key] = dict(_types(snapshot(lake, spec, seq)))
+        lake.cache[key] = _stored_types(lake, spec, seq) or dict(_types(snapshot(lake, spec, seq)))
     return lake.cache[key]
+
+
+def _stored_types(lake: Lake, spec: ViewSpec, seq: int) -> dict[str, str] | None:
+    """``schema`` from the stored result's Delta schema at run ``seq`` (its log, read by delta-rs),
+    where its readers see the stored columns (``stored_rows``): Spark's read of a version it has not
+    seen loads a snapshot (~0.1 s), for every run of every upstream a reader plans. None otherwise."""
+    found = stored_rows(lake, spec, seq)
+    if found is None:
+        return None
+    path, version, _ = found
+    return {name: kind for name, kind in lake.schema_at(path, version).items() if not name.startswith(HIDDEN)}
 
 
 def declared_schema(lake: Lake, spec: ViewSpec) -> dict[str, str]:
@@ -268,7 +285,7 @@ def check_readable(lake: Lake, spec: ViewSpec, watermark: int, head: int, column
     if head < watermark:
         raise ChangeRangeError(f"view {spec.name!r} is at run #{head}, behind run #{watermark} a view reading it last read: "
                                "its log was rewound. The reading view is rebuilt from the upstream's current result.")
-    _check_columns(spec, watermark, head, snapshot(lake, spec, watermark), snapshot(lake, spec, head), columns)
+    _check_columns(spec, watermark, head, types_at(lake, spec, watermark), types_at(lake, spec, head), columns)
 
 
 def read_delta(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: Iterable[str]) -> DataFrame:
@@ -286,7 +303,7 @@ def read_delta(lake: Lake, spec: ViewSpec, watermark: int, head: int, columns: I
     if fed is not None:
         return fed
     old, new = snapshot(lake, spec, watermark), snapshot(lake, spec, head)  # each built once: checked, then diffed
-    _check_columns(spec, watermark, head, old, new, columns)
+    _check_columns(spec, watermark, head, _types(old), _types(new), columns)
     try:
         after = new.select(*columns, F.lit(1).alias(MULTIPLICITY))
         before = old.select(*columns, F.lit(-1).alias(MULTIPLICITY))
@@ -445,9 +462,10 @@ def _feeds(commit: Mapping) -> bool:
     return operation in FEED_OPERATIONS or (operation in ("WRITE", "STREAMING UPDATE") and mode == "append")
 
 
-def _check_columns(spec: ViewSpec, watermark: int, head: int, old: DataFrame, new: DataFrame, columns: Iterable[str]) -> None:
-    """ChangeRangeError if a column the downstream reads changed type or went away between the runs."""
-    before, after = _types(old), _types(new)
+def _check_columns(spec: ViewSpec, watermark: int, head: int, before: Mapping[str, str], after: Mapping[str, str],
+                   columns: Iterable[str]) -> None:
+    """ChangeRangeError if a column the downstream reads changed type or went away between the runs
+    (``before``, ``after``: the results' {column: type})."""
     for column in columns:
         if before.get(column) != after.get(column):
             raise ChangeRangeError(f"view {spec.name!r}: column {column!r} changed between its runs #{watermark} and #{head} "
