@@ -41,6 +41,20 @@ def test_the_first_measured_run_replaces_the_default_prior_a_calibrated_one_stay
     assert planner_inputs(history, {"r": 1000}, declared).costs["r"].predict(1000) == pytest.approx(1.5)
 
 
+def test_a_table_not_applied_yet_costs_what_the_views_other_tables_cost():
+    """Until a table's first run, a view that has applied others predicts it at their dearest cost for
+    its batch size, not DEFAULT_PRIOR's 2 s: 0.6 s measured on one table must not become 3 s with a
+    second (auto would recompute in full). A declared prior stays the table's own."""
+    history = [run(1, "bootstrap"), run(2, rows={"r": 1000}, seconds={"r": 0.6}), run(3, rows={"s": 10}, seconds={"s": 0.2})]
+    inputs = planner_inputs(history, {"r": 1000, "s": 10, "u": 1000}, {})
+    assert inputs.costs["u"](1000) == pytest.approx(0.6) and inputs.costs["u"](10) == pytest.approx(max(0.6 - 990e-4, 0.2))
+    assert inputs.costs["u"](0) == 0.0 and inputs.costs["u"](500_000) == pytest.approx(DEFAULT_PRIOR(500_000))  # Spark's path: unmeasured
+    assert planner_inputs(history[:1], {"u": 1000}, {}).costs["u"](1000) == DEFAULT_PRIOR(1000)  # nothing measured yet
+    declared = {"cost_prior": {"u": {"per_row": 0.01, "fixed": 1.0}}}
+    assert planner_inputs(history, {"u": 1000}, declared).costs["u"](1000) == pytest.approx(11.0)
+    assert plan_refresh(history, {"r": 1000, "u": 1000}, 60, {}).predicted_seconds == pytest.approx(0.6 + 0.6 + 1.0)  # + shared 1 s
+
+
 def test_arrivals_headroom_and_epoch_come_from_consecutive_runs():
     history = [
         run(1, "refresh", pending={"r": 0, "s": 0}, total=3.0),
