@@ -30,6 +30,18 @@ def test_summary_takes_medians_and_geometric_means_and_judges_auto():
     table = tables(results)[0]
     assert table["columns"][0] == "query (SF 1)" and [row[0] for row in table["rows"]] == ["q01", "q02", "all"]
     assert table["rows"][0][6] == "4.00" and table["rows"][1][8] == "no"
+    assert summary["medians"]["q01"]["auto_settled_on_target"] is False  # batch 3 alone: 2.6 > 1.1 * 2.0
+    assert summary["auto_settled_on_target"] == 0 and summary["medians"]["q02"]["auto_settled_on_target"] is None
+    assert len(table["columns"]) == 10 and table["rows"][0][9] == "no" and table["rows"][2][9] == "0 of 2"
+
+
+def test_auto_settled_is_judged_after_the_batch_that_probes():
+    """Auto's second run probes a recompute once (its seconds and the probe's): judged on batches 3+
+    as well, where it has settled; batches 2+ stays the headline."""
+    probe_batch = _entry([1.0, 1.0, 1.0], [1.0, 1.9, 1.05], [5.0] * 3, [])
+    summary = summarize({"q01": probe_batch})
+    assert not summary["medians"]["q01"]["auto_on_target"] and summary["medians"]["q01"]["auto_settled_on_target"]
+    assert summarize({"q01": _entry([1.0, 1.0], [1.0, 1.9], [5.0] * 2, [])})["auto_settled_on_target"] is None
 
 
 def test_each_query_is_written_twice_with_its_policy(tmp_path):

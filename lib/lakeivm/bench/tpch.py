@@ -176,6 +176,7 @@ def _one_scale(spark, settings: Settings, scale: float, batches: int, queries: l
              f"geometric mean speed-up {summary['geomean_over_spark']:.2f}x over Spark"
              + (f", {summary['geomean_over_duckdb']:.2f}x over DuckDB" if summary["geomean_over_duckdb"] else "")
              + f"; auto within {AUTO_SLACK - 1:.0%} of the cheaper way on {summary['auto_on_target']} of {len(queries)}"
+             + ("" if summary["auto_settled_on_target"] is None else f" ({summary['auto_settled_on_target']} after its probe)")
              + ("" if audits_ok else f"; audits DIFFER: {', '.join(differ)}"))
     return {"scale": scale, "rows": counts, "batch_rows": sizes, "queries": per_query, "summary": summary,
             "audits_ok": audits_ok, "differ": differ,
@@ -227,27 +228,31 @@ def summarize(per_query: dict[str, dict]) -> dict:
     """Per query the median seconds per batch and the speed-ups (a recompute's seconds over the
     incremental run's); over the queries, how many beat Spark, the geometric means and on how many
     auto is on target (``auto_on_target``)."""
-    medians, over_spark, over_duckdb, on_target = {}, [], [], 0
+    medians, over_spark, over_duckdb, on_target, settled = {}, [], [], 0, 0
     for query, entry in per_query.items():
         m = {key: statistics.median(entry[key]) if entry[key] else None
              for key in ("incremental_s", "auto_s", "spark_s", "duckdb_s")}
         m["over_spark"] = m["spark_s"] / m["incremental_s"] if m["incremental_s"] and m["spark_s"] else None
         m["over_duckdb"] = m["duckdb_s"] / m["incremental_s"] if m["incremental_s"] and m["duckdb_s"] else None
         m["auto_on_target"] = auto_on_target(entry)
+        m["auto_settled_on_target"] = auto_on_target(entry, after=2) if len(entry["auto_s"]) > 2 else None
         medians[query] = m
+        settled += bool(m["auto_settled_on_target"])
         over_spark += [m["over_spark"]] if m["over_spark"] else []
         over_duckdb += [m["over_duckdb"]] if m["over_duckdb"] else []
         on_target += m["auto_on_target"]
     return {"medians": medians, "faster_than_spark": sum(x > 1 for x in over_spark),
             "geomean_over_spark": geomean(over_spark), "geomean_over_duckdb": geomean(over_duckdb) if over_duckdb else None,
-            "auto_on_target": on_target}
+            "auto_on_target": on_target,
+            "auto_settled_on_target": settled if any(len(e["auto_s"]) > 2 for e in per_query.values()) else None}
 
 
-def auto_on_target(entry: dict) -> bool:
+def auto_on_target(entry: dict, after: int = 1) -> bool:
     """Whether auto cost at most ``AUTO_SLACK`` times the cheaper of the incremental run and Spark's
-    recompute, by their medians over the batches after the first (auto's first run has no history
-    to choose by; with one batch, that one)."""
-    judged = slice(1, None) if len(entry["auto_s"]) > 1 else slice(None)
+    recompute, by their medians over the batches after the first ``after`` (auto's first run has no
+    history to choose by; its second probes a recompute once, ``planning.auto``: ``after=2`` judges
+    it settled); with no batch after them, all of them."""
+    judged = slice(after, None) if len(entry["auto_s"]) > after else slice(None)
     series = [entry[key][judged] for key in ("auto_s", "incremental_s", "spark_s")]
     if not all(series) or len({len(values) for values in series}) > 1:
         return False
@@ -266,19 +271,22 @@ def tables(results: dict) -> list[dict]:
 
     out = []
     for scale in results["scales"]:
-        rows = []
+        rows, settled = [], scale["summary"].get("auto_settled_on_target")
         for query, entry in scale["queries"].items():
             m = scale["summary"]["medians"][query]
             ran = ", ".join(sorted(set(entry.get("auto_ran", [])))) or "-"
             rows.append([query, entry["kind"] + (f" (failed {entry['error']})" if entry.get("error") else ""), s(m["incremental_s"]), f"{s(m['auto_s'])} ({ran})", s(m["spark_s"]),
                          s(m["duckdb_s"]) if m["duckdb_s"] is not None else f"failed: {entry['duckdb_failed']}",
-                         s(m["over_spark"]), s(m["over_duckdb"]), "yes" if m["auto_on_target"] else "no"])
+                         s(m["over_spark"]), s(m["over_duckdb"]), "yes" if m["auto_on_target"] else "no"]
+                        + ([] if settled is None else ["yes" if m.get("auto_settled_on_target") else "no"]))
         summary = scale["summary"]
         rows.append(["all", "", "", "", "", "", f"geo. mean {s(summary['geomean_over_spark'])}; faster on {summary['faster_than_spark']}",
-                     f"geo. mean {s(summary['geomean_over_duckdb'])}", f"{summary['auto_on_target']} of {len(scale['queries'])}"])
+                     f"geo. mean {s(summary['geomean_over_duckdb'])}", f"{summary['auto_on_target']} of {len(scale['queries'])}"]
+                    + ([] if settled is None else [f"{settled} of {len(scale['queries'])}"]))
         out.append({"columns": [f"query (SF {scale['scale']:g}{', Spark only' if results.get('spark_only') else ''})", "kind",
                                 "incremental s", "auto s (ran)", "Spark s", "DuckDB s", "Spark / incremental",
-                                "DuckDB / incremental", f"auto within {AUTO_SLACK - 1:.0%} (batches 2+)"], "rows": rows})
+                                "DuckDB / incremental", f"auto within {AUTO_SLACK - 1:.0%} (batches 2+)"]
+                    + ([] if settled is None else [f"auto within {AUTO_SLACK - 1:.0%} (batches 3+)"]), "rows": rows})
     return out
 
 
