@@ -47,6 +47,7 @@ class Context:
     spark_reads_result: bool = False  # the audit: the stored result read by Spark's Delta reader, as a Spark user reads it
     _snapshots: set[str] = field(default_factory=set, repr=False)  # the temp views ``snapshot`` registered in this run
     located: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)  # views' stored rows found this run (``upstream.stored_rows``)
+    read_by_key: dict[tuple, list] = field(default_factory=dict, repr=False)  # rows read by key this run (``by_key.rows_with_keys``)
 
     @property
     def spark(self) -> SparkSession:

@@ -158,3 +158,28 @@ def test_delta_terms_over_reduced_relations_match_sql(lake, spark, monkeypatch):
             report = audit(lake, spec)
             assert report.ok, f"{spec.name} on {path} applying {tables or 'all'}: {report}"
         assert {name for name, made in calls.items() if made} == ({path} if path in calls else set()), (path, calls)
+
+
+def test_a_run_reads_a_relations_rows_of_the_same_keys_once(lake, spark, monkeypatch):
+    """Two aliases of r joined to s on the same key: a change of s reduces each by the same keys.
+    delta-rs decodes r once for both (``by_key.rows_with_keys`` keeps a run's reads), and a run after
+    it reads again: the view equals its SQL after every batch."""
+    from lakeivm.views import by_key
+
+    lake.create_table("r", spark.createDataFrame([(k % 5, k) for k in range(20)], "k int, v int"))
+    lake.create_table("s", spark.createDataFrame([(0, 1), (1, 1), (2, 2)], "k int, g int"))
+    spec = spec_from_dict({"name": "pairs", "kind": "first_order", "deadline": 60,
+                           "sql": "SELECT s.g, COUNT(*) AS n, SUM(b.v) AS sv FROM s JOIN r AS a ON a.k = s.k "
+                                  "JOIN r AS b ON b.k = s.k GROUP BY s.g"})
+    run_view(lake, spec)
+    monkeypatch.setattr(lake, "limits", Limits(snapshot_rows=0))  # every relation reduced, by delta-rs
+    decoded = []
+    real = by_key._rows_with_keys
+    monkeypatch.setattr(by_key, "_rows_with_keys", lambda ctx, table, version, *a: decoded.append((table, version)) or real(ctx, table, version, *a))
+    for change in ("INSERT INTO {t} VALUES (1, 2), (3, 1), (4, NULL)", "UPDATE {t} SET g = 3 WHERE k = 1", "DELETE FROM {t} WHERE k = 0"):
+        decoded.clear()
+        sql(lake, change, "s")
+        run_view(lake, spec)
+        assert decoded and len(decoded) == len(set(decoded)), decoded  # each (table, version) once a run ...
+        assert ("r", lake.head_version(lake.table_path("r"))) in decoded  # ... and r read by key
+        assert audit(lake, spec).ok

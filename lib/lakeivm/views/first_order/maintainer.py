@@ -321,7 +321,7 @@ def _reduced(ctx: Context, seeds: Mapping[str, str], source: Callable[[str], str
         if not links:
             continue
         relation = _relation(query, alias)
-        columns = _columns_read(query, alias)
+        columns = _columns_of_table(query, relation.table)
         keys: dict[str, list] = {}
         for other, pairs in links.items():
             if other not in held:
@@ -434,6 +434,15 @@ def _relation(query: Query, alias: str) -> Relation:
 def _columns_read(query: Query, alias: str) -> list[str] | None:
     """The columns the query reads of relation ``alias``; None (all) where it has a subquery."""
     return None if query.has_subquery else list(_relation(query, alias).columns)
+
+
+def _columns_of_table(query: Query, table: str) -> list[str] | None:
+    """The columns the query reads of ``table`` under any of its aliases (None: all): each alias's read
+    by key asks for all of them, so that aliases reduced by the same keys share one read (TPC-H Q21's
+    three lineitems; ``by_key.rows_with_keys``)."""
+    if query.has_subquery:
+        return None
+    return list(dict.fromkeys(c for r in query.relations if r.table == table for c in r.columns))
 
 
 def _touched_locally(ctx: Context, table: str, join: OuterJoin, delta_view: str,
