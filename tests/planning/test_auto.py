@@ -25,7 +25,9 @@ def test_no_switch_before_an_incremental_run_is_measured():
 
 def test_the_build_bounds_the_first_recompute_then_recomputes_are_learned():
     assert full_seconds([BUILD, INCREMENTAL], "fivm") == (4.0, "its last build from snapshots")
-    assert choose_mode([BUILD, INCREMENTAL], "fivm", 5.0, in_full=False).full
+    assert choose_mode([BUILD, INCREMENTAL], "fivm", 8.5, in_full=False).full  # the build under half the prediction
+    near = choose_mode([BUILD, INCREMENTAL], "fivm", 5.0, in_full=False)  # cheaper, but within two runs' noise: learned first
+    assert not near.full and near.probe
     assert not choose_mode([BUILD, INCREMENTAL], "fivm", 3.0, in_full=False).full
     recomputes = [row("full", "refresh", s) for s in (1.0, 9.0, 1.2)]
     assert full_seconds([BUILD, INCREMENTAL, *recomputes], "fivm")[0] == 1.2  # the median of the recent ones
