@@ -132,3 +132,36 @@ def test_auto_recomputes_a_split_view_whole_and_comes_back_equal_to_its_sql(lake
             report = audit(lake, spec)
             assert report.ok, f"step {step}: {report}; missing {report.missing[:5]}, unexpected {report.unexpected[:5]}"
     assert audit(lake, specs["banded__s2"]).ok
+
+
+def test_auto_probes_a_split_views_query_as_declared_before_running_it_whole(lake, spark, tmp_path, monkeypatch):
+    """Before a split view's first whole run, auto times its query as declared in a split run
+    (``choose_whole``'s probe: written to a scratch table, stopped at its limit): logged under
+    ``(whole)``, it is the whole run's estimate the next choice weighs; the view stays split and equal
+    to its SQL, its own runs' seconds count without the probe."""
+    from lakeivm.planning.auto import WHOLE_PROBE, Mode, choose_whole, maintaining_seconds, whole_probed
+    from lakeivm.store import commit
+
+    rng = random.Random(17)
+    lake.create_table("t", spark.createDataFrame([(0, 1), (1, 4), (2, 6), (2, None), (3, 7)], "k int, v int"))
+    write(tmp_path, "banded", BANDED)
+    banded = load_specs(tmp_path)["banded"]
+    run_view(lake, banded)
+    asked = []
+    monkeypatch.setattr("lakeivm.planning.auto.choose_whole",
+                        lambda *args: asked.append(args) or Mode(False, "auto: probe (forced)", probe=True, limit=60.0))
+    random_batch(lake, rng, "t", "k", "v")
+    run_view(lake, banded)
+    probed = commit.log_rows(lake, "banded")[-1]
+    assert WHOLE_PROBE in probed.table_seconds and probed.kind != "full" and set(probed.watermarks) == {"banded__s2"}
+    assert maintaining_seconds([probed]) == [pytest.approx(probed.seconds - probed.table_seconds[WHOLE_PROBE])]
+    assert asked[-1][4] is None  # no probe before this one
+    monkeypatch.setattr("lakeivm.planning.auto.choose_whole",
+                        lambda *args: asked.append(args) or choose_whole(*args))
+    random_batch(lake, rng, "t", "k", "v")
+    run_view(lake, banded)
+    assert asked[-1][4] == pytest.approx(whole_probed([probed])) and asked[-1][4] >= probed.table_seconds[WHOLE_PROBE]
+    assert "a probe of the query as declared" in commit.log_rows(lake, "banded")[-1].plan
+    assert not list((tmp_path.parent).glob("**/_system/probe/*"))  # the scratch table is gone
+    for spec in (banded, load_specs(tmp_path)["banded__s2"]):
+        assert audit(lake, spec).ok

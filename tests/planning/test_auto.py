@@ -97,8 +97,11 @@ def test_a_split_view_goes_whole_only_once_measured_cheaper_and_comes_back_when_
 
     chain = {"q13": [1.0, 0.9], "q13__c_orders": [2.4, 2.5]}  # TPC-H Q13 at SF 1: 3.35 s a run split
     assert not choose_whole({"q13": [], "q13__c_orders": [2.4]}, [], 5.4, False).full  # not every view measured
-    tried = choose_whole(chain, [], 5.4, False)
-    assert tried.full and "tried once" in tried.reason  # its builds (a whole recompute and more) under 4x a run
+    tried = choose_whole(chain, [], 5.4, False)  # its builds (a whole recompute and more) under 4x a run: probed once
+    assert not tried.full and tried.probe and tried.limit == pytest.approx(0.9 * 3.40) and "probed once" in tried.reason
+    assert choose_whole(chain, [], 5.4, False, 1.55).full  # the probe says 1.55 s < 0.9 x 3.40 s
+    learned = choose_whole(chain, [], 5.4, False, 3.1)  # saves under 10%: split, and not probed again
+    assert not learned.full and not learned.probe and "a probe of the query as declared" in learned.reason
     assert not choose_whole(chain, [], 14.0, False).full  # builds over 4x a run: a whole query will not win
     assert choose_whole(chain, [1.6, 1.5], 5.4, False).full  # 1.55 s < 0.9 x 3.35 s
     assert not choose_whole(chain, [3.1], 5.4, False).full  # saves under 10%: not worth a switch
@@ -111,6 +114,11 @@ def test_a_split_view_goes_whole_only_once_measured_cheaper_and_comes_back_when_
     recomputed = row("full", "refresh", 2.5)  # auto's per-view recompute: a run of the split definition too
     maintained = dataclasses.replace(INCREMENTAL, applied=("t",))
     assert maintaining_seconds([BUILD, maintained, probed, batched, recomputed]) == [2.0, 5.7 - 3.1, 2.5]
+    from lakeivm.planning.auto import FLUSH, WHOLE_PROBE, whole_probed
+
+    wholly = dataclasses.replace(probed, table_seconds={"lineitem": 1.0, WHOLE_PROBE: 3.1, FLUSH: 0.2})
+    assert maintaining_seconds([wholly]) == [pytest.approx(5.7 - 3.1)]
+    assert whole_probed([maintained, wholly]) == pytest.approx(3.1 + (5.7 - 4.3)) and whole_probed([maintained]) is None
 
 
 def test_a_probes_recompute_estimate_leaves_out_the_flush_of_the_incremental_state():

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 FULL = "full"
 HORIZON = 5  # runs a rebuild is amortized over when auto returns from full to incremental
 PROBE = "(full)"  # the table_seconds key of a probe: the view's SQL timed, its rows written to a scratch table
+WHOLE_PROBE = "(whole)"  # ... of a split view's probe of its query as declared (``choose_whole``)
 FLUSH = "(flush)"  # ... and, in a probing run, of writing its incremental state: work a recompute does not do
 PROBE_RATIO = 4.0  # a build this many times the incremental prediction or more: no probe (a recompute will not win)
 BUILD_SWITCH = 0.5  # a build this share of the incremental prediction or less: switch without a probe
@@ -52,6 +53,7 @@ class Mode:
     full: bool
     reason: str
     probe: bool = False  # maintain incrementally, and time a recompute too (without writing it)
+    limit: float | None = None  # a probe's seconds at most (``probe_limit``), where the caller cannot tell
 
 
 def probe_limit(incremental_seconds: float) -> float:
@@ -122,10 +124,23 @@ def choose_mode(history: Sequence[LogRow], kind: str, incremental_seconds: float
 def maintaining_seconds(rows: Sequence[LogRow]) -> list[float]:
     """The seconds of a view's runs among ``rows`` that maintained it -- not its builds, not a tick
     that applied nothing -- each less the recompute it probed, if any: what ``choose_whole`` weighs."""
-    return [r.seconds - r.table_seconds.get(PROBE, 0.0) for r in rows if r.mode not in BUILDS and (r.applied or r.kind == FULL)]
+    return [r.seconds - r.table_seconds.get(PROBE, 0.0) - r.table_seconds.get(WHOLE_PROBE, 0.0)
+            for r in rows if r.mode not in BUILDS and (r.applied or r.kind == FULL)]
 
 
-def choose_whole(chain: Mapping[str, Sequence[float]], whole: Sequence[float], builds: float | None, in_whole: bool) -> Mode:
+def whole_probed(rows: Sequence[LogRow]) -> float | None:
+    """The seconds of a whole run of a split view as its last probe of the query as declared says
+    (``WHOLE_PROBE``): the query's seconds, its rows written, plus the probing run's shared seconds
+    (as ``full_seconds`` counts a probe); None without one."""
+    probes = [r for r in rows if WHOLE_PROBE in r.table_seconds]
+    if not probes:
+        return None
+    last = probes[-1]
+    return last.table_seconds[WHOLE_PROBE] + max(0.0, last.seconds - sum(last.table_seconds.values()))
+
+
+def choose_whole(chain: Mapping[str, Sequence[float]], whole: Sequence[float], builds: float | None, in_whole: bool,
+                 probed: float | None = None) -> Mode:
     """Recompute a split view as declared, in one query (``full``), or maintain it and the views split
     off it (``with_derived_views``) incrementally -- decided before any of them runs, since the split
     views run first. ``chain``: each view's seconds of its recent runs maintaining the split
@@ -138,7 +153,10 @@ def choose_whole(chain: Mapping[str, Sequence[float]], whole: Sequence[float], b
     Q13: 2.4 s + 1.0 s maintained, 3.2 s + 1.7 s recomputed per view, 1.5 s whole). So the chain is
     weighed as one: the sum of its views' median runs against the whole query's median run; the
     first whole run is tried once every view has an incremental run measured and the chain's builds
-    cost under ``PROBE_RATIO`` times its runs (a build is a whole recompute and more). Leaving and
+    cost under ``PROBE_RATIO`` times its runs (a build is a whole recompute and more) -- as a probe
+    (``probed``: ``whole_probed``), the query as declared timed in a split run and stopped where it
+    could no longer win: a whole run tried for real cost TPC-H Q18 at SF 1 4.96 s against 1.79 s
+    split, and a rebuild back. Leaving and
     coming back follow ``choose_mode``'s margins: ``SWITCH_GAIN``, and a return only if a rebuild
     (the chain's builds: the split views catch up a backlog, the view is rebuilt over them) plus
     ``HORIZON`` chain runs cost less than ``HORIZON + 1`` whole runs."""
@@ -147,16 +165,17 @@ def choose_whole(chain: Mapping[str, Sequence[float]], whole: Sequence[float], b
         return Mode(in_whole, "auto: " + ("whole, no run of the split views measured to compare with" if in_whole
                                            else "split, no run of every view split off measured yet"))
     split = sum(medians)
-    if not whole:
+    if not whole and probed is None:
         if builds is not None and builds < PROBE_RATIO * split:
-            return Mode(True, f"auto: whole, tried once: the split views' runs cost {split:.2f} s, their builds "
-                              f"{builds:.2f} s (under {PROBE_RATIO:g}x that)")
+            return Mode(False, f"auto: split, {split:.2f} s a run; the whole query is probed once (the split views' builds "
+                               f"cost {builds:.2f} s, under {PROBE_RATIO:g}x that)", probe=True, limit=probe_limit(split))
         return Mode(False, f"auto: split, {split:.2f} s a run; the whole query is not tried (its builds cost {builds or 0:.2f} s)")
-    one = statistics.median(whole[-RECENT:])
+    one, source = ((statistics.median(whole[-RECENT:]), f"median of {len(whole[-RECENT:])} runs") if whole
+                   else (probed, "a probe of the query as declared"))
     if not in_whole:
         if one < (1 - SWITCH_GAIN) * split:
-            return Mode(True, f"auto: whole, {one:.2f} s (median of {len(whole[-RECENT:])} runs) < split views {split:.2f} s")
-        return Mode(False, f"auto: split views {split:.2f} s <= whole {one:.2f} s, or saves under {SWITCH_GAIN:.0%}")
+            return Mode(True, f"auto: whole, {one:.2f} s ({source}) < split views {split:.2f} s")
+        return Mode(False, f"auto: split views {split:.2f} s <= whole {one:.2f} s ({source}), or saves under {SWITCH_GAIN:.0%}")
     rebuild = builds or one
     if rebuild + HORIZON * split < (HORIZON + 1) * one:
         return Mode(False, f"auto: back to the split views, a rebuild ({rebuild:.2f} s) + {HORIZON} runs ({split:.2f} s each) "

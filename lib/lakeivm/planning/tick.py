@@ -155,10 +155,10 @@ def _runs_before_fit(prior: CostFunction) -> int:
 @dataclass(frozen=True)
 class Borrowed:
     """The cost of a table a view has not applied yet, once it has applied others: at each batch size
-    the dearest of their fitted costs. DEFAULT_PRIOR would guess 2 s and more; a view's tables cost
-    alike for their batch sizes far more often than they cost that (the TPC-DI pipeline's
-    fact_holdings: 0.61 s measured on dim_trade's changes, 4.0 s predicted once holding_history's
-    came too, and auto recomputed it in full at three times the seconds)."""
+    the dearest of their fitted costs. DEFAULT_PRIOR would guess 2 s and more, which pushed auto into
+    recomputing cheap views in full (the TPC-DI pipeline's g_flows: 0.31 s measured on dim_trade's
+    changes, 3.40 s predicted once fact_cash_balances' came too, recomputed at 1.8 s); the view's own
+    tables are a better guess, though still one until the table's first run."""
 
     measured: tuple[CostFunction, ...]
     linear: bool = False  # the upper envelope of lines: monotone, not affine

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from lakeivm.planning.auto import probe_limit
+from lakeivm.planning.auto import PROBE, WHOLE_PROBE, probe_limit
 from lakeivm.sources import changes, upstream
 from lakeivm.store import commit
 from lakeivm.run import chains, recovery
@@ -131,7 +131,7 @@ def _run_view(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | Non
     chain_started = time.perf_counter()
     whole, in_whole = _whole_or_split(lake, spec) if mode != "rebuild" and tables is None else (None, False)
     own = spec.whole if whole is not None and whole.full else spec
-    chosen = whole and Chosen(whole.reason, whole.full != in_whole)
+    chosen = whole and Chosen(whole.reason, whole.full != in_whole, whole.limit if whole.probe else None)
     chained = own.upstreams and tables is None and not alone
     with changes.sharing(lake, chains.chain_of(own) if chained and asked else ()):  # its chain's views read each change once
         if chained and mode == "tick" and chains.policy(own) == "joint":
@@ -181,17 +181,19 @@ def _chain_tick(lake: Lake, spec: ViewSpec, decision, views: list[ViewSpec], fai
 
 @dataclass(frozen=True)
 class Chosen:
-    """auto's choice to run a split view whole or split (``_whole_or_split``): why, and whether it switches."""
+    """auto's choice to run a split view whole or split (``_whole_or_split``): why, whether it switches,
+    and the seconds a probe of the query as declared may take in this split run (None: no probe)."""
 
     reason: str
     switched: bool
+    probe_limit: float | None = None
 
 
 def _whole_or_split(lake: Lake, spec: ViewSpec):
     """auto's choice for a view split by ``with_derived_views`` (``planning.auto.choose_whole``), from the
     logs of the view and of the views split off it, and whether its last run was whole; (None, False)
     for any other view."""
-    from lakeivm.planning.auto import BUILDS, choose_whole, maintaining_seconds
+    from lakeivm.planning.auto import BUILDS, choose_whole, maintaining_seconds, whole_probed
 
     if spec.whole is None or spec.refresh_policy != "auto":
         return None, False
@@ -204,7 +206,8 @@ def _whole_or_split(lake: Lake, spec: ViewSpec):
         built = [r.seconds for r in rows if r.mode in BUILDS]
         builds = builds + built[-1] if built and builds is not None else None
     in_whole = bool(top) and top[-1].fingerprint == whole
-    return choose_whole(chain, [r.seconds for r in top if r.fingerprint == whole], builds, in_whole), in_whole
+    probed = whole_probed([r for r in top if r.fingerprint == fingerprint(spec)])
+    return choose_whole(chain, [r.seconds for r in top if r.fingerprint == whole], builds, in_whole, probed), in_whole
 
 
 def _own_run(lake: Lake, spec: ViewSpec, mode: str, tables: Iterable[str] | None, fail_at: str | None,
@@ -245,6 +248,7 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
          started: float, progress: Callable[[str], None], chosen: Chosen | None = None, planned: Plan | None = None) -> commit.LogRow | None:
     """run_view once the run holds the view's claim: recover, pin, plan, apply, commit. ``chosen``: auto's
     choice to run a split view whole or split (``_whole_or_split``), logged with the run."""
+    whole_limit = chosen.probe_limit if chosen is not None else None  # probe the query as declared (a split view)
     switched, chosen = chosen is not None and chosen.switched, chosen.reason if chosen is not None else None
     lake, spec, definition, seq = ctx.lake, ctx.spec, ctx.fingerprint, claim.seq
     restored, last = recovery.recover(lake, commit.last_of(claim.history), maintainer.state_tables(ctx), claim)
@@ -303,29 +307,37 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
         applied, flushed = _apply(ctx, maintainer, plan, pending, progress)
     except ChangeRangeError as err:
         return _unreadable(ctx, maintainer, last, seq, err, started, progress)
-    probed = (_probe(ctx, probe_limit(plan.predicted_seconds or 0.0), progress), flushed) if probe else None
-    return _commit(ctx, maintainer, seq, mode, plan, applied, started, probe=probed)
+    if whole_limit is not None and ctx.spec.whole is not None:  # (it stands for the view's own probe too)
+        probed, key = (_probe(ctx, whole_limit, progress, ctx.spec.whole), flushed), WHOLE_PROBE
+    else:
+        probed, key = (_probe(ctx, probe_limit(plan.predicted_seconds or 0.0), progress), flushed) if probe else None, PROBE
+    return _commit(ctx, maintainer, seq, mode, plan, applied, started, probe=probed, probe_key=key)
 
 
-def _probe(ctx: Context, limit: float, progress: Callable[[str], None]) -> float:
+def _probe(ctx: Context, limit: float, progress: Callable[[str], None], whole: ViewSpec | None = None) -> float:
     """Seconds of the view's SQL on the run's snapshots, written as a recompute writes its result but
     to a scratch table under ``_system/probe/`` (deleted after): what a full recompute would cost auto
     (``planning.auto``), learned once. Its rows are written, not only computed: without the write a
     probe said 1.1 s for a recompute that took 2.5 s (an SCD2 history of 100,000 customers), and auto
     recomputed it for more than its incremental runs cost. It is interrupted after ``limit`` seconds
     (``auto.probe_limit``: past them a recompute cannot make auto switch), and then its seconds are a
-    lower bound, which is all auto needs."""
+    lower bound, which is all auto needs. ``whole``: a split view's query as declared
+    (``planning.auto.choose_whole``), on its own tables at their newest versions instead."""
     from lakeivm.spark import cancelled, interrupted_after
-    from lakeivm.sql import as_written
+    from lakeivm.sql import as_written, referenced_tables
     from lakeivm.views.state import overwrite
 
     t0, interrupted = time.perf_counter(), None
     scratch = f"{ctx.lake.root}/_system/probe/{ctx.view}-{ctx.lease.run_id}"
     try:
         with interrupted_after(ctx.spark, limit, f"lakeivm-probe-{ctx.lease.run_id}") as interrupted:
-            sources = {t: ctx.snapshot(t, ctx.pins[t]) for t in ctx.query.tables}
-            overwrite(ctx.lake, ctx.spark.sql(as_written(ctx.spec.sql, sources)), scratch, max_rows=ctx.lake.limits.merge_rows)
-        outcome = "probed a full recompute"
+            if whole is None:
+                sql, sources = ctx.spec.sql, {t: ctx.snapshot(t, ctx.pins[t]) for t in ctx.query.tables}
+            else:
+                tables = sorted(referenced_tables(whole.sql))
+                sql, sources = whole.sql, {t: ctx.snapshot(t, v) for t, v in changes.pin(ctx.lake, tables).items()}
+            overwrite(ctx.lake, ctx.spark.sql(as_written(sql, sources)), scratch, max_rows=ctx.lake.limits.merge_rows)
+        outcome = "probed a full recompute" if whole is None else "probed the query as declared, whole"
     except Exception as err:  # interrupted at the limit (an interrupted Spark operation raises)
         if interrupted is None or not interrupted.is_set() or not cancelled(err):
             raise  # its own failure (a file it cannot read, ...), also past the limit: the user must see it
@@ -423,12 +435,13 @@ def _unreadable(ctx: Context, maintainer: Maintainer, last: commit.LogRow | None
 
 
 def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Plan, applied: Mapping[str, tuple[int, float]],
-            started: float, recomputed: Mapping[str, int] | None = None, probe: tuple[float, float] | None = None) -> commit.LogRow:
+            started: float, recomputed: Mapping[str, int] | None = None, probe: tuple[float, float] | None = None,
+            probe_key: str = PROBE) -> commit.LogRow:
     """Append the run's committed log row. ``applied``: {table: (change rows, seconds)} applied as
     deltas; ``recomputed``: {table: change rows} a recomputation reflects (no seconds of its own);
     ``probe``: the seconds of a recompute timed for auto and of the run's flush, kept among the
-    table seconds (``planning.auto.full_seconds``)."""
-    from lakeivm.planning.auto import FLUSH, PROBE
+    table seconds under ``probe_key`` (``planning.auto.PROBE``: ``full_seconds``; ``WHOLE_PROBE``: ``whole_probed``)."""
+    from lakeivm.planning.auto import FLUSH
 
     lake = ctx.lake
     versions = {name: lake.head_version(path) for name, path in maintainer.state_tables(ctx).items()}
@@ -444,7 +457,7 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
         consistent=all(ctx.watermarks[t] == ctx.pins[t] for t in ctx.pins),
         started_at=datetime.fromtimestamp(time.time() - seconds, timezone.utc), applied=tuple(applied) + tuple(recomputed or ()),
         delta_rows={**{t: r for t, (r, _) in applied.items()}, **(recomputed or {})},
-        table_seconds={**{t: s for t, (_, s) in applied.items()}, **({PROBE: probe[0], FLUSH: probe[1]} if probe is not None else {})},
+        table_seconds={**{t: s for t, (_, s) in applied.items()}, **({probe_key: probe[0], FLUSH: probe[1]} if probe is not None else {})},
         pending_rows=pending, seconds=seconds,
         predicted_seconds=None if plan.predicted_seconds is None else float(plan.predicted_seconds), deadline_s=ctx.spec.deadline_s,
         deadline_met=(seconds <= ctx.spec.deadline_s) if mode == "refresh" else None, plan=str(plan),
