@@ -230,10 +230,11 @@ class FirstOrderMaintainer:
             ctx.checkpoint(f"flush:extremum_{index}")
         multisets = {a: self._extrema(ctx)[a.index] for a in ctx.query.extrema}
         stored = self._stored_view(ctx)
-        if self._view_merges_locally(ctx) and all(isinstance(c, pa.Table) for c in self._changes):
-            merge_locally(ctx, self._changes, stored, multisets)
-        else:
-            merge_state(ctx, union_all(as_frames(ctx.spark, self._changes)), stored, multisets)
+        if stored is not None or not merge_counts(ctx, self._changes):
+            if self._view_merges_locally(ctx) and all(isinstance(c, pa.Table) for c in self._changes):
+                merge_locally(ctx, self._changes, stored, multisets)
+            else:
+                merge_state(ctx, union_all(as_frames(ctx.spark, self._changes)), stored, multisets)
         self._changes, self._stored, self._local_view = [], None, None
         ctx.checkpoint("flush")
 
@@ -553,6 +554,42 @@ def merge_state(ctx: Context, change: DataFrame, stored: tuple[DataFrame, object
     else:
         clauses = ("WHEN MATCHED THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *")
     ctx.lake.merge(path, updated, on, *clauses)
+
+
+def merge_counts(ctx: Context, changes: Sequence) -> bool:
+    """Add a state delta into a stored view that keeps only its rows and their counts (every output a
+    group key: a projection, a DISTINCT, a GROUP BY without aggregates), in one delta-rs MERGE that
+    adds each changed row's count to the stored one and deletes the rows whose count reaches zero:
+    the stored rows are not read first (``stored_matching``, ``merge_locally``), whatever the view's
+    size -- a projection kept for the views over it is often most of its table. False, nothing written: a
+    view of another shape, a float key, a table the gate refuses, or a change of more than
+    ``limits.merge_rows`` rows (Spark's MERGE takes it)."""
+    from lakeivm.sources.changes import plain_rows
+    from lakeivm.store import fastpath
+
+    query, most = ctx.query, ctx.lake.limits.merge_rows
+    keys = [k.name for k in query.group_keys]
+    if not keys or query.extrema or query.state_columns != (COUNT,) or not all(o.is_key for o in query.outputs):
+        return False
+    table = fastpath.load(ctx.lake.view_path(ctx.view), write=True)
+    schema = None if table is None else pa.schema(table.schema().to_arrow())
+    if schema is None or sorted(schema.names) != sorted([*keys, COUNT]) or any(pa.types.is_floating(schema.field(k).type) for k in keys):
+        return False
+    rows = []
+    for change in changes:
+        rows.append(change if isinstance(change, pa.Table) else plain_rows(change.limit(most + 1).toArrow()))
+        if sum(r.num_rows for r in rows) > most:
+            return False
+    wanted = pa.schema([schema.field(n) for n in [*keys, COUNT]])
+    change = pa.concat_tables([r.select(wanted.names).cast(wanted) for r in rows])
+    q, count = [quoted(k) for k in keys], quoted(COUNT)
+    summed = duckdb_query(f"SELECT {', '.join(q)}, SUM({count}) AS {count} FROM change GROUP BY ALL HAVING SUM({count}) <> 0",
+                          change=change).cast(wanted)  # one source row per stored row, as a MERGE needs
+    added = f"t.{count} + s.{count}"
+    on = " AND ".join(f"(t.{k} IS NOT DISTINCT FROM s.{k})" for k in q)
+    (ctx.lake.merger(table, summed.select(schema.names), on).when_matched_delete(f"{added} = 0")
+     .when_matched_update({count: added}).when_not_matched_insert_all(f"s.{count} > 0").execute())
+    return True
 
 
 def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, object] | None,
