@@ -240,6 +240,32 @@ def test_an_upstreams_columns_are_read_from_its_log_as_spark_reads_its_rows(lake
     assert derived == ["top"]
 
 
+def test_a_fivm_view_over_a_view_types_its_exact_sums_from_the_upstreams_log(lake, spark, monkeypatch):
+    """F-IVM keeps sums as doubles and casts a DECIMAL or integer SUM back to SQL's type: over a view,
+    those types come from the upstream's stored schema (its log, ``upstream.types_at``), not from a
+    Spark read of its rows each run; a DECIMAL AVG still rounds as SQL does."""
+    from lakeivm.sources import upstream
+
+    monkeypatch.setattr(lake, "limits", Limits(rewrite_rows=0))  # results MERGEd: the reader takes the upstream's feed
+    rng = random.Random(3)
+    lake.create_table("r", spark.sql("SELECT id % 3 AS g, CAST(id * 1.25 AS DECIMAL(9, 2)) AS x FROM range(9)"))
+    specs, _ = link_upstreams({
+        "kept": spec("kept", "SELECT g, x FROM r WHERE x > 1", refresh_policy="incremental"),
+        "sums": spec("sums", "SELECT g, SUM(x) AS sx, AVG(x) AS ax, COUNT(*) AS n FROM kept GROUP BY g",
+                     refresh_policy="incremental")})
+    assert run_view(lake, specs["sums"]).kind == "fivm"
+    read, snapshot = [], upstream.snapshot
+    monkeypatch.setattr(upstream, "snapshot", lambda lake_, one, seq: read.append(one.name) or snapshot(lake_, one, seq))
+    for _ in range(2):
+        random_batch(lake, rng, "r", "g", "x")
+        run_view(lake, specs["kept"])
+        lake.cache.clear()
+        read.clear()
+        assert run_view(lake, specs["sums"]).mode == "refresh"
+        assert read == [], read
+        assert audit(lake, specs["sums"]).ok, str(audit(lake, specs["sums"]))
+
+
 def test_a_view_over_views_outside_first_order_and_fivm_is_recomputed_under_auto():
     upstream = spec("edges_v", "SELECT src, dst FROM e")
     triangles = spec("tri", "SELECT COUNT(*) AS n FROM edges_v a JOIN edges_v b ON a.dst = b.src "

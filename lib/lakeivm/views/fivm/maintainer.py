@@ -187,15 +187,12 @@ class FivmMaintainer:
 
             plan, lake = self.plan(ctx), ctx.lake
             relations = plan.query.relations
-            if any(r.table in lake.upstreams for r in relations):  # a view over views: its upstreams' result types
-                sources = {r.alias: ctx.snapshot(r.table, ctx.pins[r.table]) for r in relations}
-                self._exact = exact(ctx.spark.sql(state_sql(plan.query, sources)).schema)
-            else:  # from the SQL and its tables' types alone, once per process (no snapshot read)
-                types = {r.alias: tuple(lake.schema_at(lake.table_path(r.table), ctx.pins[r.table]).items()) for r in relations}
-                key = ("exact sums", state_sql(plan.query, {r.alias: r.table for r in relations}), tuple(types.values()))
-                if key not in lake.cache:
-                    lake.cache[key] = exact(ctx.spark.sql(typed_empty_sql(plan.query, types)).schema)
-                self._exact = lake.cache[key]
+            # from the SQL and its sources' types alone (an upstream's from its result's log), once per process: no snapshot read
+            types = {r.alias: tuple(_types_at(lake, r.table, ctx.pins[r.table]).items()) for r in relations}
+            key = ("exact sums", state_sql(plan.query, {r.alias: r.table for r in relations}), tuple(types.values()))
+            if key not in lake.cache:
+                lake.cache[key] = exact(ctx.spark.sql(typed_empty_sql(plan.query, types)).schema)
+            self._exact = lake.cache[key]
         return self._exact
 
     def stored_view(self, ctx: Context, vid: str, state_versions: Mapping[str, int]) -> DataFrame:
@@ -351,6 +348,16 @@ def _render(plan: FivmPlan, root: DataFrame, types: Mapping[str, str], exact: Ma
             {c: F.col(c).cast(t) for c, t in exact.items()})
     visible = [f"CAST(({o.finalize_sql}) AS {types[o.name]}) AS `{o.name}`" for o in plan.query.outputs]
     return state.selectExpr(*visible, *dict.fromkeys(hidden))
+
+
+def _types_at(lake, table: str, version: int) -> dict[str, str]:
+    """{column: Spark SQL type} of a base table at ``version``, or of an upstream view's rows as its
+    run ``version`` left them (``upstream.types_at``)."""
+    from lakeivm.sources import upstream
+
+    if table in lake.upstreams:
+        return upstream.types_at(lake, lake.upstreams[table].spec, version)
+    return lake.schema_at(lake.table_path(table), version)
 
 
 def _stored_at_changed_keys(ctx: Context, plan: FivmPlan, path: str, deltas: list) -> DataFrame | None:
