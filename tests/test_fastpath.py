@@ -228,6 +228,20 @@ def test_rows_handed_to_spark_keep_every_batch_after_an_empty_one(lake, spark):
     assert sorted(row["k"] for row in frame.collect()) == [0, 3, 203]
 
 
+def test_rows_handed_to_spark_are_counted_without_a_job(lake, spark):
+    """A reader counts the change it takes (the cost models' unit): a frame of ``local_rows`` is
+    counted from the rows this process handed over, any other frame by Spark."""
+    import pyarrow as pa
+
+    frame = storage.local_rows(spark, pa.table({"k": pa.array([1, 2, None, 2], pa.int64())}), "k bigint")
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup(None))
+    assert storage.counted(frame) == 4
+    assert set(tracker.getJobIdsForGroup(None)) == before  # no Spark job
+    assert storage.counted(frame.where("k = 2")) == 2
+    assert set(tracker.getJobIdsForGroup(None)) != before  # counted by Spark: the tracker sees its jobs
+
+
 def test_a_key_filtered_scan_reads_what_spark_reads_on_every_key_type(lake, spark):
     """``state.key_filter`` (the stored rows of changed keys: first_order, fivm, triangle) on a table
     Spark wrote in three files and on the same rows rewritten by delta-rs, for each key type it

@@ -128,8 +128,10 @@ class ViewSource:
         check_readable(self.lake, self.spec, watermark, head, columns)
 
     def read_counted(self, watermark: int, head: int, columns: Iterable[str]) -> tuple[DataFrame, int]:
+        from lakeivm.store import storage
+
         delta = read_delta(self.lake, self.spec, watermark, head, columns)
-        return delta, delta.count()
+        return delta, storage.counted(delta)
 
     def snapshot(self, seq: int, oracle: bool = False) -> DataFrame:
         return snapshot(self.lake, self.spec, seq)

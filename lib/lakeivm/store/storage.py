@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+import weakref
 from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
@@ -276,7 +277,18 @@ def local_rows(spark, rows, schema=None):
         from pyspark.sql.pandas.types import from_arrow_schema
 
         schema = from_arrow_schema(rows.schema)
-    return spark.createDataFrame(rows, schema=schema)
+    frame = spark.createDataFrame(rows, schema=schema)
+    _LOCAL_ROWS[frame] = rows.num_rows
+    return frame
+
+
+_LOCAL_ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # {frame of ``local_rows``: its number of rows}
+
+
+def counted(frame) -> int:
+    """``frame``'s number of rows: known without a Spark job for a frame of ``local_rows``, else counted."""
+    known = _LOCAL_ROWS.get(frame)
+    return frame.count() if known is None else known
 
 
 def is_in(column: str, values, kind):
