@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -120,10 +120,11 @@ class Lake:
         return rows.num_rows <= max_rows and self.merge_arrow(path, rows, keys, delete_when, insert_when, table)
 
     def merge_arrow(self, path: str, rows: object, keys: Sequence[str], delete_when: str | None = None,
-                    insert_when: str | None = None, table: object | None = None) -> bool:
+                    insert_when: str | None = None, table: object | None = None, updates: Mapping[str, str] | None = None) -> bool:
         """``merge_small`` of ``rows``, an Arrow table of this process (into ``table``, the table at
-        ``path`` if already loaded): False, nothing written, where the gate refuses the table or a
-        key is a float."""
+        ``path`` if already loaded): a matched row updated whole, or only its columns ``updates``
+        names ({column: expression over ``t.`` and ``s.``}). False, nothing written, where the gate
+        refuses the table or a key is a float."""
         import pyarrow as pa
 
         from lakeivm.store import fastpath
@@ -139,7 +140,8 @@ class Lake:
         merge = self.merger(table, rows.select(schema.names).cast(schema), on)
         if delete_when:
             merge = merge.when_matched_delete(delete_when)
-        merge.when_matched_update_all().when_not_matched_insert_all(insert_when).execute()
+        merge = merge.when_matched_update_all() if updates is None else merge.when_matched_update(dict(updates))
+        merge.when_not_matched_insert_all(insert_when).execute()
         return True
 
     def merger(self, table: object, rows: object, on: str) -> object:

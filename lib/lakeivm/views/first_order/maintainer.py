@@ -567,29 +567,25 @@ def merge_counts(ctx: Context, changes: Sequence) -> bool:
     from lakeivm.sources.changes import plain_rows
     from lakeivm.store import fastpath
 
-    query, most = ctx.query, ctx.lake.limits.merge_rows
+    query, most, path = ctx.query, ctx.lake.limits.merge_rows, ctx.lake.view_path(ctx.view)
     keys = [k.name for k in query.group_keys]
-    if not keys or query.extrema or query.state_columns != (COUNT,) or not all(o.is_key for o in query.outputs):
+    if not keys or query.state_columns != (COUNT,) or not all(o.is_key for o in query.outputs):
         return False
-    table = fastpath.load(ctx.lake.view_path(ctx.view), write=True)
+    table = fastpath.load(path, write=True)
     schema = None if table is None else pa.schema(table.schema().to_arrow())
-    if schema is None or sorted(schema.names) != sorted([*keys, COUNT]) or any(pa.types.is_floating(schema.field(k).type) for k in keys):
+    if schema is None or sorted(schema.names) != sorted([*keys, COUNT]):
         return False
     rows = []
     for change in changes:
         rows.append(change if isinstance(change, pa.Table) else plain_rows(change.limit(most + 1).toArrow()))
         if sum(r.num_rows for r in rows) > most:
             return False
-    wanted = pa.schema([schema.field(n) for n in [*keys, COUNT]])
-    change = pa.concat_tables([r.select(wanted.names).cast(wanted) for r in rows])
-    q, count = [quoted(k) for k in keys], quoted(COUNT)
-    summed = duckdb_query(f"SELECT {', '.join(q)}, SUM({count}) AS {count} FROM change GROUP BY ALL HAVING SUM({count}) <> 0",
-                          change=change).cast(wanted)  # one source row per stored row, as a MERGE needs
+    change = pa.concat_tables([r.select(schema.names).cast(schema) for r in rows])
+    q, count = ", ".join(quoted(k) for k in keys), quoted(COUNT)
+    summed = duckdb_query(f"SELECT {q}, SUM({count}) AS {count} FROM change GROUP BY ALL HAVING SUM({count}) <> 0",
+                          change=change)  # one source row per stored row, as a MERGE needs
     added = f"t.{count} + s.{count}"
-    on = " AND ".join(f"(t.{k} IS NOT DISTINCT FROM s.{k})" for k in q)
-    (ctx.lake.merger(table, summed.select(schema.names), on).when_matched_delete(f"{added} = 0")
-     .when_matched_update({count: added}).when_not_matched_insert_all(f"s.{count} > 0").execute())
-    return True
+    return ctx.lake.merge_arrow(path, summed, keys, f"{added} = 0", f"s.{count} > 0", table, updates={count: added})
 
 
 def merge_locally(ctx: Context, changes: Sequence, stored: tuple[DataFrame, object] | None,
