@@ -5,6 +5,7 @@ Spark cannot analyse fails naming the view and its spec file, not with Spark's p
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -160,8 +161,8 @@ def test_auto_probes_a_split_views_query_as_declared_before_running_it_whole(lak
                         lambda *args: asked.append(args) or choose_whole(*args))
     random_batch(lake, rng, "t", "k", "v")
     run_view(lake, banded)
-    assert asked[-1][4] == pytest.approx(whole_probed([probed])) and asked[-1][4] >= probed.table_seconds[WHOLE_PROBE]
+    assert asked[-1][4] == whole_probed([probed]) and asked[-1][4].seconds >= probed.table_seconds[WHOLE_PROBE]
     assert "a probe of the query as declared" in commit.log_rows(lake, "banded")[-1].plan
-    assert not list((tmp_path.parent).glob("**/_system/probe/*"))  # the scratch table is gone
+    assert not list(Path(lake.root).glob("_system/probe/*"))  # the scratch table is gone
     for spec in (banded, load_specs(tmp_path)["banded__s2"]):
         assert audit(lake, spec).ok

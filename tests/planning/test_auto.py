@@ -24,7 +24,7 @@ def test_no_switch_before_an_incremental_run_is_measured():
 
 
 def test_the_build_bounds_the_first_recompute_then_recomputes_are_learned():
-    assert full_seconds([BUILD, INCREMENTAL], "fivm") == (4.0, "its last build from snapshots")
+    assert full_seconds([BUILD, INCREMENTAL], "fivm") == (4.0, "its last build from snapshots", False)
     assert choose_mode([BUILD, INCREMENTAL], "fivm", 8.5, in_full=False).full  # the build under half the prediction
     near = choose_mode([BUILD, INCREMENTAL], "fivm", 5.0, in_full=False)  # cheaper, but within two runs' noise: learned first
     assert not near.full and near.probe
@@ -57,19 +57,26 @@ def test_a_build_within_the_probe_ratio_asks_for_a_probe_once_and_the_probe_deci
     assert mode.full and not mode.probe and "a probe" in mode.reason
 
 
-def test_a_probe_stopped_at_its_limit_cannot_make_auto_switch():
-    """A probe interrupted at ``probe_limit`` of the prediction says only "at least that": with any
-    shared seconds on top, auto stays incremental -- so running it longer could not have changed the
-    choice. Just under the limit (and no shared seconds) it switches."""
-    from lakeivm.planning.auto import PROBE, probe_limit
+def test_a_probe_stopped_at_its_limit_is_a_lower_bound_auto_never_switches_on():
+    """A probe interrupted at ``probe_limit`` of its run's prediction says only "at least that"
+    (``PROBE_STOPPED``). Under the same prediction auto stays; under a larger one (the next batch has
+    more tables pending) the bound says nothing about a switch, so auto probes again rather than
+    switch on it -- the pipeline's customer view, probed under 0.45 s and stopped at 0.63 s, was
+    recomputed against a 0.99 s prediction: 1.6 s, then a 2.8 s rebuild back. A probe that ran to its
+    end at the same seconds does make auto switch."""
+    from lakeivm.planning.auto import PROBE, PROBE_STOPPED, probe_limit
 
-    def probed(seconds: float) -> LogRow:
+    def probed(seconds: float, key: str = PROBE_STOPPED) -> LogRow:
         return LogRow(view="v", seq=0, status="committed", mode="refresh", kind="fivm", pins={}, watermarks={},
-                      state_versions={}, consistent=True, seconds=2.0 + seconds, table_seconds={"t": 2.0, PROBE: seconds})
+                      state_versions={}, consistent=True, seconds=0.3 + seconds, table_seconds={"t": 0.3, key: seconds})
 
-    assert probe_limit(2.0) < 2.0
-    assert not choose_mode([BUILD, probed(probe_limit(2.0))], "fivm", 2.0, in_full=False).full
-    assert choose_mode([BUILD, probed(0.99 * probe_limit(2.0))], "fivm", 2.0, in_full=False).full
+    stopped = probed(probe_limit(0.45) + 0.2)  # the cancel lands a little after the limit
+    assert full_seconds([BUILD, stopped], "fivm").at_least
+    stays = choose_mode([BUILD, stopped], "fivm", 0.45, in_full=False)
+    assert not stays.full and not stays.probe and "takes more than" in stays.reason
+    again = choose_mode([BUILD, stopped], "fivm", 0.99, in_full=False)
+    assert not again.full and again.probe and "probed again" in again.reason, again.reason
+    assert choose_mode([BUILD, probed(0.6, PROBE)], "fivm", 0.99, in_full=False).full  # measured to its end
 
 
 def test_auto_leaves_incremental_only_for_a_recompute_predicted_clearly_cheaper():
@@ -93,15 +100,18 @@ def test_a_build_within_the_switch_gain_is_an_upper_bound_and_is_probed():
 
 
 def test_a_split_view_goes_whole_only_once_measured_cheaper_and_comes_back_when_that_repays_a_rebuild():
-    from lakeivm.planning.auto import PROBE, choose_whole, maintaining_seconds
+    from lakeivm.planning.auto import PROBE, Estimate, choose_whole, maintaining_seconds
 
     chain = {"q13": [1.0, 0.9], "q13__c_orders": [2.4, 2.5]}  # TPC-H Q13 at SF 1: 3.35 s a run split
     assert not choose_whole({"q13": [], "q13__c_orders": [2.4]}, [], 5.4, False).full  # not every view measured
     tried = choose_whole(chain, [], 5.4, False)  # its builds (a whole recompute and more) under 4x a run: probed once
     assert not tried.full and tried.probe and tried.limit == pytest.approx(0.9 * 3.40) and "probed once" in tried.reason
-    assert choose_whole(chain, [], 5.4, False, 1.55).full  # the probe says 1.55 s < 0.9 x 3.40 s
-    learned = choose_whole(chain, [], 5.4, False, 3.1)  # saves under 10%: split, and not probed again
+    assert choose_whole(chain, [], 5.4, False, Estimate(1.55, "a probe")).full  # the probe says 1.55 s < 0.9 x 3.40 s
+    learned = choose_whole(chain, [], 5.4, False, Estimate(3.1, "a probe"))  # saves under 10%: split, and not probed again
     assert not learned.full and not learned.probe and "a probe of the query as declared" in learned.reason
+    stopped = choose_whole(chain, [], 5.4, False, Estimate(1.55, "a probe stopped", at_least=True))  # only "at least"
+    assert not stopped.full and stopped.probe and stopped.limit == pytest.approx(0.9 * 3.40), stopped.reason
+    assert not choose_whole(chain, [], 5.4, False, Estimate(3.1, "a probe stopped", at_least=True)).probe
     assert not choose_whole(chain, [], 14.0, False).full  # builds over 4x a run: a whole query will not win
     assert choose_whole(chain, [1.6, 1.5], 5.4, False).full  # 1.55 s < 0.9 x 3.35 s
     assert not choose_whole(chain, [3.1], 5.4, False).full  # saves under 10%: not worth a switch
@@ -118,7 +128,12 @@ def test_a_split_view_goes_whole_only_once_measured_cheaper_and_comes_back_when_
 
     wholly = dataclasses.replace(probed, table_seconds={"lineitem": 1.0, WHOLE_PROBE: 3.1, FLUSH: 0.2})
     assert maintaining_seconds([wholly]) == [pytest.approx(5.7 - 3.1)]
-    assert whole_probed([maintained, wholly]) == pytest.approx(3.1 + (5.7 - 4.3)) and whole_probed([maintained]) is None
+    assert whole_probed([maintained, wholly]).seconds == pytest.approx(3.1 + (5.7 - 4.3)) and whole_probed([maintained]) is None
+    assert not whole_probed([wholly]).at_least
+    from lakeivm.planning.auto import WHOLE_STOPPED
+
+    cut = dataclasses.replace(probed, table_seconds={"lineitem": 1.0, WHOLE_STOPPED: 3.1, FLUSH: 0.2})
+    assert whole_probed([maintained, cut]).at_least and maintaining_seconds([cut]) == [pytest.approx(5.7 - 3.1)]
 
 
 def test_a_probes_recompute_estimate_leaves_out_the_flush_of_the_incremental_state():

@@ -15,7 +15,11 @@ the view's own maintenance log, never from a guess in code:
   an incremental run also probes a recompute once, to learn (TPC-H SF 1 Q9: its build took 2.64 s
   against 3.02 s predicted, auto switched, the recompute took 3.35 s and the rebuild back 2.87 s). The
   probe is stopped where a recompute could no longer make auto switch (``probe_limit``), so learning
-  costs less than one incremental run's seconds.
+  costs less than one incremental run's seconds. A stopped probe is logged as what it is, a lower
+  bound (``PROBE_STOPPED``): auto never switches on one. The limit was this run's prediction's, and
+  the next run's may be larger (more tables pending): the pipeline's customer view was probed under
+  a 0.45 s prediction, stopped at 0.63 s, and recomputed the next batch against a 0.99 s prediction
+  -- 1.6 s, and a 2.8 s rebuild back. Where a prediction outgrows the bound, the probe runs again.
 
 A full run leaves the incremental state behind (recovery removes it at the next run), so going
 back costs a rebuild: from full, auto returns to incremental maintenance only if the rebuild plus
@@ -29,7 +33,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from lakeivm.store.commit import LogRow
@@ -37,13 +41,25 @@ if TYPE_CHECKING:
 FULL = "full"
 HORIZON = 5  # runs a rebuild is amortized over when auto returns from full to incremental
 PROBE = "(full)"  # the table_seconds key of a probe: the view's SQL timed, its rows written to a scratch table
+PROBE_STOPPED = "(full, stopped)"  # ... of a probe stopped at its limit: a lower bound of a recompute's seconds
 WHOLE_PROBE = "(whole)"  # ... of a split view's probe of its query as declared (``choose_whole``)
+WHOLE_STOPPED = "(whole, stopped)"  # ... of such a probe stopped at its limit
+PROBES = (PROBE, PROBE_STOPPED, WHOLE_PROBE, WHOLE_STOPPED)
 FLUSH = "(flush)"  # ... and, in a probing run, of writing its incremental state: work a recompute does not do
 PROBE_RATIO = 4.0  # a build this many times the incremental prediction or more: no probe (a recompute will not win)
 BUILD_SWITCH = 0.5  # a build this share of the incremental prediction or less: switch without a probe
 RECENT = 5  # full recomputations the full estimate is the median of
 SWITCH_GAIN = 0.10  # the least share of the incremental prediction a recompute must save for auto to leave it
 BUILDS = ("bootstrap", "rebuild")
+
+
+class Estimate(NamedTuple):
+    """A recompute's predicted seconds, where the figure comes from, and whether it is only a lower
+    bound (a probe stopped at its limit)."""
+
+    seconds: float
+    source: str
+    at_least: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,21 +78,34 @@ def probe_limit(incremental_seconds: float) -> float:
     return (1 - SWITCH_GAIN) * incremental_seconds
 
 
-def full_seconds(history: Sequence[LogRow], kind: str) -> tuple[float, str] | None:
+def full_seconds(history: Sequence[LogRow], kind: str) -> Estimate | None:
     """The predicted seconds of a full recompute of the view and where the figure comes from."""
     recomputes = [r.seconds for r in history if r.kind == FULL and r.mode not in BUILDS][-RECENT:]
     if recomputes:
-        return statistics.median(recomputes), f"median of its last {len(recomputes)} full recomputes"
-    # a run's shared seconds less its state's flush: a recompute pays the run's fixed costs, not
-    # the MERGE of a large state (counted, it made a 0.6 s recompute look like 8 s)
-    probes = [(r.table_seconds[PROBE], r.seconds - sum(r.table_seconds.values())) for r in history if PROBE in r.table_seconds]
+        return Estimate(statistics.median(recomputes), f"median of its last {len(recomputes)} full recomputes")
+    probes = [r for r in history if PROBE in r.table_seconds or PROBE_STOPPED in r.table_seconds]
     if probes:
-        probe, shared = probes[-1]
-        return probe + shared, f"a probe: its SQL {probe:.2f} s + a run's shared {shared:.2f} s"
+        return _probed(probes[-1], PROBE, PROBE_STOPPED)
     builds = [r.seconds for r in history if r.kind in (kind, FULL) and r.mode in BUILDS]
     if builds:
-        return builds[-1], "its last build from snapshots"
+        return Estimate(builds[-1], "its last build from snapshots")
     return None
+
+
+def _probed(row: LogRow, key: str, stopped: str) -> Estimate:
+    """A probe's estimate: its seconds plus the probing run's shared seconds less its state's flush --
+    a recompute pays the run's fixed costs, not the MERGE of a large state (counted, it made a 0.6 s
+    recompute look like 8 s); a lower bound where the probe was stopped."""
+    probe = row.table_seconds.get(key, row.table_seconds.get(stopped, 0.0))
+    shared = max(0.0, row.seconds - sum(row.table_seconds.values()))
+    if key in row.table_seconds:
+        return Estimate(probe + shared, f"a probe: its SQL {probe:.2f} s + a run's shared {shared:.2f} s")
+    return Estimate(probe + shared, f"a probe stopped at {probe:.2f} s + a run's shared {shared:.2f} s", at_least=True)
+
+
+def probe_seconds(row: LogRow) -> float:
+    """The seconds of a run's probes for auto (any of ``PROBES``): not maintenance."""
+    return sum(row.table_seconds.get(key, 0.0) for key in PROBES)
 
 
 def rebuild_seconds(history: Sequence[LogRow], kind: str) -> float | None:
@@ -100,7 +129,13 @@ def choose_mode(history: Sequence[LogRow], kind: str, incremental_seconds: float
         if in_full:
             return Mode(True, "auto: full (no incremental run measured to compare with)")
         return Mode(False, "auto: incremental (no incremental run measured yet)")
-    seconds, source = full
+    seconds, source, at_least = full
+    if not in_full and at_least:  # a probe stopped at its limit: a recompute costs more than that
+        if seconds >= (1 - SWITCH_GAIN) * incremental_seconds:
+            return Mode(False, f"auto: incremental, predicted {incremental_seconds:.2f} s; a recompute takes more than "
+                               f"{seconds:.2f} s ({source})")
+        return Mode(False, f"auto: incremental, predicted {incremental_seconds:.2f} s; a recompute is probed again (the "
+                           f"last probe stopped at {seconds:.2f} s, under the prediction then)", probe=True)
     if not in_full:
         build = source.startswith("its last build")
         if seconds < (BUILD_SWITCH if build else 1 - SWITCH_GAIN) * incremental_seconds:
@@ -124,23 +159,19 @@ def choose_mode(history: Sequence[LogRow], kind: str, incremental_seconds: float
 def maintaining_seconds(rows: Sequence[LogRow]) -> list[float]:
     """The seconds of a view's runs among ``rows`` that maintained it -- not its builds, not a tick
     that applied nothing -- each less the recompute it probed, if any: what ``choose_whole`` weighs."""
-    return [r.seconds - r.table_seconds.get(PROBE, 0.0) - r.table_seconds.get(WHOLE_PROBE, 0.0)
-            for r in rows if r.mode not in BUILDS and (r.applied or r.kind == FULL)]
+    return [r.seconds - probe_seconds(r) for r in rows if r.mode not in BUILDS and (r.applied or r.kind == FULL)]
 
 
-def whole_probed(rows: Sequence[LogRow]) -> float | None:
+def whole_probed(rows: Sequence[LogRow]) -> Estimate | None:
     """The seconds of a whole run of a split view as its last probe of the query as declared says
     (``WHOLE_PROBE``): the query's seconds, its rows written, plus the probing run's shared seconds
-    (as ``full_seconds`` counts a probe); None without one."""
-    probes = [r for r in rows if WHOLE_PROBE in r.table_seconds]
-    if not probes:
-        return None
-    last = probes[-1]
-    return last.table_seconds[WHOLE_PROBE] + max(0.0, last.seconds - sum(last.table_seconds.values()))
+    (as ``full_seconds`` counts a probe), a lower bound where it was stopped; None without one."""
+    probes = [r for r in rows if WHOLE_PROBE in r.table_seconds or WHOLE_STOPPED in r.table_seconds]
+    return _probed(probes[-1], WHOLE_PROBE, WHOLE_STOPPED) if probes else None
 
 
 def choose_whole(chain: Mapping[str, Sequence[float]], whole: Sequence[float], builds: float | None, in_whole: bool,
-                 probed: float | None = None) -> Mode:
+                 probed: Estimate | None = None) -> Mode:
     """Recompute a split view as declared, in one query (``full``), or maintain it and the views split
     off it (``with_derived_views``) incrementally -- decided before any of them runs, since the split
     views run first. ``chain``: each view's seconds of its recent runs maintaining the split
@@ -170,8 +201,14 @@ def choose_whole(chain: Mapping[str, Sequence[float]], whole: Sequence[float], b
             return Mode(False, f"auto: split, {split:.2f} s a run; the whole query is probed once (the split views' builds "
                                f"cost {builds:.2f} s, under {PROBE_RATIO:g}x that)", probe=True, limit=probe_limit(split))
         return Mode(False, f"auto: split, {split:.2f} s a run; the whole query is not tried (its builds cost {builds or 0:.2f} s)")
+    if not whole and probed.at_least and not in_whole:  # a probe stopped at its limit: the whole query costs more
+        if probed.seconds >= (1 - SWITCH_GAIN) * split:
+            return Mode(False, f"auto: split, {split:.2f} s a run; the whole query takes more than {probed.seconds:.2f} s "
+                               f"(a probe of the query as declared, stopped)")
+        return Mode(False, f"auto: split, {split:.2f} s a run; the whole query is probed again (the last probe stopped at "
+                           f"{probed.seconds:.2f} s, under the runs then)", probe=True, limit=probe_limit(split))
     one, source = ((statistics.median(whole[-RECENT:]), f"median of {len(whole[-RECENT:])} runs") if whole
-                   else (probed, "a probe of the query as declared"))
+                   else (probed.seconds, "a probe of the query as declared"))
     if not in_whole:
         if one < (1 - SWITCH_GAIN) * split:
             return Mode(True, f"auto: whole, {one:.2f} s ({source}) < split views {split:.2f} s")

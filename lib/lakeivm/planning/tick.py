@@ -229,10 +229,10 @@ def joint_excess(history: Sequence[LogRow], costs: Mapping[str, CostFunction], s
     prediction of one (``headroom_seconds``). The median, not a high quantile: a bias to correct,
     not a margin (the spec's ``headroom`` is that); a slow warm-up run (the first refresh after a
     build) must not make every later prediction a worst case. A run that also probed a recompute
-    for auto (``planning.auto.PROBE``) counts without the probe's seconds: they are not maintenance."""
-    from lakeivm.planning.auto import PROBE
+    for auto (``planning.auto.PROBES``) counts without the probe's seconds: they are not maintenance."""
+    from lakeivm.planning.auto import probe_seconds
 
-    excess = [r.seconds - r.table_seconds.get(PROBE, 0.0) - shared - sum(costs[t](r.delta_rows[t]) for t in r.applied if r.delta_rows.get(t, 0) > 0)
+    excess = [r.seconds - probe_seconds(r) - shared - sum(costs[t](r.delta_rows[t]) for t in r.applied if r.delta_rows.get(t, 0) > 0)
               for r in history
               if r.mode in ("tick", "refresh") and sum(r.delta_rows.get(t, 0) > 0 for t in r.applied) > 1
               and all(t in costs for t in r.applied)]

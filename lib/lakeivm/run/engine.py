@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from lakeivm.planning.auto import PROBE, WHOLE_PROBE, probe_limit
+from lakeivm.planning.auto import PROBE, PROBE_STOPPED, WHOLE_PROBE, WHOLE_STOPPED, probe_limit
 from lakeivm.sources import changes, upstream
 from lakeivm.store import commit
 from lakeivm.run import chains, recovery
@@ -307,27 +307,30 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
         applied, flushed = _apply(ctx, maintainer, plan, pending, progress)
     except ChangeRangeError as err:
         return _unreadable(ctx, maintainer, last, seq, err, started, progress)
+    probed, key = None, PROBE
     if whole_limit is not None and ctx.spec.whole is not None:  # (it stands for the view's own probe too)
-        probed, key = (_probe(ctx, whole_limit, progress, ctx.spec.whole), flushed), WHOLE_PROBE
-    else:
-        probed, key = (_probe(ctx, probe_limit(plan.predicted_seconds or 0.0), progress), flushed) if probe else None, PROBE
+        seconds, stopped = _probe(ctx, whole_limit, progress, ctx.spec.whole)
+        probed, key = (seconds, flushed), WHOLE_STOPPED if stopped else WHOLE_PROBE
+    elif probe:
+        seconds, stopped = _probe(ctx, probe_limit(plan.predicted_seconds or 0.0), progress)
+        probed, key = (seconds, flushed), PROBE_STOPPED if stopped else PROBE
     return _commit(ctx, maintainer, seq, mode, plan, applied, started, probe=probed, probe_key=key)
 
 
-def _probe(ctx: Context, limit: float, progress: Callable[[str], None], whole: ViewSpec | None = None) -> float:
+def _probe(ctx: Context, limit: float, progress: Callable[[str], None], whole: ViewSpec | None = None) -> tuple[float, bool]:
     """Seconds of the view's SQL on the run's snapshots, written as a recompute writes its result but
     to a scratch table under ``_system/probe/`` (deleted after): what a full recompute would cost auto
     (``planning.auto``), learned once. Its rows are written, not only computed: without the write a
     probe said 1.1 s for a recompute that took 2.5 s (an SCD2 history of 100,000 customers), and auto
     recomputed it for more than its incremental runs cost. It is interrupted after ``limit`` seconds
-    (``auto.probe_limit``: past them a recompute cannot make auto switch), and then its seconds are a
-    lower bound, which is all auto needs. ``whole``: a split view's query as declared
+    (``auto.probe_limit``: past them a recompute cannot make this run's prediction switch), and then its
+    seconds are a lower bound, logged as one (``auto.PROBE_STOPPED``). Returns (seconds, stopped). ``whole``: a split view's query as declared
     (``planning.auto.choose_whole``), on its own tables at their newest versions instead."""
     from lakeivm.spark import cancelled, interrupted_after
     from lakeivm.sql import as_written, referenced_tables
     from lakeivm.views.state import overwrite
 
-    t0, interrupted = time.perf_counter(), None
+    t0, interrupted, stopped = time.perf_counter(), None, False
     scratch = f"{ctx.lake.root}/_system/probe/{ctx.view}-{ctx.lease.run_id}"
     try:
         with interrupted_after(ctx.spark, limit, f"lakeivm-probe-{ctx.lease.run_id}") as interrupted:
@@ -341,12 +344,12 @@ def _probe(ctx: Context, limit: float, progress: Callable[[str], None], whole: V
     except Exception as err:  # interrupted at the limit (an interrupted Spark operation raises)
         if interrupted is None or not interrupted.is_set() or not cancelled(err):
             raise  # its own failure (a file it cannot read, ...), also past the limit: the user must see it
-        outcome = "stopped probing a full recompute (slower than the incremental run)"
+        outcome, stopped = "stopped probing a full recompute (slower than the incremental run)", True
     finally:
         ctx.lake.delete(scratch)
     seconds = time.perf_counter() - t0
     progress(f"{ctx.view}: {outcome}: {seconds:.2f} s")
-    return seconds
+    return seconds, stopped
 
 
 def _auto_mode(ctx: Context, kind: str, committed: Sequence[commit.LogRow], own: Sequence[commit.LogRow], mode: str,
@@ -440,7 +443,7 @@ def _commit(ctx: Context, maintainer: Maintainer, seq: int, mode: str, plan: Pla
     """Append the run's committed log row. ``applied``: {table: (change rows, seconds)} applied as
     deltas; ``recomputed``: {table: change rows} a recomputation reflects (no seconds of its own);
     ``probe``: the seconds of a recompute timed for auto and of the run's flush, kept among the
-    table seconds under ``probe_key`` (``planning.auto.PROBE``: ``full_seconds``; ``WHOLE_PROBE``: ``whole_probed``)."""
+    table seconds under ``probe_key`` (``planning.auto.PROBES``: ``full_seconds``, ``whole_probed``)."""
     from lakeivm.planning.auto import FLUSH
 
     lake = ctx.lake

@@ -59,7 +59,7 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec], lease_seconds: float = com
 
             pending = changes.pending(lake, last.watermarks, heads)
             if last.kind == FULL:  # a recomputation costs what the last ones did, whatever is pending
-                seconds, why = full_seconds(history, maintainer.kind) or (last.seconds, "its last run")
+                seconds, why, _ = full_seconds(history, maintainer.kind) or (last.seconds, "its last run", False)
             else:
                 own = [r for r in history if r.kind == last.kind]
                 decision = plan_refresh(own, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name),

@@ -217,6 +217,37 @@ def test_auto_falls_back_to_full_and_back_for_every_kind_with_unnamed_columns(la
         change_and_audit(Mode(False, "auto: incremental (forced)"))
 
 
+def test_a_stopped_probe_is_logged_as_a_lower_bound_and_probed_again_not_switched_on(lake, spark, monkeypatch):
+    """A probe stopped at its limit is logged under ``PROBE_STOPPED``; when the next run's prediction
+    outgrows it, auto probes again (to its end here) instead of recomputing on the bound, and
+    switches only on the complete probe. A cost prior of 100 s per change row makes every
+    incremental prediction far larger than the bound."""
+    from lakeivm.planning.auto import PROBE_STOPPED
+
+    lake.create_table("r", spark.createDataFrame([(0, 1), (0, 2), (2, 5)], "a int, x int"))
+    lake.create_table("s", spark.createDataFrame([(0, 10), (2, 20)], "a int, g int"))
+    sql_ = "SELECT s.g, SUM(r.x) AS sx, COUNT(*) AS n FROM r JOIN s ON r.a = s.a GROUP BY s.g"
+    view = spec("bounded", sql_, fit_costs=False, cost_prior={t: {"per_row": 100.0, "fixed": 0.0} for t in ("r", "s")})
+    rng = random.Random(5)
+    insert = lambda: spark.sql(f"INSERT INTO delta.`{lake.table_path('r')}` VALUES ({rng.choice([0, 2])}, {rng.randint(0, 9)})")  # noqa: E731
+    run_view(lake, view)
+    insert()
+    run_view(lake, view)  # an incremental run measured
+    with monkeypatch.context() as forced:  # a probe stopped at its limit (its seconds a lower bound)
+        forced.setattr("lakeivm.planning.auto.choose_mode", lambda history, kind, seconds, in_full: Mode(False, "probe (forced)", probe=True))
+        forced.setattr("lakeivm.run.engine._probe", lambda ctx, limit, progress, whole=None: (0.4, True))
+        insert()
+        stopped = run_view(lake, view)
+    assert stopped.table_seconds[PROBE_STOPPED] == 0.4 and PROBE not in stopped.table_seconds
+    insert()
+    again = run_view(lake, view)  # 100 s predicted: the bound says nothing, so probed again, to its end
+    assert again.kind == "fivm" and "probed again" in again.plan and PROBE in again.table_seconds, again.plan
+    insert()
+    switched = run_view(lake, view)
+    assert switched.kind == "full" and "a probe: its SQL" in switched.plan, switched.plan
+    assert audit(lake, view).ok
+
+
 def test_a_probe_stops_at_its_limit_and_reports_a_lower_bound(lake, spark, capfd):
     """auto's probe of a recompute is interrupted once it costs more than the incremental prediction,
     and its killed tasks print nothing on the console (Spark logs their aborts at ERROR)."""
@@ -231,8 +262,8 @@ def test_a_probe_stops_at_its_limit_and_reports_a_lower_bound(lake, spark, capfd
     ctx.pins, ctx.lease = changes.pin(lake, ctx.query.tables), SimpleNamespace(run_id="probe-test")
     for limit in (0.01, 1.0):  # 0.01 s: the limit passes before the job starts (the cancel must reach it)
         said = []
-        seconds = _probe(ctx, limit, said.append)
-        assert limit <= seconds < 60 and "stopped probing" in said[0], (limit, said)
+        seconds, stopped = _probe(ctx, limit, said.append)
+        assert limit <= seconds < 60 and stopped and "stopped probing" in said[0], (limit, said)
         assert spark.range(3).count() == 3  # the session works on after the interrupt
     printed = capfd.readouterr()
     assert "ERROR" not in printed.err + printed.out, printed.err[-2000:]
@@ -266,7 +297,8 @@ def test_a_probe_writes_the_rows_a_recompute_writes_and_leaves_nothing(lake, spa
     written, overwrite = [], state.overwrite
     monkeypatch.setattr(state, "overwrite", lambda lake_, rows, path, **kw: written.append((path, overwrite(lake_, rows, path, **kw))))
     said = []
-    assert _probe(ctx, 60.0, said.append) > 0 and "probed a full recompute" in said[0]
+    seconds, stopped = _probe(ctx, 60.0, said.append)
+    assert seconds > 0 and not stopped and "probed a full recompute" in said[0]
     [(path, rows)] = written
     assert path.startswith(f"{lake.root}/_system/probe/") and rows == 7 and not os.path.exists(path)
 
