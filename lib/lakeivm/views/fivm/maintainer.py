@@ -145,15 +145,21 @@ class FivmMaintainer:
             table.flush()
             ctx.checkpoint(f"flush:{vid}")
         path = ctx.lake.view_path(ctx.view)
-        small = read_if_small(ctx.lake, path)  # read in this process: rewritten whole by delta-rs below
-        stored, schema = (small[0], small[1].schema) if small is not None else (ctx.lake.read(path), None)
-        types = {f.name: f.dataType.simpleString() for f in stored.schema.fields}
         keys, columns = plan.tree.root.keys, plan.payload_columns(plan.tree.root)
+        small = read_if_small(ctx.lake, path)  # read in this process: rewritten whole by delta-rs below
+        whole = not keys or self._rebuilt or small is not None
+        # a large result: the changed groups' stored rows by a key-filtered scan, else Spark's read (its snapshot costs jobs)
+        local = None if whole else _stored_at_changed_keys(ctx, plan, path, self._root_deltas)
+        if small is not None:
+            stored, schema = small[0], small[1].schema
+        else:
+            stored, schema = local if local is not None else ctx.lake.read(path), None
+        types = {f.name: f.dataType.simpleString() for f in stored.schema.fields}
         deltas = as_frames(ctx.spark, self._root_deltas)
         change = deltas[0]
         for more in deltas[1:]:
             change = change.unionByName(more)
-        if not keys or self._rebuilt or small is not None:  # the whole result: rebuilt, or small
+        if whole:  # the whole result: rebuilt, or small
             root = change if self._rebuilt else root_rows(plan, stored).unionByName(change)
             if keys:
                 root = root.groupBy(*keys).agg(*[F.sum(c).alias(c) for c in columns]).where(F.col(ALIVE) != 0)
@@ -163,8 +169,6 @@ class FivmMaintainer:
             else:  # one query reading the stored snapshot it replaces (Delta pins it at analysis)
                 rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
         else:  # the touched groups: stored state + delta, MERGEd (a group whose count reaches 0 is deleted)
-            local = _stored_at_changed_keys(ctx, plan, path, self._root_deltas)
-            stored = stored if local is None else local
             touched = change.select(*keys).distinct()
             on = F.expr(" AND ".join(f"o.`{k}` <=> t.`{k}`" for k in keys))
             old = root_rows(plan, stored).alias("o").join(touched.alias("t"), on, "left_semi")
