@@ -324,8 +324,9 @@ def _probe(ctx: Context, limit: float, progress: Callable[[str], None], whole: V
     probe said 1.1 s for a recompute that took 2.5 s (an SCD2 history of 100,000 customers), and auto
     recomputed it for more than its incremental runs cost. It is interrupted after ``limit`` seconds
     (``auto.probe_limit``: past them a recompute cannot make this run's prediction switch), and then its
-    seconds are a lower bound, logged as one (``auto.PROBE_STOPPED``). Returns (seconds, stopped). ``whole``: a split view's query as declared
-    (``planning.auto.choose_whole``), on its own tables at their newest versions instead."""
+    seconds are a lower bound, logged as one (``auto.PROBE_STOPPED``). Returns (seconds, stopped).
+    ``whole``: a split view's query as declared (``planning.auto.choose_whole``), on its own tables at
+    their newest versions instead."""
     from lakeivm.spark import cancelled, interrupted_after
     from lakeivm.sql import as_written, referenced_tables
     from lakeivm.views.state import overwrite
