@@ -106,6 +106,12 @@ def _probed(row: LogRow, key: str, stopped: str) -> Estimate:
     return Estimate(probe + shared, f"a probe stopped at {probe:.2f} s + a run's shared {shared:.2f} s", at_least=True)
 
 
+def probe_key(whole: bool, stopped: bool) -> str:
+    """The table_seconds key a probe is logged under: of the view's recompute or of its query as
+    declared (``whole``), ran to its end or ``stopped`` at its limit."""
+    return (WHOLE_STOPPED if stopped else WHOLE_PROBE) if whole else (PROBE_STOPPED if stopped else PROBE)
+
+
 def probe_seconds(row: LogRow) -> float:
     """The seconds of a run's probes for auto (any of ``PROBES``): not maintenance."""
     return sum(row.table_seconds.get(key, 0.0) for key in PROBES)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from lakeivm.planning.auto import PROBE, PROBE_STOPPED, WHOLE_PROBE, WHOLE_STOPPED, probe_limit
+from lakeivm.planning.auto import PROBE, probe_key, probe_limit
 from lakeivm.sources import changes, upstream
 from lakeivm.store import commit
 from lakeivm.run import chains, recovery
@@ -307,13 +307,12 @@ def _run(ctx: Context, maintainer: Maintainer, claim: commit.Lease, mode: str, t
         applied, flushed = _apply(ctx, maintainer, plan, pending, progress)
     except ChangeRangeError as err:
         return _unreadable(ctx, maintainer, last, seq, err, started, progress)
+    whole = ctx.spec.whole if whole_limit is not None else None  # (its probe stands for the view's own too)
     probed, key = None, PROBE
-    if whole_limit is not None and ctx.spec.whole is not None:  # (it stands for the view's own probe too)
-        seconds, stopped = _probe(ctx, whole_limit, progress, ctx.spec.whole)
-        probed, key = (seconds, flushed), WHOLE_STOPPED if stopped else WHOLE_PROBE
-    elif probe:
-        seconds, stopped = _probe(ctx, probe_limit(plan.predicted_seconds or 0.0), progress)
-        probed, key = (seconds, flushed), PROBE_STOPPED if stopped else PROBE
+    if whole is not None or probe:
+        seconds, stopped = _probe(ctx, whole_limit if whole is not None else probe_limit(plan.predicted_seconds or 0.0),
+                                  progress, whole)
+        probed, key = (seconds, flushed), probe_key(whole is not None, stopped)
     return _commit(ctx, maintainer, seq, mode, plan, applied, started, probe=probed, probe_key=key)
 
 

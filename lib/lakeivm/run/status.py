@@ -54,12 +54,13 @@ def status(lake: Lake, specs: Mapping[str, ViewSpec], lease_seconds: float = com
         if last is None:
             entry.update(last_run=None, pending_rows={t: None for t in heads})
         else:
-            from lakeivm.planning.auto import full_seconds
+            from lakeivm.planning.auto import Estimate, full_seconds
             from lakeivm.planning.tick import plan_refresh
 
             pending = changes.pending(lake, last.watermarks, heads)
             if last.kind == FULL:  # a recomputation costs what the last ones did, whatever is pending
-                seconds, why, _ = full_seconds(history, maintainer.kind) or (last.seconds, "its last run", False)
+                estimate = full_seconds(history, maintainer.kind) or Estimate(last.seconds, "its last run")
+                seconds, why = estimate.seconds, estimate.source
             else:
                 own = [r for r in history if r.kind == last.kind]
                 decision = plan_refresh(own, pending, spec.deadline_s, spec.options, commit.calibrated_costs(lake, spec.name),
