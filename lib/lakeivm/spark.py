@@ -43,6 +43,11 @@ STATIC_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.ui.showConsoleProgress": "false",
+    # Spark keeps the classes it generates for a query's operators and expressions in one cache of
+    # 100 by default. A pipeline's runs use more than that between two runs of the same view: each
+    # batch compiled them all again (Janino) and the JIT compiled the new classes again, the largest
+    # share of the driver's CPU after the queries' own work (docs/benchmarks.md#codegen-cache).
+    "spark.sql.codegen.cache.maxEntries": "2000",
 }
 # Session settings that matter for correctness or speed, applied on every master (and to each
 # Connect session): UTC timestamps, small Delta snapshot reconstructions, adaptive execution.
