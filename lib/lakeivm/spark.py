@@ -46,7 +46,7 @@ STATIC_CONF = {
     # Spark keeps the classes it generates for a query's operators and expressions in one cache of
     # 100 by default. A pipeline's runs use more than that between two runs of the same view: each
     # batch compiled them all again (Janino) and the JIT compiled the new classes again, the largest
-    # share of the driver's CPU after the queries' own work (docs/benchmarks.md#codegen-cache).
+    # share of the driver's CPU after the queries' own work (the pipeline-20k record in docs/benchmarks.md).
     "spark.sql.codegen.cache.maxEntries": "2000",
 }
 # Session settings that matter for correctness or speed, applied on every master (and to each
