@@ -48,6 +48,12 @@ STATIC_CONF = {
     # batch compiled them all again (Janino) and the JIT compiled the new classes again, the largest
     # share of the driver's CPU after the queries' own work (the pipeline-20k record in docs/benchmarks.md).
     "spark.sql.codegen.cache.maxEntries": "2000",
+    # pyspark records the Python call site of every Column and DataFrame function call for Spark's
+    # error context ("== DataFrame =="): four more py4j round trips each (the active session, a
+    # setting, set and clear the origin), two fifths of a pipeline's round trips. Cheap ones, but a
+    # run's error names its view and SQL without them (errors.analysed_as), not lakeivm's own lines.
+    # Static on a Connect server; its clients read it from there.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 # Session settings that matter for correctness or speed, applied on every master (and to each
 # Connect session): UTC timestamps, small Delta snapshot reconstructions, adaptive execution.
