@@ -270,6 +270,8 @@ def local_rows(spark, rows, schema=None):
     an empty batch for each file it matches nothing in (``tests/test_fastpath.py``)."""
     import pyarrow as pa
 
+    from lakeivm.spark import is_connect
+
     batches = rows.to_batches()
     if any(batch.num_rows == 0 for batch in batches):
         rows = pa.Table.from_batches([batch for batch in batches if batch.num_rows], schema=rows.schema)
@@ -277,9 +279,27 @@ def local_rows(spark, rows, schema=None):
         from pyspark.sql.pandas.types import from_arrow_schema
 
         schema = from_arrow_schema(rows.schema)
+    elif isinstance(schema, str) and not is_connect(spark):  # (Connect sends the string to its server)
+        schema = parsed_ddl(schema)
     frame = spark.createDataFrame(rows, schema=schema)
     _LOCAL_ROWS[frame] = rows.num_rows
     return frame
+
+
+def parsed_ddl(ddl: str):
+    """A DDL schema as the Spark type ``createDataFrame`` would parse it to, parsed by the JVM once per
+    process (py4j ``ddlToJson``: ~2 ms warm, the first one ~0.3 s): a run makes dozens of
+    ``local_rows`` with the same few schemas."""
+    from pyspark.sql.types import _parse_datatype_json_string
+
+    return _parse_datatype_json_string(_ddl_json(ddl))  # a new object each time: callers may not share one
+
+
+@lru_cache(maxsize=4096)
+def _ddl_json(ddl: str) -> str:
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(ddl).json()
 
 
 _LOCAL_ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # {frame of ``local_rows``: its number of rows}
