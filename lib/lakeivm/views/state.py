@@ -535,10 +535,17 @@ def output_types(spark, sql: str) -> dict[str, str]:
 
 
 def in_stored_types(rows: DataFrame, stored: DataFrame) -> DataFrame:
-    """``rows`` in the column order and Spark types of ``stored``."""
+    """``rows`` in the column order and Spark types of ``stored``: one projection from SQL text (a
+    Column per field costs four py4j calls; a struct's field names need the Column's quoting)."""
     from pyspark.sql import functions as F
 
-    return rows.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in stored.schema.fields])
+    from lakeivm.sql.tree import backquoted
+
+    fields = stored.schema.fields
+    types = [f.dataType.simpleString() for f in fields]
+    if any("struct<" in t for t in types):
+        return rows.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in fields])
+    return rows.selectExpr(*[f"CAST({backquoted(f.name)} AS {t}) AS {backquoted(f.name)}" for f, t in zip(fields, types)])
 
 
 def key_of(values: tuple) -> tuple:
