@@ -54,3 +54,17 @@ def test_more_rows_than_the_limit_and_a_table_with_deletion_vectors_are_written_
 def test_a_column_name_spark_refuses_is_refused_as_spark_refuses_it(lake, spark):
     with pytest.raises(Exception, match="DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES"):
         overwrite(lake, spark.range(2).groupBy("id").count().selectExpr("id", "count AS `n (rows)`"), lake.view_path("v"))
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["flat", "with a struct"])
+def test_rows_are_cast_to_the_stored_order_and_types(spark, nested):
+    """``in_stored_types``: ``rows`` in the stored table's column order and Spark types, by one SQL
+    projection (by Columns where a struct's field names need their quoting), names with a backquote too."""
+    from lakeivm.views.state import in_stored_types
+
+    struct = ", named_struct('f g', 1) AS `s t`" if nested else ""
+    stored = spark.sql(f"SELECT CAST(1 AS decimal(10,2)) AS `a``b`, CAST(2 AS bigint) AS n, 'x' AS w{struct}")
+    rows = spark.sql(f"SELECT 'y' AS w, 3 AS n, 4.5 AS `a``b`{struct}")
+    cast = in_stored_types(rows, stored)
+    assert [(f.name, f.dataType) for f in cast.schema] == [(f.name, f.dataType) for f in stored.schema]
+    assert tuple(cast.collect()[0])[:3] == (Decimal("4.50"), 3, "y")

@@ -544,7 +544,7 @@ def in_stored_types(rows: DataFrame, stored: DataFrame) -> DataFrame:
     fields = stored.schema.fields
     types = [f.dataType.simpleString() for f in fields]
     if any("struct<" in t for t in types):
-        return rows.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in fields])
+        return rows.select(*[F.col(backquoted(f.name)).cast(f.dataType).alias(f.name) for f in fields])
     return rows.selectExpr(*[f"CAST({backquoted(f.name)} AS {t}) AS {backquoted(f.name)}" for f, t in zip(fields, types)])
 
 
