@@ -228,6 +228,24 @@ def test_rows_handed_to_spark_keep_every_batch_after_an_empty_one(lake, spark):
     assert sorted(row["k"] for row in frame.collect()) == [0, 3, 203]
 
 
+def test_rows_handed_to_spark_take_the_types_spark_parses_their_ddl_to(spark):
+    """``local_rows`` parses a DDL schema once per process (``storage.parsed_ddl``): each frame still
+    has the types ``createDataFrame`` gives that DDL, as an object of its own, and the rows' values."""
+    import datetime
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    ddl = "`a b` decimal(12,2), d date, s string, n bigint, `x``y` array<int>"
+    rows = pa.table({"a b": pa.array([Decimal("1.50"), None], pa.decimal128(12, 2)),
+                     "d": pa.array([datetime.date(2026, 1, 31), None], pa.date32()), "s": ["x", None],
+                     "n": pa.array([7, None], pa.int64()), "x`y": pa.array([[1, None], None], pa.list_(pa.int32()))})
+    first, second = (storage.local_rows(spark, rows, ddl) for _ in range(2))
+    assert first.schema == second.schema == spark.createDataFrame([], ddl).schema
+    assert first.schema is not second.schema
+    assert [tuple(r) for r in second.collect()] == [(Decimal("1.50"), datetime.date(2026, 1, 31), "x", 7, [1, None]), (None,) * 5]
+
+
 def test_rows_handed_to_spark_are_counted_without_a_job(lake, spark):
     """A reader counts the change it takes (the cost models' unit): a frame of ``local_rows`` is
     counted from the rows this process handed over, any other frame by Spark."""
