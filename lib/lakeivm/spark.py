@@ -50,8 +50,8 @@ STATIC_CONF = {
     "spark.sql.codegen.cache.maxEntries": "2000",
     # pyspark records the Python call site of every Column and DataFrame function call for Spark's
     # error context ("== DataFrame =="): four more py4j round trips each (the active session, a
-    # setting, set and clear the origin), two fifths of a pipeline's round trips. Cheap ones, but a
-    # run's error names its view and SQL without them (errors.analysed_as), not lakeivm's own lines.
+    # setting, set and clear the origin), a large share of a run's round trips (the pipeline-20k
+    # record). A run's error names its view and SQL without them (errors.analysed_as).
     # Static on a Connect server; its clients read it from there.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }

@@ -287,9 +287,8 @@ def local_rows(spark, rows, schema=None):
 
 
 def parsed_ddl(ddl: str):
-    """A DDL schema as the Spark type ``createDataFrame`` would parse it to, parsed by the JVM once per
-    process (py4j ``ddlToJson``: ~2 ms warm, the first one ~0.3 s): a run makes dozens of
-    ``local_rows`` with the same few schemas."""
+    """A DDL schema as the Spark type ``createDataFrame`` would parse it to, parsed by the JVM (a py4j
+    call) once per process: a run makes dozens of ``local_rows`` with the same few schemas."""
     from pyspark.sql.types import _parse_datatype_json_string
 
     return _parse_datatype_json_string(_ddl_json(ddl))  # a new object each time: callers may not share one
