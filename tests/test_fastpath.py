@@ -229,7 +229,7 @@ def test_rows_handed_to_spark_keep_every_batch_after_an_empty_one(lake, spark):
 
 
 def test_rows_handed_to_spark_take_the_types_spark_parses_their_ddl_to(spark):
-    """``local_rows`` parses a DDL schema once per process (``storage.parsed_ddl``): each frame still
+    """``local_rows`` parses a DDL schema once per process (``storage._parsed_ddl``): each frame still
     has the types ``createDataFrame`` gives that DDL, as an object of its own, and the rows' values."""
     import datetime
     from decimal import Decimal

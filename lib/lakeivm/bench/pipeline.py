@@ -6,7 +6,7 @@ built, then ``--batches`` incremental batches (a market day each: mostly appends
 deletes). Per batch, side by side in one run:
 
 - lakeivm: every view refreshed as ``lakeivm refresh`` refreshes the folder (``Views.refresh``: each
-  view once, upstreams first, a change range several views read read once); each run's own seconds
+  view once, upstreams first, a change range that several views read is read once); each run's own seconds
   from its log row, and the wall time of the whole pipeline;
 - Spark: every declared view's SQL (as written: not the views lakeivm splits off it) recomputed
   from its inputs and written over a Delta table, in the same order (what a nightly rebuild does:

@@ -280,13 +280,13 @@ def local_rows(spark, rows, schema=None):
 
         schema = from_arrow_schema(rows.schema)
     elif isinstance(schema, str) and not is_connect(spark):  # (Connect sends the string to its server)
-        schema = parsed_ddl(schema)
+        schema = _parsed_ddl(schema)
     frame = spark.createDataFrame(rows, schema=schema)
     _LOCAL_ROWS[frame] = rows.num_rows
     return frame
 
 
-def parsed_ddl(ddl: str):
+def _parsed_ddl(ddl: str):
     """A DDL schema as the Spark type ``createDataFrame`` would parse it to, parsed by the JVM (a py4j
     call) once per process: a run makes dozens of ``local_rows`` with the same few schemas."""
     from pyspark.sql.types import _parse_datatype_json_string
